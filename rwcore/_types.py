@@ -1,0 +1,123 @@
+"""The typed values rwcore speaks in: a message, a problem, a check's result.
+
+These are the contract between rwcore and everything built on it (the gatekeeper's policy, its CLI, replay).
+They are frozen and slotted; the compatible API renders them to the reference's dicts and strings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+#: A decoded slot value: integers for int/days slots, booleans for bool slots, tuples for lists, strings otherwise.
+SlotValue = str | int | bool | tuple[Any, ...]
+
+_EMPTY: Mapping[str, SlotValue] = MappingProxyType({})
+
+
+def _freeze(v: Any) -> SlotValue:
+    if isinstance(v, list | tuple):
+        return tuple(_freeze(x) for x in v)
+    return v  # type: ignore[no-any-return]
+
+
+def _thaw(v: SlotValue) -> Any:
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    return v
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One RW1 line, decoded: the JSON twin of section 6 as a frozen value.
+
+    ``from_`` is the ``from`` field (a Python keyword). ``slots`` is read-only; list slots are tuples.
+    """
+
+    v: str
+    type: str
+    id: str
+    from_: str
+    to: str
+    re: str | None = None
+    item: str | None = None
+    slots: Mapping[str, SlotValue] = field(default=_EMPTY)
+    tail: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.slots, MappingProxyType):
+            object.__setattr__(self, "slots", MappingProxyType({k: _freeze(v) for k, v in self.slots.items()}))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON twin (section 6) as a plain dict, key order as the reference emits it."""
+        return {
+            "v": self.v,
+            "type": self.type,
+            "id": self.id,
+            "re": self.re,
+            "from": self.from_,
+            "to": self.to,
+            "item": self.item,
+            "slots": {k: _thaw(v) for k, v in self.slots.items()},
+            "tail": self.tail,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Message:
+        """Build from a JSON twin. Does not validate: use ``rwcore.parse_line`` or ``rwcore.encode`` for that."""
+        return cls(
+            v=d.get("v") or "RW1",
+            type=d["type"],
+            id=d["id"],
+            from_=d["from"],
+            to=d["to"],
+            re=d.get("re"),
+            item=d.get("item"),
+            slots=dict(d.get("slots") or {}),
+            tail=d.get("tail"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One finding of a check or the parser, as data.
+
+    ``code`` is stable and machine-readable (metrics labels, dead-letter headers); ``message`` is the human text,
+    worded as the reference words it. ``tier`` names where it was found (``form``, ``receipt``, ``integrity``,
+    ``echo``, ``comprehension``, ``execution``, ``expiry``, ``record``, ``executed``, ``thread``, ``translation``).
+    """
+
+    code: str
+    message: str
+    tier: str | None = None
+    slot: str | None = None
+    expected: str | None = None
+    got: str | None = None
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {
+            "code": self.code,
+            "tier": self.tier,
+            "slot": self.slot,
+            "expected": self.expected,
+            "got": self.got,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """What a check returns: problems (any means stop) and notes (worth logging)."""
+
+    problems: tuple[Problem, ...] = ()
+    notes: tuple[Problem, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def compat(self) -> tuple[list[str], list[str]]:
+        """The reference's return shape: (problems, notes) as lists of strings."""
+        return [p.message for p in self.problems], [n.message for n in self.notes]
