@@ -1,0 +1,98 @@
+"""Applying a decision: the one place conversation state and record bindings change.
+
+A batch is processed as if line by line: each decision is applied in memory before the next line of the batch is
+decided, and the store writes the result once. ``Overlay`` is the batch's view of records and bindings: what the
+store loaded, plus the bindings this batch claimed or released (the store writes those with compare-and-set, so
+two gatekeepers can never bind one approval to two handoffs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from gatekeeper.policy.model import (
+    Bind,
+    Clear,
+    Decision,
+    FeedThread,
+    OpenHandoff,
+    PassReadback,
+    RecordReadback,
+    RefuseReadback,
+    Release,
+    RememberLine,
+    Supersede,
+)
+from gatekeeper.policy.state import ConversationState, Record, RecordKey
+
+
+@dataclass(frozen=True, slots=True)
+class BindingChange:
+    """The binding of ``key`` goes from ``before`` (as loaded) to ``after`` (None: released)."""
+
+    key: RecordKey
+    before: str | None
+    after: str | None
+
+
+@dataclass(slots=True)
+class Overlay:
+    """Records and bindings as loaded for a batch, with the batch's own binding changes on top."""
+
+    records: Mapping[RecordKey, Record] = field(default_factory=dict)
+    loaded_bindings: Mapping[RecordKey, str] = field(default_factory=dict)
+    _bindings: dict[RecordKey, str | None] = field(default_factory=dict)
+
+    def record(self, key: RecordKey) -> Record | None:
+        return self.records.get(key)
+
+    def binding(self, key: RecordKey) -> str | None:
+        if key in self._bindings:
+            return self._bindings[key]
+        return self.loaded_bindings.get(key)
+
+    def bind(self, key: RecordKey, holder: str) -> None:
+        self._bindings[key] = holder
+
+    def release(self, key: RecordKey, holder: str) -> None:
+        if self.binding(key) == holder:
+            self._bindings[key] = None
+
+    def changes(self) -> list[BindingChange]:
+        out = []
+        for key, after in self._bindings.items():
+            before = self.loaded_bindings.get(key)
+            if before != after:
+                out.append(BindingChange(key, before, after))
+        return out
+
+
+def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> None:
+    """Apply a decision's effects, in order, to the conversation's state and the batch's bindings."""
+    for effect in decision.effects:
+        match effect:
+            case RememberLine(id=line_id, entry=entry):
+                state.lines[line_id] = entry
+            case OpenHandoff(entry=entry):
+                state.handoffs[entry.id] = replace(entry)  # the state owns its entries
+            case Supersede(ho=ho, by=by):
+                state.handoffs[ho].superseded_by = by
+                state.handoffs[ho].bound = False
+            case RecordReadback(entry=entry):
+                state.readbacks[entry.id] = replace(entry)
+            case PassReadback(ho=ho, rb=rb):
+                state.handoffs[ho].passed_rb = rb
+            case RefuseReadback(rb=rb):
+                state.readbacks[rb].refused = True
+            case Clear(ho=ho, rb=rb):
+                state.handoffs[ho].cleared_by = rb
+            case FeedThread(message=msg):
+                state.seq += 1
+                state.tracker.feed(msg, state.seq)
+            case Bind(key=key, holder=holder):
+                overlay.bind(key, holder)
+            case Release(key=key, holder=holder, ho=ho):
+                overlay.release(key, holder)
+                if ho in state.handoffs:
+                    state.handoffs[ho].bound = False

@@ -1,0 +1,725 @@
+"""The decision: one line, its conversation's state, the records, the route's policy and the time -> a verdict.
+
+Pure: no I/O, no clock, no randomness. The daemon, ``gatekeeper check`` and ``gatekeeper replay`` all call
+``decide`` and then ``apply`` the decision's effects to the state they hold. The rows of the verdict table are
+applied top to bottom and the first that matches decides (see the README's verdict table for the table as built).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from rwcore import (
+    Message,
+    Problem,
+    ThreadTracker,
+    dn_check,
+    ho_check,
+    parse_line,
+    rb_check,
+    translation_check,
+)
+
+from gatekeeper.policy.gate import screen
+from gatekeeper.policy.model import (
+    AFFIRMATIVE,
+    NEGATIVE,
+    RESERVED_ID_MAX,
+    RESERVED_ID_MIN,
+    Bind,
+    Clear,
+    Decision,
+    Effect,
+    FeedThread,
+    OpenHandoff,
+    PassReadback,
+    Reason,
+    RecordReadback,
+    RecordView,
+    RefuseReadback,
+    Release,
+    RememberLine,
+    RoutePolicy,
+    Supersede,
+    Verdict,
+)
+from gatekeeper.policy.state import (
+    ConversationState,
+    HandoffEntry,
+    LineEntry,
+    ReadbackEntry,
+    Record,
+    RecordKey,
+)
+
+REPLY_TYPES = frozenset({"RB", "AN", "DN", "UN", "FL", "CX"})
+_RB_OWN = frozenset({"h", "eta", "acc", "do", "not", "asm", "p", "exp"})
+
+
+def line_digest(raw: bytes) -> str:
+    """A line's identity within its conversation, with its message id: SHA-256 of the bytes, 16 hex."""
+    return hashlib.sha256(raw).hexdigest()[:16]
+
+
+def rw_time(epoch: float) -> str:
+    """An epoch time as RW1's ``YYYYMMDDTHHMMZ``."""
+    return time.strftime("%Y%m%dT%H%MZ", time.gmtime(epoch))
+
+
+def _p(code: str, message: str, tier: str, slot: str | None = None, expected: Any = None, got: Any = None) -> Problem:
+    return Problem(
+        code=code,
+        message=message,
+        tier=tier,
+        slot=slot,
+        expected=None if expected is None else str(expected),
+        got=None if got is None else str(got),
+    )
+
+
+def _expired(exp: object, now_rw: str) -> bool:
+    return isinstance(exp, str) and len(exp) == 14 and now_rw >= exp
+
+
+def holder_of(conversation: str, ho_id: str) -> str:
+    return f"{conversation}/{ho_id}"
+
+
+class _Decider:
+    """One decision. A class only to share its inputs between the rows; ``decide`` is the interface."""
+
+    def __init__(
+        self,
+        raw: bytes,
+        conversation: str | None,
+        state: ConversationState,
+        records: RecordView,
+        route: RoutePolicy,
+        now: float,
+        first_seen: float | None,
+        replay: bool,
+    ) -> None:
+        self.raw = raw
+        self.conversation = conversation
+        self.state = state
+        self.records = records
+        self.route = route
+        self.now = now
+        self.now_rw = rw_time(now)
+        self.first_seen = now if first_seen is None else first_seen
+        self.replay = replay
+        self.digest = line_digest(raw)
+        self.text: str | None = None
+        self.msg: Message | None = None
+
+    # ------------------------------------------------------------ building decisions
+
+    def _decision(
+        self,
+        verdict: Verdict,
+        reason: Reason | None,
+        problems: Iterable[Problem] = (),
+        notes: Iterable[Problem] = (),
+        effects: Iterable[Effect] = (),
+        keep_text: bool = False,
+        raise_alert: bool = False,
+    ) -> Decision:
+        problems = tuple(problems)
+        effects = list(effects)
+        msg = self.msg
+        if msg is not None and verdict is not Verdict.HOLD:
+            entry = LineEntry(
+                digest=self.digest,
+                type=msg.type,
+                verdict=verdict.value,
+                reason=None if reason is None else reason.value,
+                at=self.now,
+                re=msg.re,
+                problems=problems,
+                text=self.text if keep_text else None,
+            )
+            effects.insert(0, RememberLine(msg.id, entry))
+            if verdict is not Verdict.DEAD_LETTER:
+                effects.append(FeedThread(msg))
+        return Decision(
+            verdict=verdict,
+            reason=reason,
+            problems=problems,
+            notes=tuple(notes),
+            message=msg,
+            decided_at=self.now,
+            raise_alert=raise_alert,
+            effects=tuple(effects),
+        )
+
+    def _dead(self, reason: Reason, *problems: Problem, **kw: Any) -> Decision:
+        return self._decision(Verdict.DEAD_LETTER, reason, problems, **kw)
+
+    def _hold_or(self, reason: Reason, problem: Problem, verdict: Verdict = Verdict.DEAD_LETTER) -> Decision:
+        """A reply whose handoff is not known yet: held within the window, then refused (or alerted). A reply
+        that names a line this conversation knows, of the wrong type, is decided at once."""
+        known = self.msg is not None and self.msg.re in self.state.lines
+        if not known and self.now - self.first_seen < self.route.hold_seconds:
+            return Decision(Verdict.HOLD, Reason.AWAITING_HANDOFF, (problem,), message=self.msg, decided_at=self.now)
+        return self._decision(verdict, reason, (problem,))
+
+    # ------------------------------------------------------------ the table, top to bottom
+
+    def decide(self) -> Decision:
+        if self.conversation is None:
+            return self._dead(
+                Reason.NO_CONVERSATION,
+                _p("no-conversation", "the record has no conversation id (the Kafka record key)", "gate"),
+            )
+        text, problems = screen(self.raw, self.route.max_line_bytes)
+        if text is None:
+            return self._dead(Reason.INVALID, *problems)
+        self.text = text
+        parsed = parse_line(text, self.route.profile)
+        if parsed.message is None:
+            return self._invalid(parsed.errors, parsed.raw)
+        msg = parsed.message
+        named = msg.slots.get("p")
+        if named is not None and named != self.route.profile.name:
+            return self._invalid(
+                (
+                    _p(
+                        "profile-mismatch",
+                        f"the line names profile p={named} but this route's profile is {self.route.profile.name}",
+                        "form",
+                        "p",
+                        self.route.profile.name,
+                        named,
+                    ),
+                ),
+                parsed.raw,
+            )
+        if self.route.senders is not None and msg.from_ not in self.route.senders:
+            return self._dead(
+                Reason.SENDER_BINDING,
+                _p(
+                    "sender-binding",
+                    f"from={msg.from_} may not publish on route {self.route.name}",
+                    "gate",
+                    "from",
+                    "+".join(sorted(self.route.senders)),
+                    msg.from_,
+                ),
+            )
+        number = msg.id.rpartition("-")[2]
+        if number.isdigit() and RESERVED_ID_MIN <= int(number) <= RESERVED_ID_MAX:
+            return self._dead(
+                Reason.RESERVED_ID,
+                _p(
+                    "reserved-id",
+                    f"id {msg.id}: numbers {RESERVED_ID_MIN}-{RESERVED_ID_MAX} are reserved for the gatekeeper",
+                    "gate",
+                    "id",
+                    None,
+                    msg.id,
+                ),
+            )
+        self.msg = msg
+        seen = self.state.lines.get(msg.id)
+        if seen is not None:
+            if seen.digest != self.digest:
+                # the id belongs to the first line: nothing about this one is remembered
+                return Decision(
+                    verdict=Verdict.DEAD_LETTER,
+                    reason=Reason.DUPLICATE_ID,
+                    problems=(
+                        _p(
+                            "duplicate-id",
+                            f"id {msg.id} was already used in this conversation for a different line",
+                            "conversation",
+                            "id",
+                            None,
+                            msg.id,
+                        ),
+                    ),
+                    message=msg,
+                    decided_at=self.now,
+                )
+            if not (self.replay and seen.verdict == Verdict.DEAD_LETTER.value):
+                return self._repeat(seen)
+        if msg.type in REPLY_TYPES and msg.re is not None:
+            target = self.state.lines.get(msg.re)
+            if target is not None and target.verdict == Verdict.DEAD_LETTER.value:
+                ran = msg.type == "DN" and msg.slots.get("out") != "NOOP"
+                return self._dead(
+                    Reason.REFUSED_HANDOFF,
+                    _p(
+                        "refused-handoff",
+                        f"{msg.type} {msg.id} replies to {msg.re}, which was dead-lettered ({target.reason})",
+                        "conversation",
+                        "re",
+                        None,
+                        msg.re,
+                    ),
+                    raise_alert=ran,
+                )
+        handler = getattr(self, f"_on_{msg.type}", None)
+        if handler is None:
+            return self._decision(Verdict.FORWARD, None)
+        result: Decision = handler(msg)
+        return result
+
+    def _invalid(self, errors: Iterable[Problem], raw: dict[str, Any]) -> Decision:
+        """An invalid line. It leaves a tombstone under its id when the id is well formed and its sender may use
+        this route, so that replies to it are refused; otherwise nothing is remembered."""
+        decision = self._dead(Reason.INVALID, *errors)
+        rid, rfrom, rtype = raw.get("id"), raw.get("from"), raw.get("type")
+        if (
+            isinstance(rid, str)
+            and isinstance(rfrom, str)
+            and isinstance(rtype, str)
+            and rid.isascii()
+            and rid.startswith(f"{rfrom}-")
+            and rid.rpartition("-")[2].isdigit()
+            and int(rid.rpartition("-")[2]) < RESERVED_ID_MIN
+            and (self.route.senders is None or rfrom in self.route.senders)
+            and rid not in self.state.lines
+        ):
+            entry = LineEntry(
+                digest=self.digest,
+                type=rtype,
+                verdict=Verdict.DEAD_LETTER.value,
+                reason=Reason.INVALID.value,
+                at=self.now,
+                re=raw.get("re") if isinstance(raw.get("re"), str) else None,
+                problems=decision.problems,
+            )
+            return Decision(
+                verdict=decision.verdict,
+                reason=decision.reason,
+                problems=decision.problems,
+                decided_at=self.now,
+                effects=(RememberLine(rid, entry),),
+            )
+        return decision
+
+    def _repeat(self, seen: LineEntry) -> Decision:
+        return Decision(
+            verdict=Verdict(seen.verdict),
+            reason=None if seen.reason is None else Reason(seen.reason),
+            problems=seen.problems,
+            message=self.msg,
+            decided_at=seen.at,
+            repeated=True,
+        )
+
+    # ------------------------------------------------------------ HO
+
+    def _on_HO(self, ho: Message) -> Decision:  # noqa: N802 - named after the message type
+        exp = ho.slots.get("exp")
+        if _expired(exp, self.now_rw):
+            return self._dead(
+                Reason.EXPIRED,
+                _p("expired-ho", f"expired: the HO expired at {exp} (now {self.now_rw})", "expiry", "exp", exp),
+            )
+        ask = str(ho.slots.get("ask"))
+        item = ho.item or ""
+        key = RecordKey(item, ask)
+        exec_ask = bool(self.route.profile.exec_slots(ask))
+        record = self.records.record(key)
+        if record is None and exec_ask:
+            return self._dead(
+                Reason.NO_RECORD,
+                _p("no-record", f"no approved record for item {item} ask {ask}", "record", "item", None, item),
+            )
+        notes: tuple[Problem, ...] = ()
+        if record is not None:
+            result = ho_check(ho, record.values, self.route.profile)
+            if result.problems:
+                return self._dead(Reason.CHECK_HO, *result.problems)
+            notes = result.notes
+        effects: list[Effect] = []
+        supersedes = self._superseded_handoff(ho)
+        if exec_ask:
+            holder = holder_of(self.conversation or "", ho.id)
+            bound = self.records.binding(key)
+            prior = supersedes.id if supersedes is not None and supersedes.bound else None
+            if bound is not None and bound != holder and bound != holder_of(self.conversation or "", prior or ""):
+                return self._dead(
+                    Reason.RECORD_USED,
+                    _p(
+                        "record-used",
+                        f"the approval for item {item} ask {ask} is bound to another handoff ({bound}); "
+                        "one approval, one act",
+                        "record",
+                        "item",
+                        None,
+                        bound,
+                    ),
+                )
+            if prior is not None:
+                effects.append(Release(key, holder_of(self.conversation or "", prior), prior))
+            effects.append(Bind(key, holder, ho.id))
+        if ask == "UNDO":
+            ctx = ho.slots.get("ctx") or ()
+            ids = ctx if isinstance(ctx, tuple) else (ctx,)
+            if not any(
+                (e := self.state.lines.get(str(i))) is not None and e.type == "DN" and e.verdict != "dead-letter"
+                for i in ids
+            ):
+                return self._dead(
+                    Reason.CHECK_HO,
+                    _p(
+                        "undo-no-done",
+                        "ask=UNDO: ctx= names no done report in this conversation",
+                        "record",
+                        "ctx",
+                        None,
+                        "+".join(str(i) for i in ids) or None,
+                    ),
+                )
+        if supersedes is not None:
+            effects.append(Supersede(supersedes.id, ho.id))
+        entry = HandoffEntry(id=ho.id, item=item, ask=ask, exec_ask=exec_ask, record=record, bound=exec_ask)
+        effects.insert(0, OpenHandoff(entry))
+        return self._decision(Verdict.FORWARD, None, notes=notes, effects=effects, keep_text=True)
+
+    def _superseded_handoff(self, ho: Message) -> HandoffEntry | None:
+        """The handoff a re-issue replaces: ``re=`` names a readback that failed (its handoff), or an open
+        handoff of this conversation that has no passing readback (a re-send after no readback came)."""
+        if ho.re is None:
+            return None
+        target = self.state.lines.get(ho.re)
+        if target is None:
+            return None
+        if target.type == "RB":
+            rb = self.state.readbacks.get(ho.re)
+            failed = target.verdict == Verdict.DEAD_LETTER.value or (rb is not None and not rb.passed)
+            original = self.state.handoffs.get(rb.ho if rb is not None else (target.re or ""))
+            if failed and original is not None and self._open(original):
+                return original
+            return None
+        if target.type == "HO":
+            original = self.state.handoffs.get(ho.re)
+            if original is not None and self._open(original) and original.passed_rb is None:
+                return original
+        return None
+
+    # ------------------------------------------------------------ RB
+
+    def _on_RB(self, rb: Message) -> Decision:  # noqa: N802
+        ho_entry = self.state.handoffs.get(rb.re or "")
+        if ho_entry is None:
+            return self._hold_or(
+                Reason.UNKNOWN_HANDOFF,
+                _p("unknown-handoff", f"RB {rb.id} re={rb.re}: no such handoff in this conversation", "receipt", "re"),
+            )
+        ho = self._message(ho_entry.id)
+        problems: list[Problem] = []
+        if not self._open(ho_entry):
+            problems.append(
+                _p("handoff-closed", f"RB {rb.id} reads back {ho_entry.id}, which is closed", "receipt", "re")
+            )
+        record = ho_entry.record
+        result = rb_check(
+            ho,
+            rb,
+            self.route.profile,
+            expect_acc=None if record is None else record.expect_acc,
+            now=self.now_rw,
+        )
+        problems.extend(result.problems)
+        problems.extend(self._resolved_problems(ho, rb, record, "tier5 execution", "RB", "resolved"))
+        exp = rb.slots.get("exp")
+        entry = ReadbackEntry(id=rb.id, ho=ho_entry.id, passed=not problems, exp=str(exp) if exp else None)
+        if problems:
+            return self._dead(Reason.CHECK_RB, *problems, effects=(RecordReadback(entry),))
+        return self._decision(
+            Verdict.FORWARD,
+            None,
+            notes=result.notes,
+            effects=(RecordReadback(entry), PassReadback(ho_entry.id, rb.id)),
+            keep_text=True,
+        )
+
+    def _resolved_problems(
+        self, ho: Message, reply: Message, record: Record | None, tier: str, what: str, code_tier: str
+    ) -> list[Problem]:
+        """The execution slots the receiver resolved itself (absent from the HO) against the record's ``resolved``.
+        Fail closed: a resolved value the record does not hold cannot be verified, so it is refused."""
+        exec_slots = self.route.profile.exec_slots(str(ho.slots.get("ask")))
+        if not exec_slots or not _asks_exec(ho):
+            return []
+        resolved = {} if record is None else record.resolved
+        problems = []
+        for k in exec_slots:
+            if k in ho.slots or k not in reply.slots:
+                continue
+            got = _show(reply.slots[k])
+            want = resolved.get(k)
+            if want is None:
+                problems.append(
+                    _p(
+                        "resolved-unverified",
+                        f"{tier}: {k}={got} was resolved by the receiver and the record holds no value to check it",
+                        code_tier,
+                        k,
+                        None,
+                        got,
+                    )
+                )
+            elif want != got:
+                problems.append(
+                    _p(
+                        "resolved-mismatch",
+                        f"{tier}: {k} mismatch: record {want} vs {what} {got}",
+                        code_tier,
+                        k,
+                        want,
+                        got,
+                    )
+                )
+        return problems
+
+    # ------------------------------------------------------------ AN
+
+    def _on_AN(self, an: Message) -> Decision:  # noqa: N802
+        val = str(an.slots.get("val"))
+        target = self.state.lines.get(an.re or "")
+        affirmative = val in AFFIRMATIVE
+        if target is None:
+            reason = Reason.CLEARANCE if affirmative else Reason.UNKNOWN_HANDOFF
+            return self._hold_or(
+                reason,
+                _p("unknown-reference", f"AN {an.id} re={an.re}: no such line in this conversation", "receipt", "re"),
+            )
+        if target.type == "CX":
+            return self._acknowledge(an, affirmative)
+        if target.type != "RB":
+            return self._decision(Verdict.FORWARD, None)
+        rb = self.state.readbacks.get(an.re or "")
+        if not affirmative:
+            if val in NEGATIVE and rb is not None:
+                return self._decision(Verdict.FORWARD, None, effects=(RefuseReadback(rb.id),))
+            return self._decision(Verdict.FORWARD, None)
+        problems = self._clearance_problems(an, rb)
+        if problems or rb is None:
+            return self._dead(Reason.CLEARANCE, *problems)
+        return self._decision(Verdict.FORWARD, None, effects=(Clear(rb.ho, rb.id),))
+
+    def _acknowledge(self, an: Message, affirmative: bool) -> Decision:
+        """An answer to a cancel. The receiver's ``val=Y`` ends the handoff without the act: its record is free."""
+        cx = self.state.lines[an.re or ""]
+        ho_entry = self.state.handoffs.get(cx.re or "")
+        effects: list[Effect] = []
+        if affirmative and ho_entry is not None and an.from_ == self._message(ho_entry.id).to:
+            effects = self._release(ho_entry)
+        return self._decision(Verdict.FORWARD, None, effects=effects)
+
+    def _clearance_problems(self, an: Message, rb: ReadbackEntry | None) -> list[Problem]:
+        """Fail closed: an affirmative answer clears the act only for a readback that passed, was not refused,
+        has not expired, and whose handoff is open; and only from the handoff's sender to its receiver."""
+        if rb is None:
+            return [_p("clearance-unknown", f"AN {an.id}: readback {an.re} is unknown", "clearance", "re")]
+        problems = []
+        ho_entry = self.state.handoffs.get(rb.ho)
+        if not rb.passed:
+            problems.append(_p("clearance-failed", f"readback {rb.id} did not pass its check", "clearance", "re"))
+        if rb.refused:
+            problems.append(
+                _p("clearance-refused", f"readback {rb.id} was already answered negatively", "clearance", "re")
+            )
+        if rb.exp and _expired(rb.exp, self.now_rw):
+            problems.append(
+                _p(
+                    "clearance-expired",
+                    f"the statement {rb.id} expired at {rb.exp} (now {self.now_rw})",
+                    "clearance",
+                    "exp",
+                    rb.exp,
+                )
+            )
+        if ho_entry is None:
+            problems.append(_p("clearance-unknown", f"the handoff of {rb.id} is unknown", "clearance", "re"))
+            return problems
+        ho = self._message(ho_entry.id)
+        ho_exp = ho.slots.get("exp")
+        if _expired(ho_exp, self.now_rw):
+            problems.append(
+                _p(
+                    "clearance-expired",
+                    f"the handoff {ho.id} expired at {ho_exp} (now {self.now_rw})",
+                    "clearance",
+                    "exp",
+                    ho_exp,
+                )
+            )
+        if not self._open(ho_entry):
+            problems.append(
+                _p("clearance-closed", f"the handoff {ho.id} is closed, cancelled or superseded", "clearance", "re")
+            )
+        if an.from_ != ho.from_ or an.to != ho.to:
+            problems.append(
+                _p(
+                    "clearance-route",
+                    f"a clearance comes from the handoff's sender {ho.from_} to its receiver {ho.to}; "
+                    f"got from={an.from_} to={an.to}",
+                    "clearance",
+                    "from",
+                    ho.from_,
+                    an.from_,
+                )
+            )
+        return problems
+
+    # ------------------------------------------------------------ DN, UN, FL
+
+    def _on_DN(self, dn: Message) -> Decision:  # noqa: N802
+        ho_entry = self.state.handoffs.get(dn.re or "")
+        if ho_entry is None:
+            return self._hold_or(
+                Reason.UNKNOWN_HANDOFF,
+                _p("unknown-handoff", f"DN {dn.id} re={dn.re}: no such handoff in this conversation", "receipt", "re"),
+                verdict=Verdict.ALERT,
+            )
+        ho = self._message(ho_entry.id)
+        plan_rb = self._plan_readback(ho_entry)
+        result = dn_check(ho, dn, self.route.profile, plan_rb)
+        problems = list(result.problems)
+        if plan_rb is None:
+            problems.extend(
+                self._resolved_problems(ho, dn, ho_entry.record, "executed", "DN", "executed")
+            )
+        ran = dn.slots.get("out") != "NOOP"
+        if ho_entry.exec_ask and _asks_exec(ho) and ran and ho_entry.cleared_by is None:
+            problems.append(
+                _p(
+                    "done-not-cleared",
+                    f"{dn.id} reports the act done, but no affirmative answer cleared a readback of {ho.id}",
+                    "executed",
+                    "out",
+                )
+            )
+        problems.extend(self._thread_problems(dn))
+        effects: list[Effect] = []
+        if not ran:
+            effects.extend(self._release(ho_entry))
+        if problems:
+            return self._decision(Verdict.ALERT, Reason.CHECK_DN, problems, result.notes, effects=effects)
+        return self._decision(Verdict.FORWARD, None, notes=result.notes, effects=effects)
+
+    def _on_UN(self, msg: Message) -> Decision:  # noqa: N802
+        return self._close_without_act(msg)
+
+    def _on_FL(self, msg: Message) -> Decision:  # noqa: N802
+        return self._close_without_act(msg)
+
+    def _close_without_act(self, msg: Message) -> Decision:
+        ho_entry = self.state.handoffs.get(msg.re or "")
+        if ho_entry is None:
+            return self._hold_or(
+                Reason.UNKNOWN_HANDOFF,
+                _p(
+                    "unknown-handoff",
+                    f"{msg.type} {msg.id} re={msg.re}: no such handoff in this conversation",
+                    "receipt",
+                    "re",
+                ),
+                verdict=Verdict.ALERT,
+            )
+        problems = self._thread_problems(msg)
+        effects = self._release(ho_entry) if msg.from_ == self._message(ho_entry.id).to else []
+        if problems:
+            return self._decision(Verdict.ALERT, Reason.CHECK_THREAD, problems, effects=effects)
+        return self._decision(Verdict.FORWARD, None, effects=effects)
+
+    # ------------------------------------------------------------ CX
+
+    def _on_CX(self, cx: Message) -> Decision:  # noqa: N802
+        ho_entry = self.state.handoffs.get(cx.re or "")
+        if ho_entry is None:
+            return self._hold_or(
+                Reason.CHECK_THREAD,
+                _p("thread-cancel-no-handoff", f"CX {cx.id} re={cx.re} does not name an HO in this thread", "thread"),
+            )
+        ho = self._message(ho_entry.id)
+        if cx.from_ != ho.from_ or cx.to != ho.to:
+            return self._dead(
+                Reason.CHECK_THREAD,
+                _p(
+                    "thread-cancel-wrong-agent",
+                    f"CX {cx.id} must come from {ho.from_} to {ho.to}, the HO's sender and receiver",
+                    "thread",
+                    "from",
+                    f"{ho.from_}->{ho.to}",
+                    f"{cx.from_}->{cx.to}",
+                ),
+            )
+        return self._decision(Verdict.FORWARD, None)
+
+    # ------------------------------------------------------------ ST
+
+    def _on_ST(self, st: Message) -> Decision:  # noqa: N802
+        problems = translation_check(st, self.route.profile)
+        if problems:
+            return self._dead(Reason.TRANSLATION, *problems)
+        return self._decision(Verdict.FORWARD, None)
+
+    # ------------------------------------------------------------ helpers
+
+    def _message(self, line_id: str) -> Message:
+        entry = self.state.lines[line_id]
+        assert entry.text is not None, f"line {line_id} was not kept"
+        parsed = parse_line(entry.text, self.route.profile)
+        assert parsed.message is not None, f"stored line {line_id} no longer parses"
+        return parsed.message
+
+    def _open(self, entry: HandoffEntry) -> bool:
+        if entry.superseded_by is not None:
+            return False
+        view = self.state.tracker.handoff(entry.id)
+        return view is None or not (view.closed or view.cancelled)
+
+    def _plan_readback(self, entry: HandoffEntry) -> Message | None:
+        rb_id = entry.cleared_by or entry.passed_rb
+        return None if rb_id is None else self._message(rb_id)
+
+    def _thread_problems(self, msg: Message) -> list[Problem]:
+        """What the thread tracker would raise if this line were fed: closed twice, done after a cancel."""
+        probe = ThreadTracker.from_state(self.state.tracker.to_state())
+        return list(probe.feed(msg, self.state.seq + 1))
+
+    def _release(self, entry: HandoffEntry) -> list[Effect]:
+        if not entry.bound:
+            return []
+        return [Release(RecordKey(entry.item, entry.ask), holder_of(self.conversation or "", entry.id), entry.id)]
+
+
+def _asks_exec(ho: Message) -> bool:
+    rb = ho.slots.get("rb") or ()
+    levels = rb if isinstance(rb, tuple) else (rb,)
+    return any(str(x).lower() == "exec" for x in levels)
+
+
+def _show(v: object) -> str:
+    if isinstance(v, tuple):
+        return "+".join(str(x) for x in v)
+    if isinstance(v, bool):
+        return "Y" if v else "N"
+    return str(v)
+
+
+def decide(
+    raw: bytes,
+    conversation: str | None,
+    state: ConversationState,
+    records: RecordView,
+    route: RoutePolicy,
+    now: float,
+    *,
+    first_seen: float | None = None,
+    replay: bool = False,
+) -> Decision:
+    """Decide one line. ``now`` is the gatekeeper's clock (epoch seconds) at this decision; ``first_seen`` is when
+    the line was first consumed (for the hold window of a reply whose handoff is unknown); ``replay`` re-decides a
+    line whose stored first decision was a dead letter (``gatekeeper replay``) instead of returning that decision.
+    The caller applies ``decision.effects`` with ``apply`` before deciding the next line of the conversation."""
+    return _Decider(raw, conversation, state, records, route, now, first_seen, replay).decide()

@@ -1,0 +1,191 @@
+"""The decision's vocabulary: verdicts, reasons, the route's policy, what a decision changes."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rwcore import Message, Problem, Profile
+
+from gatekeeper.policy.state import HandoffEntry, LineEntry, ReadbackEntry, Record, RecordKey
+
+
+class Verdict(enum.StrEnum):
+    FORWARD = "forward"
+    DEAD_LETTER = "dead-letter"
+    ALERT = "alert"  # forwarded, flagged, and an alert raised
+    HOLD = "hold"  # not decided yet: a reply whose handoff may still be on its way; retried within the window
+
+
+class Reason(enum.StrEnum):
+    """Stable reason codes: dead-letter headers and metrics labels use these."""
+
+    INVALID = "invalid"
+    NO_CONVERSATION = "no-conversation"
+    SENDER_BINDING = "sender-binding"
+    RESERVED_ID = "reserved-id"
+    DUPLICATE_ID = "duplicate-id"
+    REFUSED_HANDOFF = "refused-handoff"
+    EXPIRED = "expired"
+    NO_RECORD = "no-record"
+    CHECK_HO = "check-ho"
+    RECORD_USED = "record-used"
+    UNKNOWN_HANDOFF = "unknown-handoff"
+    CHECK_RB = "check-rb"
+    CLEARANCE = "clearance"
+    CHECK_DN = "check-dn"
+    CHECK_THREAD = "check-thread"
+    TRANSLATION = "translation"
+    AWAITING_HANDOFF = "awaiting-handoff"  # the reason of a HOLD
+
+
+#: Where the problems of a reason come from (the ``check`` dead-letter header).
+CHECK_OF_REASON: Mapping[Reason, str] = {
+    Reason.INVALID: "gate",
+    Reason.NO_CONVERSATION: "gate",
+    Reason.SENDER_BINDING: "gate",
+    Reason.RESERVED_ID: "gate",
+    Reason.DUPLICATE_ID: "conversation",
+    Reason.REFUSED_HANDOFF: "conversation",
+    Reason.EXPIRED: "check_ho",
+    Reason.NO_RECORD: "check_ho",
+    Reason.CHECK_HO: "check_ho",
+    Reason.RECORD_USED: "check_ho",
+    Reason.UNKNOWN_HANDOFF: "conversation",
+    Reason.CHECK_RB: "check_rb_full",
+    Reason.CLEARANCE: "clearance",
+    Reason.CHECK_DN: "check_dn",
+    Reason.CHECK_THREAD: "check_thread",
+    Reason.TRANSLATION: "translation",
+    Reason.AWAITING_HANDOFF: "conversation",
+}
+
+#: The gatekeeper writes its own lines (expiry cancels) with message numbers in this range; agents may not use it.
+RESERVED_ID_MIN = 900_000_000
+RESERVED_ID_MAX = 999_999_999
+
+AFFIRMATIVE = frozenset({"Y", "APPROVE"})
+NEGATIVE = frozenset({"N", "DECLINE", "REJECT", "HOLD", "CALLBACK"})
+
+
+class Mode(enum.StrEnum):
+    ENFORCE = "enforce"
+    DRY_RUN = "dry-run"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutePolicy:
+    """What the decision needs to know about the route a line arrived on."""
+
+    name: str
+    profile: Profile
+    mode: Mode = Mode.ENFORCE
+    senders: frozenset[str] | None = None  # sender binding: which from= may publish here; None means any
+    hold_seconds: float = 30.0  # how long a reply whose handoff is unknown is held before it is refused
+    max_line_bytes: int = 8192
+
+
+class RecordView(Protocol):
+    """The records and exec bindings a decision may read (loaded for the batch beforehand)."""
+
+    def record(self, key: RecordKey) -> Record | None: ...
+
+    def binding(self, key: RecordKey) -> str | None: ...
+
+
+# ---------------------------------------------------------------- effects: the only way a decision changes state
+
+
+@dataclass(frozen=True, slots=True)
+class RememberLine:
+    id: str
+    entry: LineEntry
+
+
+@dataclass(frozen=True, slots=True)
+class OpenHandoff:
+    entry: HandoffEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Supersede:
+    ho: str
+    by: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordReadback:
+    entry: ReadbackEntry
+
+
+@dataclass(frozen=True, slots=True)
+class PassReadback:
+    ho: str
+    rb: str
+
+
+@dataclass(frozen=True, slots=True)
+class RefuseReadback:
+    rb: str
+
+
+@dataclass(frozen=True, slots=True)
+class Clear:
+    ho: str
+    rb: str
+
+
+@dataclass(frozen=True, slots=True)
+class FeedThread:
+    message: Message
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    """Claim an exec record for a handoff: ``holder`` is ``<conversation>/<HO id>``."""
+
+    key: RecordKey
+    holder: str
+    ho: str
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """The handoff ended without the act: its record may be used by another handoff."""
+
+    key: RecordKey
+    holder: str
+    ho: str
+
+
+Effect = RememberLine | OpenHandoff | Supersede | RecordReadback | PassReadback | RefuseReadback | Clear
+Effect = Effect | FeedThread | Bind | Release
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with one line, why, and what it changes."""
+
+    verdict: Verdict
+    reason: Reason | None
+    problems: tuple[Problem, ...] = ()
+    notes: tuple[Problem, ...] = ()
+    message: Message | None = None
+    decided_at: float = 0.0
+    repeated: bool = False  # the stored first decision, returned on reprocessing
+    raise_alert: bool = False  # an alert in addition to a dead-letter (a done report for a refused handoff)
+    effects: tuple[Effect, ...] = field(default=())
+
+    @property
+    def check(self) -> str | None:
+        return None if self.reason is None else CHECK_OF_REASON[self.reason]
+
+    @property
+    def alerts(self) -> bool:
+        return self.verdict is Verdict.ALERT or self.raise_alert
+
+    @property
+    def forwarded(self) -> bool:
+        return self.verdict in (Verdict.FORWARD, Verdict.ALERT)
