@@ -1,0 +1,248 @@
+"""Configuration: a YAML file, overridden by ``GK_`` environment variables (``__`` for nesting).
+
+    GK_KAFKA__BOOTSTRAP_SERVERS=10.0.0.5:9092 GK_REDIS__URL=redis://redis:6379/0 gatekeeper run --config gk.yaml
+
+Precedence, highest first: keyword arguments (the CLI), environment variables, the YAML file, the defaults here.
+Secrets are ``SecretStr``: they never appear in ``repr``, logs or error messages. A bad file is reported as one
+``ConfigError`` naming the key (``routes.0.profile: ...``), never a traceback.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "GK_"
+CONFIG_ENV = "GK_CONFIG"  # a config file named by the environment, when --config is not given
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used. The message names the key and what is wrong with it."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class KafkaSecurity(_Strict):
+    """TLS and SASL for the Kafka clients (aiokafka's names)."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _sasl_complete(self) -> KafkaSecurity:
+        if self.protocol.startswith("SASL") and self.sasl_mechanism is None:
+            raise ValueError("a SASL protocol needs sasl_mechanism")
+        if self.sasl_mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512") and not (
+            self.sasl_username and self.sasl_password
+        ):
+            raise ValueError(f"sasl_mechanism {self.sasl_mechanism} needs sasl_username and sasl_password")
+        return self
+
+
+class KafkaSettings(_Strict):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    group_id: str = "gatekeeper"
+    client_id: str = "rogerwilco-gatekeeper"
+    max_batch: int = Field(500, ge=1, le=100_000, description="records per getmany() call")
+    batch_timeout_ms: int = Field(100, ge=0, description="how long getmany() waits for a batch to fill")
+    request_timeout_ms: int = Field(30_000, ge=1000)
+    transactional: bool = Field(False, description="exactly-once: outcomes and offsets in one Kafka transaction")
+    transactional_id: str | None = None
+    security: KafkaSecurity = KafkaSecurity()
+
+
+class RedisSettings(_Strict):
+    url: str = "redis://127.0.0.1:6379/0"
+    username: str | None = None
+    password: SecretStr | None = None
+    tls: bool = False
+    tls_ca_file: Path | None = None
+    key_prefix: str = Field("gk", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
+    retention_seconds: int = Field(7 * 86400, ge=60, description="how long a closed conversation's state is kept")
+    open_retention_seconds: int = Field(
+        30 * 86400, ge=60, description="how long a conversation with an open handoff is kept after its last line"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url_scheme(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return v
+
+
+class Route(_Strict):
+    """One input topic and where its lines go."""
+
+    input: str = Field(min_length=1)
+    output: str = Field(min_length=1)
+    dead_letter: str = Field(min_length=1)
+    alerts: str = Field(min_length=1)
+    profile: str = Field(min_length=1)
+    mode: Literal["enforce", "dry-run"] = "enforce"
+    senders: list[str] | None = Field(None, description="sender binding: which from= may publish here")
+    conversation_header: str | None = Field(
+        None, description="a header that names the conversation when the record has no key"
+    )
+    hold_seconds: float = Field(30.0, ge=0, description="how long a reply whose handoff is unknown is held")
+    max_line_bytes: int = Field(8192, ge=64, le=1_000_000)
+
+    @property
+    def name(self) -> str:
+        return self.input
+
+
+class HttpSettings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(9108, ge=0, le=65535)
+
+
+class Settings(BaseSettings):
+    """The whole configuration. See ``config/gatekeeper.example.yaml`` for an annotated example."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", frozen=True, validate_default=True
+    )
+
+    kafka: KafkaSettings = KafkaSettings()
+    redis: RedisSettings = RedisSettings()
+    http: HttpSettings = HttpSettings()
+    routes: list[Route] = Field(default_factory=list)
+    profile_dirs: list[Path] = Field(default_factory=list, description="extra folders of profile JSON files")
+    grace_seconds: float = Field(10.0, ge=0, description="on SIGTERM: how long in-flight work may drain")
+    log_format: Literal["auto", "json", "text"] = "auto"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+    @model_validator(mode="after")
+    def _routes_distinct(self) -> Settings:
+        inputs = [r.input for r in self.routes]
+        dupes = sorted({t for t in inputs if inputs.count(t) > 1})
+        if dupes:
+            raise ValueError(f"routes: input topic {', '.join(dupes)} is used by more than one route")
+        from rwcore import FormError, get_profile
+
+        for r in self.routes:
+            if r.input in (r.output, r.dead_letter, r.alerts):
+                raise ValueError(f"route {r.input}: the input topic cannot also be an output")
+            try:
+                get_profile(r.profile, extra_dirs=self.all_profile_dirs())
+            except FormError as exc:
+                raise ValueError(f"route {r.input}: profile: {exc}") from None
+        return self
+
+    def all_profile_dirs(self) -> list[Path]:
+        """The configured profile folders, then those of ``$GK_PROFILE_DIRS``."""
+        return [*self.profile_dirs, *_profile_dirs()]
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, file_secret_settings
+
+    def route(self, name: str) -> Route:
+        """A route by its input topic."""
+        for r in self.routes:
+            if r.input == name:
+                return r
+        known = ", ".join(r.input for r in self.routes) or "none configured"
+        raise ConfigError(f"unknown route {name!r} (routes: {known})")
+
+
+def _profile_dirs() -> list[Path]:
+    raw = os.environ.get(f"{ENV_PREFIX}PROFILE_DIRS", "")
+    return [Path(p) for p in raw.split(os.pathsep) if p]
+
+
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _format_error(exc: ValidationError, source: str) -> str:
+    lines = [f"invalid configuration ({source}):"]
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read the YAML file (``path``, else ``$GK_CONFIG``, else defaults only), apply ``GK_`` environment variables
+    and ``overrides``. Raises ``ConfigError`` with one readable message."""
+    source = "defaults and environment"
+    data: dict[str, Any] = {}
+    path = path or os.environ.get(CONFIG_ENV) or None
+    if path is not None:
+        p = Path(path)
+        source = str(p)
+        try:
+            loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {p} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {p} cannot be read: {exc}") from None
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {p}: the top level must be a mapping of keys to values")
+        data = loaded
+    # The environment overrides the file. model_validate does not read the environment itself, so the ``GK_``
+    # variables are parsed here and merged over the file's values: one source of truth for precedence.
+    try:
+        merged = _deep_merge(_deep_merge(data, _env_values()), overrides)
+        return Settings.model_validate(merged)
+    except ValidationError as exc:
+        raise ConfigError(_format_error(exc, source)) from None
+
+
+def _env_values() -> dict[str, Any]:
+    """The ``GK_`` environment variables as a nested mapping (``GK_KAFKA__GROUP_ID`` -> kafka.group_id).
+
+    JSON values are accepted for lists and mappings (``GK_ROUTES='[...]'``)."""
+    import json
+
+    out: dict[str, Any] = {}
+    for name, value in os.environ.items():
+        if not name.startswith(ENV_PREFIX) or name in (CONFIG_ENV, f"{ENV_PREFIX}PROFILE_DIRS"):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if path[0] not in Settings.model_fields:
+            continue
+        parsed: Any = value
+        if value[:1] in "[{":
+            try:
+                parsed = json.loads(value)
+            except json.JSONDecodeError:
+                parsed = value
+        node = out
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = parsed
+    return out
