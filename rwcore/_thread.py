@@ -35,13 +35,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace as _replace
+from typing import TYPE_CHECKING, Any
 
 from rwcore._types import CheckResult, Message, Problem
 
-__all__ = ["STATE_VERSION", "HandoffView", "ThreadTracker", "now_utc"]
+if TYPE_CHECKING:
+    from rwcore._profiles import Profile
+
+__all__ = ["STATE_VERSION", "HandoffView", "ThreadTracker", "check_thread", "now_utc", "thread_check"]
 
 #: The version of ``ThreadTracker.to_state``'s format. ``from_state`` refuses any other.
 STATE_VERSION = 1
@@ -163,9 +167,8 @@ def _p_closed_twice(h: _Handoff) -> Problem:
     )
 
 
-def _p_done_after_cancel(h: _Handoff) -> Problem:
-    assert h.ran is not None
-    dn_id, out = h.ran
+def _p_done_after_cancel(h: _Handoff, ran: tuple[str, str]) -> Problem:
+    dn_id, out = ran
     return Problem(
         code="thread-done-after-cancel",
         message=f"{h.id}: {dn_id} reports the act done after CX {h.cancels[0]} cancelled it; decide whether to UNDO it",
@@ -247,7 +250,14 @@ class ThreadTracker:
         """Take the next valid line. Returns the problems it raises at once: a second close
         (``thread-closed-twice``, with the count so far), a DN after a cancel (``thread-done-after-cancel``) and a
         cancel from the wrong agent (``thread-cancel-wrong-agent``). ``report`` gives the whole verdict."""
-        n = self._line(line_no)
+        return self._take(msg, self._line(line_no), apply=True)
+
+    def probe(self, msg: Message, line_no: int | None = None) -> tuple[Problem, ...]:
+        """What ``feed`` would return for this line, without taking it: the tracker is left unchanged. O(1)."""
+        n = self._last + 1 if line_no is None else line_no
+        return self._take(msg, n, apply=False)
+
+    def _take(self, msg: Message, n: int, *, apply: bool) -> tuple[Problem, ...]:
         problems: list[Problem] = []
         t = msg.type
         re_ = msg.re
@@ -256,25 +266,32 @@ class ThreadTracker:
             for h in targets:
                 if msg.from_ != h.receiver:
                     continue
-                h.closes.append((t, msg.id))
-                self._close(h)
+                if not apply:
+                    h = _replace(h, closes=[*h.closes, (t, msg.id)])
+                else:
+                    h.closes.append((t, msg.id))
+                    self._close(h)
                 if len(h.closes) > 1:
                     problems.append(_p_closed_twice(h))
                 if t == "DN" and h.cancels and h.ran is None:
                     out = str(msg.slots.get("out"))
                     if out != "NOOP":
-                        h.ran = (msg.id, out)
-                        problems.append(_p_done_after_cancel(h))
+                        if apply:
+                            h.ran = (msg.id, out)
+                        problems.append(_p_done_after_cancel(h, (msg.id, out)))
         elif t == "CX":
-            self._cxs.append((n, msg.id, re_))
+            if apply:
+                self._cxs.append((n, msg.id, re_))
             for h in targets:
-                h.cancels.append(msg.id)
                 if msg.from_ != h.sender or msg.to != h.receiver:
-                    h.wrong.append((n, msg.id, msg.from_, msg.to))
                     problems.append(_p_wrong_agent(h, n, msg.id, msg.from_, msg.to))
-                if not h.acked:
-                    self._cx_wait.setdefault(msg.id, []).append(h)
-        elif t == "AN" and re_ is not None and str(msg.slots.get("val")) == "Y":
+                    if apply:
+                        h.wrong.append((n, msg.id, msg.from_, msg.to))
+                if apply:
+                    h.cancels.append(msg.id)
+                    if not h.acked:
+                        self._cx_wait.setdefault(msg.id, []).append(h)
+        elif apply and t == "AN" and re_ is not None and str(msg.slots.get("val")) == "Y":
             waiting = self._cx_wait.get(re_)
             if waiting:
                 keep = []
@@ -290,6 +307,8 @@ class ThreadTracker:
                     self._cx_wait[re_] = keep
                 else:
                     del self._cx_wait[re_]
+        if not apply:
+            return tuple(problems)
         if t == "HO":
             h = _Handoff(
                 idx=len(self._hos),
@@ -345,7 +364,7 @@ class ThreadTracker:
                 problems.append(_p_closed_twice(h))
             if h.cancels:
                 if h.ran is not None:
-                    problems.append(_p_done_after_cancel(h))
+                    problems.append(_p_done_after_cancel(h, h.ran))
                 elif not h.closes and not h.acked:
                     notes.append(_n_unacked(h))
             if h.closes or h.acked:
@@ -455,3 +474,39 @@ class ThreadTracker:
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed thread state: {exc}") from exc
         return t
+
+
+# ---------------------------------------------------------------- the whole-thread check, built on the tracker
+
+
+def thread_check(lines: Iterable[str], profile: Profile | str | None = None, now: str | None = None) -> CheckResult:
+    """Every handoff closes: the lines of one conversation, in the order they were sent, checked at ``now``
+    (``YYYYMMDDTHHMMZ``; the current UTC time when not given). Blank lines and ``#`` lines are skipped but counted.
+
+    Each line is parsed under ``profile``; with no profile, a line carrying ``p=`` is parsed under the profile it
+    names, as the reference does. An unknown profile name raises ``FormError`` when the first line is parsed.
+    """
+    from rwcore._codec import parse_line
+    from rwcore._profiles import get_profile
+
+    clock = now or now_utc()
+    tracker = ThreadTracker()
+    prof: Profile | None = profile if not isinstance(profile, str | None) else None
+    for n, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if prof is None:
+            prof = get_profile(profile if isinstance(profile, str) else None)
+        parsed = parse_line(line, prof)
+        if parsed.errors or parsed.message is None:
+            tracker.feed_invalid(n, parsed.errors)
+        else:
+            tracker.feed(parsed.message, n)
+    return tracker.report(clock)
+
+
+def check_thread(
+    lines: Iterable[str], profile: str | None = None, now: str | None = None
+) -> tuple[list[str], list[str]]:
+    """The reference-compatible form of ``thread_check``: (problems, notes) as lists of strings."""
+    return thread_check(lines, profile, now).compat()
