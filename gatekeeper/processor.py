@@ -1,0 +1,121 @@
+"""The batch: load what it needs in one round trip, decide line by line in memory, claim bindings, write once.
+
+Shared by the daemon, ``gatekeeper check`` and ``gatekeeper replay``: the only difference between them is where
+the lines come from, which store is behind ``Store`` and where the outcomes go.
+
+Order of writes, and why:
+1. claim the exec bindings the batch made (compare-and-set). If another gatekeeper bound one of those approvals
+   first, the batch is decided again from a fresh load, so "one approval, one act" holds across instances;
+2. save the conversation states (with each line's first decision) before any outcome is produced, so a crash
+   after this point reprocesses the lines to the same stored verdicts instead of deciding them again later;
+3. the caller produces the outcomes, then commits the offsets.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rwcore import parse_line
+
+from gatekeeper.policy import (
+    BindingChange,
+    ConversationState,
+    Decision,
+    Overlay,
+    RecordKey,
+    RoutePolicy,
+    apply,
+    decide,
+)
+from gatekeeper.policy.gate import screen
+from gatekeeper.store import Store, StoreError
+
+MAX_CLAIM_ROUNDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Line:
+    """One consumed value and what the decision needs besides it."""
+
+    conversation: str | None
+    value: bytes
+    first_seen: float | None = None  # when it was first consumed (the hold window of a reply)
+    replay: bool = False  # re-decide a stored dead letter (gatekeeper replay)
+
+
+def _record_key(value: bytes, route: RoutePolicy) -> RecordKey | None:
+    """The (item, ask) of a line that is an HO, so its record and binding are loaded with the batch."""
+    text, problems = screen(value, route.max_line_bytes)
+    if text is None or " HO " not in text[:8]:
+        return None
+    msg = parse_line(text, route.profile).message
+    if msg is None or msg.type != "HO" or msg.item is None:
+        return None
+    return RecordKey(msg.item, str(msg.slots.get("ask")))
+
+
+class Processor:
+    """Decides batches of one route's lines against a store."""
+
+    def __init__(self, store: Store, route: RoutePolicy) -> None:
+        self.store = store
+        self.route = route
+
+    async def process(self, lines: Sequence[Line], now: float) -> list[Decision]:
+        """Decide ``lines`` in order, as if one by one, and persist what changed. Returns one decision per line.
+        Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later."""
+        conversations = {ln.conversation for ln in lines if ln.conversation is not None}
+        keys = {k for ln in lines if (k := _record_key(ln.value, self.route)) is not None}
+        claimed: list[BindingChange] = []
+        for _ in range(MAX_CLAIM_ROUNDS):
+            loaded = await self.store.load(self.route.name, conversations, keys)
+            overlay = Overlay(records=loaded.records, loaded_bindings=loaded.bindings)
+            decisions, changed = self._decide_all(lines, loaded.states, overlay, now)
+            changes = overlay.changes()
+            conflicts = await self.store.claim(changes) if changes else []
+            claimed.extend(c for c in changes if c not in conflicts)
+            if not conflicts:
+                await self._release_unused(claimed, overlay)
+                await self.store.save(self.route.name, {c: loaded.states[c] for c in changed})
+                return decisions
+        raise StoreError(f"exec bindings kept changing under this batch after {MAX_CLAIM_ROUNDS} rounds")
+
+    def _decide_all(
+        self,
+        lines: Sequence[Line],
+        states: dict[str, ConversationState],
+        overlay: Overlay,
+        now: float,
+    ) -> tuple[list[Decision], set[str]]:
+        decisions = []
+        changed: set[str] = set()
+        for ln in lines:
+            state = states.get(ln.conversation) if ln.conversation is not None else None
+            if state is None:
+                state = ConversationState()  # no conversation: decided without state, nothing to save
+            d = decide(
+                ln.value,
+                ln.conversation,
+                state,
+                overlay,
+                self.route,
+                now,
+                first_seen=ln.first_seen,
+                replay=ln.replay,
+            )
+            if d.effects and ln.conversation is not None:
+                apply(state, d, overlay)
+                changed.add(ln.conversation)
+            decisions.append(d)
+        return decisions, changed
+
+    async def _release_unused(self, claimed: list[BindingChange], final: Overlay) -> None:
+        """A claim made in an earlier round that the final round's decisions no longer hold is given back."""
+        undo = [
+            BindingChange(c.key, c.after, c.before)
+            for c in claimed
+            if c.after is not None and final.binding(c.key) != c.after
+        ]
+        if undo:
+            await self.store.claim(undo)
