@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as _replace
 from typing import TYPE_CHECKING, Any
@@ -479,34 +479,43 @@ class ThreadTracker:
 # ---------------------------------------------------------------- the whole-thread check, built on the tracker
 
 
-def thread_check(lines: Iterable[str], profile: Profile | str | None = None, now: str | None = None) -> CheckResult:
-    """Every handoff closes: the lines of one conversation, in the order they were sent, checked at ``now``
-    (``YYYYMMDDTHHMMZ``; the current UTC time when not given). Blank lines and ``#`` lines are skipped but counted.
-
-    Each line is parsed under ``profile``; with no profile, a line carrying ``p=`` is parsed under the profile it
-    names, as the reference does. An unknown profile name raises ``FormError`` when the first line is parsed.
-    """
+def _thread(lines: Iterable[str], resolve: Callable[[], Profile], now: str | None) -> CheckResult:
     from rwcore._codec import parse_line
-    from rwcore._profiles import get_profile
 
     clock = now or now_utc()
     tracker = ThreadTracker()
-    prof: Profile | None = profile if not isinstance(profile, str | None) else None
+    prof: Profile | None = None
     for n, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if prof is None:
-            prof = get_profile(profile if isinstance(profile, str) else None)
+            prof = resolve()  # as the reference, a bad profile name is refused at the first line, not before
         parsed = parse_line(line, prof)
-        if parsed.errors or parsed.message is None:
+        if parsed.message is None or parsed.errors:
             tracker.feed_invalid(n, parsed.errors)
         else:
             tracker.feed(parsed.message, n)
     return tracker.report(clock)
 
 
+def thread_check(lines: Iterable[str], profile: Profile | str | None = None, now: str | None = None) -> CheckResult:
+    """Every handoff closes: the lines of one conversation, in the order they were sent, checked at ``now``
+    (``YYYYMMDDTHHMMZ``; the current UTC time when not given). Blank lines and ``#`` lines are skipped but counted.
+
+    Each line is parsed under ``profile`` (a Profile or a name; None or ``"core"``: the core, under which a line
+    carrying ``p=`` is parsed under the profile it names, as the reference does). An unknown profile name raises
+    ``FormError`` when the first line is parsed.
+    """
+    from rwcore._profiles import resolve_profile
+
+    return _thread(lines, lambda: resolve_profile(profile), now)
+
+
 def check_thread(
     lines: Iterable[str], profile: str | None = None, now: str | None = None
 ) -> tuple[list[str], list[str]]:
-    """The reference-compatible form of ``thread_check``: (problems, notes) as lists of strings."""
-    return thread_check(lines, profile, now).compat()
+    """The reference's ``check_thread``: (problems, notes) as lists of strings, the profile named as the reference
+    names it (``"core"`` is refused, as ``load_profile`` refuses it)."""
+    from rwcore._profiles import reference_profile
+
+    return _thread(lines, lambda: reference_profile(profile), now).compat()
