@@ -43,7 +43,7 @@ class Message:
     to: str
     re: str | None = None
     item: str | None = None
-    slots: Mapping[str, SlotValue] = field(default=_EMPTY)
+    slots: Mapping[str, SlotValue] = field(default_factory=lambda: _EMPTY)
     tail: str | None = None
 
     def __post_init__(self) -> None:
