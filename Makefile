@@ -1,0 +1,73 @@
+# rogerwilco gatekeeper: the developer and CI entry points. Every target sets up what it needs on a fresh
+# machine: the venv (reinstalled when pyproject.toml changes) and the local Kafka + Redis (deploy/local/stack.sh).
+#
+#   make run        start the services, then run against them (for now: deploy/local/smoke.py)
+#   make test       ruff check, ruff format --check, mypy, then pytest against the real services
+#   make venv       create .venv and install the project with its dev extra
+#   make services   start Kafka and Redis (prints GK_KAFKA_BOOTSTRAP / GK_REDIS_URL)
+#   make status     what runs;   make stop   stop the services and delete their data
+#   make lint       ruff;        make typecheck   mypy
+#
+# Variables: PYTHON (the interpreter that creates the venv), PYTEST_ARGS (e.g. PYTEST_ARGS='-k smoke -x'),
+# GK_STATE_DIR / GK_CACHE_DIR (see deploy/local/stack.sh).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STACK := deploy/local/stack.sh
+STATE_DIR := $(or $(GK_STATE_DIR),$(CURDIR)/.local/stack)
+# Exports the running stack's GK_KAFKA_BOOTSTRAP and GK_REDIS_URL to the command that follows.
+WITH_STACK_ENV := set -a; . "$(STATE_DIR)/stack.env"; set +a;
+PYTEST_ARGS ?=
+
+.PHONY: help venv services status stop lint typecheck test run
+
+help:
+	@sed -n '4,13s/^# \{0,1\}//p' Makefile
+
+$(BIN)/python:
+	@if ! $(PYTHON) -m venv $(VENV); then \
+	    rm -rf $(VENV); \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        echo "make: installing python3-venv with apt-get" >&2; \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >&2; \
+	        $(PYTHON) -m venv $(VENV); \
+	    else \
+	        echo "make: '$(PYTHON) -m venv' failed; install python3-venv" >&2; exit 1; \
+	    fi; \
+	fi
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP)
+
+services:
+	@$(STACK) start
+
+status:
+	@$(STACK) status
+
+stop:
+	@$(STACK) stop
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: venv
+	$(BIN)/mypy rwcore gatekeeper
+
+# pytest exits 5 when it collects no test: that fails the target too, on purpose.
+test: venv lint typecheck services
+	@$(WITH_STACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
+
+# Until the daemon exists, `run` proves the services with a round trip; then it will start the gatekeeper.
+run: venv services
+	@$(WITH_STACK_ENV) $(BIN)/python deploy/local/smoke.py
