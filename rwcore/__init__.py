@@ -1,5 +1,85 @@
-"""rwcore: the RW1 protocol core (pure, no I/O beyond reading profile files once)."""
+"""rwcore: the RW1 protocol core. Pure Python, no I/O beyond reading profile files once.
 
+Two APIs over one implementation:
+
+* the typed API the gatekeeper calls: :func:`get_profile`, :func:`parse_line`, :func:`encode_message`,
+  :func:`message_digest`, :func:`ho_check`, :func:`rb_check`, :func:`dn_check`, :func:`acc_check`,
+  :func:`make_readback`, :func:`legend`, returning frozen values (:class:`Message`, :class:`Parsed`,
+  :class:`CheckResult` of :class:`Problem`) with stable problem codes (:data:`PROBLEM_CODES`);
+* the reference-compatible API (``rogerwilco`` 0.3.0's names, signatures, return shapes and wording):
+  ``import rwcore as rw`` and ``rw.parse``, ``rw.encode``, ``rw.check_rb_full``... run unchanged.
+
+One error type: :class:`FormError` (a ``ValueError``).
+"""
+
+from rwcore._checks import acc_check, dn_check, ho_check, make_readback, now_utc, rb_check
+from rwcore._codec import VERSION, Parsed, encode_message, message_digest, parse_line
+from rwcore._compat import (
+    PROFILES,
+    canonical,
+    check_dn,
+    check_ho,
+    check_rb,
+    check_rb_full,
+    compare_acc,
+    digest,
+    encode,
+    from_json,
+    load_core,
+    load_profile,
+    make_rb,
+    parse,
+    to_json,
+    validate,
+)
+from rwcore._errors import CHECK_CODES, PARSE_CODES, PROBLEM_CODES, CodeInfo, FormError
+from rwcore._legend import legend
+from rwcore._profiles import PROFILE_PATH_ENV, Profile, TypeDef, get_profile
 from rwcore._types import CheckResult, Message, Problem, SlotValue
 
-__all__ = ["CheckResult", "Message", "Problem", "SlotValue"]
+# ---- from the other half of rwcore (thread tracking, translation): rwcore/_thread.py, rwcore/_translation.py ----
+# (added here once those modules exist; see __all__ below)
+
+__all__ = [
+    "CHECK_CODES",
+    "PARSE_CODES",
+    "PROBLEM_CODES",
+    "PROFILES",
+    "PROFILE_PATH_ENV",
+    "VERSION",
+    "CheckResult",
+    "CodeInfo",
+    "FormError",
+    "Message",
+    "Parsed",
+    "Problem",
+    "Profile",
+    "SlotValue",
+    "TypeDef",
+    "acc_check",
+    "canonical",
+    "check_dn",
+    "check_ho",
+    "check_rb",
+    "check_rb_full",
+    "compare_acc",
+    "digest",
+    "dn_check",
+    "encode",
+    "encode_message",
+    "from_json",
+    "get_profile",
+    "ho_check",
+    "legend",
+    "load_core",
+    "load_profile",
+    "make_rb",
+    "make_readback",
+    "message_digest",
+    "now_utc",
+    "parse",
+    "parse_line",
+    "rb_check",
+    "to_json",
+    "validate",
+]

@@ -1,0 +1,255 @@
+"""The reference-compatible API: ``rogerwilco``'s public functions with its signatures, return shapes and wording.
+
+Code written for the reference runs by changing the import (``import rwcore as rw``). Every function here is the
+typed implementation applied to lines: lines are parsed once with the compiled profile, the checks run over the
+decoded messages, and problems and notes are rendered as the reference's strings. Profile names follow the
+reference's ``load_profile`` (``None`` or ``""`` is the core; ``"core"`` itself is refused).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+from rwcore._acc import AccTables, compare
+from rwcore._checks import (
+    dn_executed,
+    dn_receipt,
+    encoding_profile,
+    now_utc,
+    plan_of,
+    rb_problems,
+    readback_twin,
+)
+from rwcore._checks import ho_check as _ho_check
+from rwcore._codec import (
+    VERSION,
+    digest_raw,
+    encode_fields,
+    message_from_raw,
+    parse_raw,
+    validate_encoded,
+)
+from rwcore._codec import canonical as _canonical
+from rwcore._errors import FormError
+from rwcore._legend import legend
+from rwcore._profiles import BUILTIN_DIR, Profile, core_data, profile_dict, reference_profile
+from rwcore._types import Message, Problem
+
+#: The reference's name for its profile folder; here, rwcore's own.
+PROFILES: Final[Path] = BUILTIN_DIR
+
+__all__ = [
+    "PROFILES",
+    "VERSION",
+    "FormError",
+    "canonical",
+    "check_dn",
+    "check_ho",
+    "check_rb",
+    "check_rb_full",
+    "compare_acc",
+    "digest",
+    "encode",
+    "from_json",
+    "legend",
+    "load_core",
+    "load_profile",
+    "make_rb",
+    "now_utc",
+    "parse",
+    "to_json",
+    "validate",
+]
+
+
+def load_core() -> dict[str, Any]:
+    """The core vocabulary, as ``core.json`` holds it (a fresh copy)."""
+    return json.loads(json.dumps(core_data()))  # type: ignore[no-any-return]
+
+
+def load_profile(name: str | None) -> dict[str, Any]:
+    """The core merged with the named profile, in the reference's dict shape (a fresh copy; compiled once)."""
+    return profile_dict(reference_profile(name))
+
+
+def _spec(profile: str | None, spec: Mapping[str, Any] | None = None) -> Profile:
+    if spec is not None:
+        raise FormError("rwcore's parse takes a profile name, not a spec dict")
+    return reference_profile(profile)
+
+
+def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Parse one line: ``(message, errors, warnings)``, the message as the JSON twin (a dict).
+
+    ``spec`` may be a compiled :class:`~rwcore.Profile` (the reference takes its own spec dict there)."""
+    prof = spec if isinstance(spec, Profile) else _spec(profile, spec)
+    raw, errors, warnings, _ = parse_raw(line, prof)
+    return raw, [e.message for e in errors], [w.message for w in warnings]
+
+
+def validate(line: str, profile: str | None = None, strict: bool = False) -> list[str]:
+    """The errors of a line (and, with ``strict``, its warnings)."""
+    _, errors, warnings, _ = parse_raw(line, reference_profile(profile))
+    return [e.message for e in errors] + ([w.message for w in warnings] if strict else [])
+
+
+def encode(msg: dict[str, Any], profile: str | None = None) -> str:
+    """JSON twin (dict) to line, validated (raises :class:`FormError`)."""
+    if not isinstance(msg, Mapping):
+        raise FormError("a JSON twin is an object")
+    slots = msg.get("slots", {})
+    if not isinstance(slots, Mapping):
+        raise FormError("slots must be an object")
+    prof = encoding_profile(profile, slots, strict=True)
+    if msg.get("v", VERSION) != VERSION:
+        raise FormError(f"version must be {VERSION}")
+    if "type" not in msg or "id" not in msg:
+        raise FormError("a JSON twin needs type and id")
+    line = encode_fields(msg, slots, prof)
+    validate_encoded(line, prof)
+    return line
+
+
+def to_json(line: str, profile: str | None = None) -> str:
+    """A line to its JSON twin as a JSON string (raises :class:`FormError` on an invalid line)."""
+    raw, errors, _, _ = parse_raw(line, reference_profile(profile))
+    if errors:
+        raise FormError("; ".join(e.message for e in errors))
+    return json.dumps(raw, ensure_ascii=False)
+
+
+def from_json(s: str, profile: str | None = None) -> str:
+    """A JSON twin (as a string) to its line, validated."""
+    try:
+        msg = json.loads(s)
+    except ValueError as e:
+        raise FormError(f"not JSON: {e}") from e
+    return encode(msg, profile)
+
+
+def canonical(msg: dict[str, Any]) -> str:
+    """Canonical JSON: sorted keys, no whitespace, UTF-8. Lists keep their order. Basis for ``h=``."""
+    return _canonical(msg)
+
+
+def digest(line_or_msg: str | dict[str, Any], profile: str | None = None) -> str:
+    """Tier-2 integrity digest: the first 12 hex characters of SHA-256 over the canonical JSON form."""
+    if isinstance(line_or_msg, str):
+        raw, errors, _, _ = parse_raw(line_or_msg, reference_profile(profile))
+        if errors:
+            raise FormError("; ".join(e.message for e in errors))
+        return digest_raw(raw)
+    return digest_raw(line_or_msg)
+
+
+_core_tables: list[AccTables] = []
+
+
+def compare_acc(
+    expected: list[str],
+    derived: list[str],
+    keys: list[str] | None = None,
+    spec: dict[str, Any] | None = None,
+    derived_not: list[str] | None = None,
+) -> tuple[list[str], list[str]]:
+    """Tier 4: the sender's criteria against the receiver's; ``(problems, notes)``. ``spec`` (a dict with
+    ``constraint_keys``, ``constraint_set_keys``, ``value_aliases``) replaces the core's tables."""
+    tables = AccTables.from_spec(spec) if spec else reference_profile(None).acc_tables
+    problems, notes = compare(expected, derived, keys, derived_not, tables)
+    return [p.message for p in problems], [n.message for n in notes]
+
+
+def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[Message | None], list[str]]:
+    """Parse each (label, line) with the reference's profile; messages (None when invalid) and labelled errors."""
+    prof = reference_profile(profile)
+    msgs: list[Message | None] = []
+    problems: list[str] = []
+    for label, line in pairs:
+        raw, errors, _, _ = parse_raw(line, prof)
+        if errors:
+            msgs.append(None)
+            problems += [f"{label}: {e.message}" for e in errors]
+        else:
+            msgs.append(message_from_raw(raw))
+    return prof, msgs, problems
+
+
+def _strs(items: list[Problem]) -> list[str]:
+    return [p.message for p in items]
+
+
+def check_rb_full(
+    ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None, now: str | None = None
+) -> tuple[list[str], list[str]]:
+    """Rule 1, five tiers plus expiry: ``(problems, notes)``; no problems means the readback passes."""
+    prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
+    if problems or ho is None or rb is None:
+        return problems, []
+    p, n = rb_problems(ho, rb, prof, expect_acc, now)
+    return _strs(p), _strs(n)
+
+
+def check_rb(ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None) -> list[str]:
+    """Rule 1: the problems of :func:`check_rb_full` only."""
+    return check_rb_full(ho_line, rb_line, profile, expect_acc)[0]
+
+
+def check_ho(ho_line: str, record: dict[str, Any], profile: str | None = None) -> tuple[list[str], list[str]]:
+    """Check 1, before sending: the HO against the record it was built from; ``(problems, notes)``."""
+    prof, (ho,), problems = _lines(profile, ("HO", ho_line))
+    if problems or ho is None:
+        return problems, []
+    return _ho_check(ho, record, prof).compat()
+
+
+def check_dn(
+    ho_line: str, dn_line: str, profile: str | None = None, rb_line: str | None = None
+) -> tuple[list[str], list[str]]:
+    """Check 3, after the act: the DN against the plan (the HO, plus ``rb_line`` when it passes
+    :func:`check_rb_full` now); ``(problems, notes)``."""
+    prof, (ho, dn), problems = _lines(profile, ("HO", ho_line), ("DN", dn_line))
+    if problems or ho is None or dn is None:
+        return problems, []
+    found, go_on = dn_receipt(ho, dn)
+    out = _strs(found)
+    if not go_on:
+        return out, []
+    plan_rb: Message | None = None
+    if rb_line:
+        raw, errors, _, _ = parse_raw(rb_line, prof)
+        if errors:
+            return out + [f"RB: {e.message}" for e in errors], []
+        rb = message_from_raw(raw)
+        if rb.type != "RB":
+            return [*out, f"third line is {rb.type}, expected RB"], []
+        failed, _ = rb_problems(ho, rb, prof, None, None)
+        if failed:
+            return [
+                *out,
+                "the readback did not pass the sender's check, so it is not the plan: " + failed[0].message,
+            ], []
+        plan_rb = rb
+    notes: list[Problem] = []
+    dn_executed(ho, dn, prof, plan_of(ho, plan_rb), found, notes)
+    return _strs(found), _strs(notes)
+
+
+def make_rb(
+    ho_line: str,
+    rb_id: str,
+    profile: str | None = None,
+    with_hash: bool = True,
+    eta: str | None = None,
+    acc: list[str] | None = None,
+    do: str | None = None,
+) -> str:
+    """A correct readback line for an HO, as a code-side receiver sends it (raises :class:`FormError`)."""
+    prof = reference_profile(profile)
+    raw, errors, _, _ = parse_raw(ho_line, prof)
+    if errors:
+        raise FormError("; ".join(e.message for e in errors))
+    twin = readback_twin(message_from_raw(raw), rb_id, prof, with_hash, eta, acc, do)
+    return encode(twin, profile)
