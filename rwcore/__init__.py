@@ -9,6 +9,9 @@ Two APIs over one implementation:
 * the reference-compatible API (``rogerwilco`` 0.3.0's names, signatures, return shapes and wording):
   ``import rwcore as rw`` and ``rw.parse``, ``rw.encode``, ``rw.check_rb_full``... run unchanged.
 
+Plus the closing rule over a conversation (:class:`ThreadTracker`, :func:`thread_check`, the compatible
+:func:`check_thread`) and the pay profile's translation rules (:func:`translation_check`).
+
 One error type: :class:`FormError` (a ``ValueError``).
 """
 
@@ -35,10 +38,11 @@ from rwcore._compat import (
 from rwcore._errors import CHECK_CODES, PARSE_CODES, PROBLEM_CODES, CodeInfo, FormError
 from rwcore._legend import legend
 from rwcore._profiles import PROFILE_PATH_ENV, Profile, TypeDef, get_profile
-from rwcore._types import CheckResult, Message, Problem, SlotValue
 
-# ---- from the other half of rwcore (thread tracking, translation): rwcore/_thread.py, rwcore/_translation.py ----
-# (added here once those modules exist; see __all__ below)
+# the other half of rwcore (thread tracking, translation rules): rwcore/_thread.py, rwcore/_translation.py
+from rwcore._thread import HandoffView, ThreadTracker, check_thread, thread_check
+from rwcore._translation import translation_check
+from rwcore._types import CheckResult, Message, Problem, SlotValue
 
 __all__ = [
     "CHECK_CODES",
@@ -50,11 +54,13 @@ __all__ = [
     "CheckResult",
     "CodeInfo",
     "FormError",
+    "HandoffView",
     "Message",
     "Parsed",
     "Problem",
     "Profile",
     "SlotValue",
+    "ThreadTracker",
     "TypeDef",
     "acc_check",
     "canonical",
@@ -62,6 +68,7 @@ __all__ = [
     "check_ho",
     "check_rb",
     "check_rb_full",
+    "check_thread",
     "compare_acc",
     "digest",
     "dn_check",
@@ -80,6 +87,8 @@ __all__ = [
     "parse",
     "parse_line",
     "rb_check",
+    "thread_check",
     "to_json",
+    "translation_check",
     "validate",
 ]
