@@ -1,0 +1,361 @@
+"""The Redis store: conversation state, approved records and exec bindings on redis-py's asyncio client.
+
+Key layout (``<p>`` is ``redis.key_prefix``; the part in braces is the Redis Cluster hash tag)::
+
+    <p>:conv:{<route>/<conversation>}   one conversation's state: JSON of ConversationState.to_dict(), with a TTL
+    <p>:rec:{<item>}:<ask>              an approved record: JSON of Record.to_dict(), no TTL
+    <p>:bind:{<item>}:<ask>             the exec binding of that record: "<conversation>/<HO id>", no TTL
+    <p>:recidx:{<item>}                 a set of the asks that have a record for <item> (``records get ITEM``)
+
+- A conversation's state lives in one slot, so a cluster keeps a thread on one node.
+- A record, its binding and its item's index share the item's slot, so a record is written together with its index
+  entry by one Lua script, and ``records get ITEM`` reads the index and then the records (MGET, one slot) without
+  KEYS or SCAN.
+- Hash tags are escaped so that no value can end a tag early or move a key to another slot: ``%`` -> ``%25``,
+  ``{`` -> ``%7B``, ``}`` -> ``%7D`` (and ``/`` -> ``%2F`` in the route, the separator of the conversation tag).
+  The escape is deterministic and reversible, so two different (route, conversation) or items never share a key.
+
+Retention: a conversation's state is written with ``EX open_retention_seconds`` while it has an open handoff
+(``ConversationState.has_open_handoffs()``), else ``EX retention_seconds``; every write renews it. Records and
+bindings never expire: an approval is withdrawn by ``gatekeeper records delete``, a binding by the protocol.
+
+Deleting a record does not delete its binding: the handoff bound to it may still be in flight (the act may be
+running right now). If the binding went with the record, re-loading the same approval would let a second handoff
+bind it and act twice. The binding is released only the protocol's way (UN, FL, an acknowledged CX, a DN with
+``out=NOOP``).
+
+Exec bindings change by compare-and-set in a small Lua script (``_CAS``), registered once with redis-py's
+``register_script`` and queued as ``EVALSHA`` on the batch's one pipeline: a change applies when the binding still is
+``before`` (or already is ``after``: a retried claim is idempotent). Two gatekeepers racing for one approval: exactly
+one wins, the other gets its change back as a conflict.
+
+Every pipeline is ``transaction=False``, so the same code works on a ``redis.asyncio.RedisCluster`` client (pass
+it as ``client=``). Connection trouble and timeouts become ``StoreError`` (``raise StoreError(...) from exc``):
+infrastructure trouble is never a bad line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from redis import exceptions as redis_exc
+from redis.asyncio import Redis
+
+from gatekeeper.config import ConfigError, RedisSettings
+from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
+from gatekeeper.store import Loaded, RecordExists, StoreError
+
+log = logging.getLogger(__name__)
+
+#: Compare-and-set of one binding. KEYS[1]: the binding key. ARGV: has_before, before, has_after, after
+#: ("1"/"0" flags, so that no holder value has to double as "none"). Returns 1 when applied, 0 on a conflict.
+_CAS = """
+local cur = redis.call('GET', KEYS[1])
+if cur == false then cur = nil end
+local before = nil
+if ARGV[1] == '1' then before = ARGV[2] end
+local after = nil
+if ARGV[3] == '1' then after = ARGV[4] end
+if cur ~= before and cur ~= after then return 0 end
+if after == nil then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], after) end
+return 1
+"""
+
+#: Write one record and its index entry. KEYS[1]: record key, KEYS[2]: the item's index set.
+#: ARGV: record JSON, ask, supersede ("1"/"0"). Returns 0 refused (exists), 1 written new, 2 replaced an existing one.
+_PUT = """
+if ARGV[3] == '1' then
+  local existed = redis.call('EXISTS', KEYS[1])
+  redis.call('SET', KEYS[1], ARGV[1])
+  redis.call('SADD', KEYS[2], ARGV[2])
+  return 1 + existed
+end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX') then
+  redis.call('SADD', KEYS[2], ARGV[2])
+  return 1
+end
+return 0
+"""
+
+#: The errors of redis-py that mean "the store is not usable right now" (connection, timeout, server answers).
+_REDIS_ERRORS: tuple[type[BaseException], ...] = (redis_exc.RedisError, OSError)
+
+
+def escape_tag(value: str) -> str:
+    """Escape a value for use inside a hash tag: ``%``, ``{`` and ``}`` are percent-encoded."""
+    return value.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def _compact(data: Any) -> str:
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False, sort_keys=False)
+
+
+def redacted_url(url: str) -> str:
+    """The URL without its user info (a password may be in it)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class Keys:
+    """The key layout (see the module docstring)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def conv(self, route: str, conversation: str) -> str:
+        route_tag = escape_tag(route).replace("/", "%2F")
+        return f"{self.prefix}:conv:{{{route_tag}/{escape_tag(conversation)}}}"
+
+    def record(self, key: RecordKey) -> str:
+        return f"{self.prefix}:rec:{{{escape_tag(key.item)}}}:{key.ask}"
+
+    def binding(self, key: RecordKey) -> str:
+        return f"{self.prefix}:bind:{{{escape_tag(key.item)}}}:{key.ask}"
+
+    def index(self, item: str) -> str:
+        return f"{self.prefix}:recidx:{{{escape_tag(item)}}}"
+
+
+def client_from_settings(
+    settings: RedisSettings, *, socket_timeout: float = 10.0, connect_timeout: float = 5.0
+) -> Redis:
+    """A redis-py asyncio client for ``settings``: credentials from the settings (the password stays a SecretStr
+    until here), TLS when ``tls`` is set or the URL is ``rediss://``."""
+    url = settings.url
+    kwargs: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "decode_responses": False,
+    }
+    if settings.username is not None:
+        kwargs["username"] = settings.username
+    if settings.password is not None:
+        kwargs["password"] = settings.password.get_secret_value()
+    tls = settings.tls or url.startswith("rediss://")
+    if tls:
+        if url.startswith("unix://"):
+            raise ConfigError("redis.tls: TLS cannot be used with a unix:// url")
+        if url.startswith("redis://"):
+            url = "rediss://" + url[len("redis://") :]
+        if settings.tls_ca_file is not None:
+            kwargs["ssl_ca_certs"] = str(settings.tls_ca_file)
+    try:
+        return Redis.from_url(url, **kwargs)
+    except ValueError as exc:
+        raise ConfigError(f"redis.url: {exc}") from None
+
+
+class RedisStore:
+    """The ``Store`` on Redis. Build it from ``RedisSettings``; ``client`` may be given instead (a RedisCluster
+    client, or a shared one). The store closes only a client it made."""
+
+    def __init__(self, settings: RedisSettings, *, client: Any | None = None) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix)
+        self._owns_client = client is None
+        self._redis: Any = client if client is not None else client_from_settings(settings)
+        self._cas = self._redis.register_script(_CAS)
+        self._put = self._redis.register_script(_PUT)
+        self._where = redacted_url(settings.url)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _error(self, what: str, exc: BaseException) -> StoreError:
+        return StoreError(f"redis {self._where}: {what} failed: {type(exc).__name__}: {exc}")
+
+    async def ping(self) -> bool:
+        """True when Redis answers (readiness). Raises ``StoreError`` otherwise."""
+        try:
+            return bool(await self._redis.ping())
+        except _REDIS_ERRORS as exc:
+            raise self._error("ping", exc) from exc
+
+    async def close(self) -> None:
+        if self._owns_client:
+            try:
+                await self._redis.aclose()
+            except _REDIS_ERRORS as exc:  # closing a broken connection is not worth an error
+                log.debug("closing the redis client: %s", exc)
+
+    async def __aenter__(self) -> RedisStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------ the Store protocol
+
+    async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
+        """One pipelined round trip: GET the states, the records and the bindings."""
+        convs = list(conversations)
+        rkeys = list(keys)
+        if not convs and not rkeys:
+            return Loaded()
+        pipe = self._redis.pipeline(transaction=False)
+        for conv in convs:
+            pipe.get(self.keys.conv(route, conv))
+        for k in rkeys:
+            pipe.get(self.keys.record(k))
+        for k in rkeys:
+            pipe.get(self.keys.binding(k))
+        try:
+            results = await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("load", exc) from exc
+        loaded = Loaded()
+        n = len(convs)
+        for conv, raw in zip(convs, results[:n], strict=True):
+            if raw is None:
+                loaded.states[conv] = ConversationState()
+            else:
+                loaded.states[conv] = self._decode_state(self.keys.conv(route, conv), raw)
+        for k, raw in zip(rkeys, results[n : n + len(rkeys)], strict=True):
+            if raw is not None:
+                loaded.records[k] = self._decode_record(self.keys.record(k), raw)
+        for k, raw in zip(rkeys, results[n + len(rkeys) :], strict=True):
+            if raw is not None:
+                loaded.bindings[k] = _text(raw)
+        return loaded
+
+    async def save(self, route: str, states: Mapping[str, ConversationState]) -> None:
+        """One pipelined round trip: SET each state with its TTL (longer while a handoff is open)."""
+        if not states:
+            return
+        pipe = self._redis.pipeline(transaction=False)
+        for conv, state in states.items():
+            pipe.set(self.keys.conv(route, conv), _compact(state.to_dict()), ex=self.ttl_for(state))
+        try:
+            await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("save", exc) from exc
+
+    def ttl_for(self, state: ConversationState) -> int:
+        if state.has_open_handoffs():
+            return self.settings.open_retention_seconds
+        return self.settings.retention_seconds
+
+    async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
+        """Compare-and-set each change in one pipeline of EVALSHA. Returns the conflicts."""
+        if not changes:
+            return []
+        pending = list(changes)
+        conflicts: list[BindingChange] = []
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            for ch in pending:
+                pipe.evalsha(self._cas.sha, 1, self.keys.binding(ch.key), *_cas_args(ch))
+            try:
+                results = await pipe.execute(raise_on_error=False)
+            except _REDIS_ERRORS as exc:
+                raise self._error("claim", exc) from exc
+            retry: list[BindingChange] = []
+            for ch, res in zip(pending, results, strict=True):
+                if isinstance(res, redis_exc.NoScriptError) and attempt == 0:
+                    retry.append(ch)
+                elif isinstance(res, BaseException):
+                    raise self._error("claim", res) from res
+                elif int(res) == 0:
+                    conflicts.append(ch)
+            if not retry:
+                return conflicts
+            # the server forgot the script (a restart, SCRIPT FLUSH, a failover): load it and retry those changes
+            try:
+                self._cas.sha = await self._redis.script_load(_CAS)
+            except _REDIS_ERRORS as exc:
+                raise self._error("claim (script load)", exc) from exc
+            pending = retry
+        raise StoreError(f"redis {self._where}: claim failed: the compare-and-set script cannot be loaded")
+
+    async def store_record(self, record: Record, *, supersede: bool = False) -> bool:
+        """Write an approved record atomically with its index entry. Returns True when it replaced an existing one.
+        Raises ``RecordExists`` when one exists and ``supersede`` is not set."""
+        keys = [self.keys.record(record.key), self.keys.index(record.item)]
+        args = [_compact(record.to_dict()), record.ask, "1" if supersede else "0"]
+        try:
+            res = int(await self._put(keys=keys, args=args))
+        except _REDIS_ERRORS as exc:
+            raise self._error("put_record", exc) from exc
+        if res == 0:
+            raise RecordExists(f"a record for item {record.item} ask {record.ask} exists; supersede it explicitly")
+        return res == 2
+
+    async def put_record(self, record: Record, *, supersede: bool = False) -> None:
+        await self.store_record(record, supersede=supersede)
+
+    async def get_records(self, item: str, ask: str | None = None) -> list[Record]:
+        """The records of ``item`` (all asks, from the item's index), or of (item, ask), sorted by ask."""
+        try:
+            if ask is not None:
+                raw = await self._redis.get(self.keys.record(RecordKey(item, ask)))
+                return [] if raw is None else [self._decode_record(self.keys.record(RecordKey(item, ask)), raw)]
+            asks = sorted(await self._asks(item))
+            if not asks:
+                return []
+            rec_keys = [self.keys.record(RecordKey(item, a)) for a in asks]
+            raws = await self._redis.mget(rec_keys)
+        except _REDIS_ERRORS as exc:
+            raise self._error("get_records", exc) from exc
+        # an index entry whose record is gone (deleted between the two reads) is skipped
+        return [self._decode_record(k, r) for k, r in zip(rec_keys, raws, strict=True) if r is not None]
+
+    async def delete_records(self, item: str, ask: str | None = None) -> int:
+        """Delete the records of ``item`` (or of (item, ask)) and their index entries; bindings stay (see above).
+        Returns how many records were deleted."""
+        try:
+            asks = [ask] if ask is not None else await self._asks(item)
+            if not asks:
+                return 0
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.delete(*(self.keys.record(RecordKey(item, a)) for a in asks))
+            pipe.srem(self.keys.index(item), *asks)
+            deleted, _removed = await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("delete_records", exc) from exc
+        return int(deleted)
+
+    async def _asks(self, item: str) -> list[str]:
+        return [_text(a) for a in await self._redis.smembers(self.keys.index(item))]
+
+    async def binding(self, key: RecordKey) -> str | None:
+        try:
+            raw = await self._redis.get(self.keys.binding(key))
+        except _REDIS_ERRORS as exc:
+            raise self._error("binding", exc) from exc
+        return None if raw is None else _text(raw)
+
+    # ------------------------------------------------------------ decoding
+
+    def _decode_state(self, key: str, raw: bytes | str) -> ConversationState:
+        try:
+            return ConversationState.from_dict(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"redis {self._where}: the state at {key} cannot be read: {exc}") from exc
+
+    def _decode_record(self, key: str, raw: bytes | str) -> Record:
+        try:
+            return Record.from_dict(json.loads(raw))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"redis {self._where}: the record at {key} cannot be read: {exc}") from exc
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode("utf-8") if isinstance(raw, bytes) else raw
+
+
+def _cas_args(ch: BindingChange) -> list[str]:
+    return [
+        "0" if ch.before is None else "1",
+        ch.before or "",
+        "0" if ch.after is None else "1",
+        ch.after or "",
+    ]
