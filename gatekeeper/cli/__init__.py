@@ -1,0 +1,57 @@
+"""The ``gatekeeper`` command line (typer).
+
+    gatekeeper check FILE --records RECORDS.json      decide lines offline, exactly as the daemon would
+    gatekeeper records load|get|delete ...            the approved records in Redis
+
+Adding a command: write it in its own module, ``gatekeeper/cli/<name>.py``, registered on ``app`` when the module is
+imported, and append ONE import line to the list at the bottom of this file::
+
+    # gatekeeper/cli/run.py
+    from gatekeeper.cli import app
+
+    @app.command("run", epilog=EXAMPLES)
+    def run(config: ConfigOption = None) -> None:
+        \"\"\"Run the daemon.\"\"\"
+
+    # here, at the bottom:
+    from gatekeeper.cli import run as _run  # noqa: E402, F401
+
+(A plain function works too: ``from gatekeeper.cli.run import run`` and ``app.command("run")(run)``.) Shared
+helpers are in ``gatekeeper.cli.common``: the ``--config`` option, exit codes, ``fail`` and ``cli_errors``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import typer
+
+app = typer.Typer(
+    name="gatekeeper",
+    help=(
+        "The rogerwilco gatekeeper: enforces the RW1 handoff protocol between AI agents on Kafka.\n\n"
+        "Every command takes --config FILE (or GK_CONFIG); GK_ environment variables override the file "
+        "(GK_REDIS__URL=redis://...). Exit status: 0 ok, 1 a finding, 2 usage error, 3 a service is unavailable."
+    ),
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def main() -> None:
+    """The console script. An unexpected error is one line on stderr (``GK_DEBUG=1`` shows the traceback)."""
+    try:
+        app()
+    except Exception as exc:  # every known error is mapped by the commands; this is a bug, reported briefly
+        if os.environ.get("GK_DEBUG"):
+            raise
+        print(f"gatekeeper: internal error: {type(exc).__name__}: {exc} (GK_DEBUG=1 for details)", file=sys.stderr)
+        sys.exit(70)
+
+
+# ---------------------------------------------------------------- commands: one import line each (see above)
+from gatekeeper.cli import check as _check  # noqa: E402, F401
+from gatekeeper.cli import records as _records  # noqa: E402, F401

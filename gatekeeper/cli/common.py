@@ -1,0 +1,114 @@
+"""What every command shares: the ``--config`` option, exit codes, and errors as one clear line on stderr.
+
+Exit codes (the same for every command)::
+
+    0  done; for ``check``: every line forwarded
+    1  done, with a finding: a line dead-lettered or alerted, a record refused, nothing found
+    2  usage: a bad option, a missing or malformed file, a bad configuration, an unknown profile or route
+    3  a service is unavailable: Redis cannot be reached or answered with an error (retry later)
+
+Errors are printed as ``gatekeeper: error: <what>`` on stderr, never as a traceback: ``cli_errors()`` maps the
+errors a command can meet (ConfigError, RecordsError, StoreError, rwcore's FormError, redis-py's errors) to a line
+and an exit code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, NoReturn, TypeVar
+
+import typer
+from redis import exceptions as redis_exc
+
+from gatekeeper.config import CONFIG_ENV, ConfigError, Settings, load_settings
+from gatekeeper.records import RecordsError
+from gatekeeper.store import StoreError
+from rwcore import FormError, Profile, get_profile
+
+EXIT_OK = 0
+EXIT_FINDING = 1
+EXIT_USAGE = 2
+EXIT_UNAVAILABLE = 3
+
+T = TypeVar("T")
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config",
+        "-c",
+        envvar=CONFIG_ENV,
+        show_envvar=True,
+        metavar="FILE",
+        help="The YAML configuration (see config/gatekeeper.example.yaml). GK_ variables override it.",
+    ),
+]
+
+
+def fail(message: str, code: int = EXIT_FINDING) -> NoReturn:
+    """Print ``message`` as an error on stderr and exit with ``code``."""
+    typer.echo(f"gatekeeper: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def warn(message: str) -> None:
+    typer.echo(f"gatekeeper: {message}", err=True)
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn the errors a command can meet into one line on stderr and an exit code."""
+    try:
+        yield
+    except (typer.Exit, typer.Abort):
+        raise
+    except ConfigError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except RecordsError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except FormError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except StoreError as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    except redis_exc.RedisError as exc:
+        fail(f"redis: {type(exc).__name__}: {exc}", EXIT_UNAVAILABLE)
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command's coroutine, with its errors mapped (see ``cli_errors``)."""
+    with cli_errors():
+        return asyncio.run(coro)
+
+
+def settings_from(config: Path | None) -> Settings:
+    """The settings of ``--config`` (or ``$GK_CONFIG``, or the defaults), with ``GK_`` overrides."""
+    with cli_errors():
+        return load_settings(config)
+
+
+def profile_from(name: str, settings: Settings) -> Profile:
+    """A profile by name, searched in the configured profile folders first."""
+    try:
+        return get_profile(name, extra_dirs=settings.all_profile_dirs())
+    except FormError as exc:
+        fail(f"--profile: {exc}", EXIT_USAGE)
+
+
+def read_text(path: Path, what: str) -> str:
+    """A file's text, or a usage error naming it."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        fail(f"{what} {path} does not exist", EXIT_USAGE)
+    except IsADirectoryError:
+        fail(f"{what} {path} is a directory", EXIT_USAGE)
+    except (OSError, UnicodeDecodeError) as exc:
+        fail(f"{what} {path} cannot be read: {exc}", EXIT_USAGE)
+
+
+def stdout_is_tty() -> bool:
+    return sys.stdout.isatty()

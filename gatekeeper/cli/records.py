@@ -1,0 +1,200 @@
+"""``gatekeeper records``: load, show and delete the approved records the gatekeeper checks handoffs against.
+
+The records live in Redis (``redis.url`` of the configuration), keyed by (item, ask): one approval per act.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gatekeeper.cli import app
+from gatekeeper.cli.common import (
+    EXIT_FINDING,
+    EXIT_USAGE,
+    ConfigOption,
+    cli_errors,
+    fail,
+    profile_from,
+    run,
+    settings_from,
+    stdout_is_tty,
+)
+from gatekeeper.config import Settings
+from gatekeeper.policy import Record, RecordKey
+from gatekeeper.records import load_records_file
+from gatekeeper.redis_store import RedisStore
+from gatekeeper.store import RecordExists
+
+records_app = typer.Typer(
+    name="records",
+    help="Load, show and delete the approved records (in Redis) that handoffs are checked against.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(records_app, name="records")
+
+LOAD_EPILOG = """\
+[bold]Examples[/bold]
+
+  [cyan]gatekeeper records load config/records.example.json --config gk.yaml[/cyan]
+  [cyan]gatekeeper records load approvals.jsonl --profile pay --supersede[/cyan]
+
+The file is one JSON object mapping each item to a record (or a list of records), or JSON lines with an
+[cyan]item[/cyan] each. A record holds the values the handoff must carry, as written on the line
+([cyan]ask[/cyan], [cyan]to[/cyan], the profile's slots), optionally [cyan]resolved[/cyan] (values the receiver
+resolves itself, e.g. [cyan]{"prev": "..."}[/cyan]) and [cyan]expect_acc[/cyan] (withheld comprehension criteria).
+
+A record that already exists for its (item, ask) is refused unless --supersede: the others are loaded, the refused
+ones are named, and the exit status is 1. A bad file loads nothing (exit 2). Redis unreachable: exit 3.
+"""
+
+GET_EPILOG = """\
+[bold]Examples[/bold]
+
+  [cyan]gatekeeper records get inv:MD-2026-057[/cyan]              every ask of the item
+  [cyan]gatekeeper records get inv:MD-2026-057 --ask PAY --json[/cyan]
+
+Shows each record with its exec binding (the handoff it is bound to, [cyan]<conversation>/<HO id>[/cyan]).
+Exit status 1 when there is no record.
+"""
+
+DELETE_EPILOG = """\
+[bold]Examples[/bold]
+
+  [cyan]gatekeeper records delete inv:MD-2026-057 --ask PAY[/cyan]      asks for confirmation
+  [cyan]gatekeeper records delete inv:MD-2026-057 --yes[/cyan]          every ask of the item, no question
+
+A deleted record's exec binding stays: the handoff bound to it may be in flight (the act may be running), and
+re-loading the same approval must not let a second handoff act on it. Exit status 1 when there is no record.
+"""
+
+
+def _store(settings: Settings) -> RedisStore:
+    with cli_errors():
+        return RedisStore(settings.redis)
+
+
+def _item_ask(item: str, ask: str | None) -> str:
+    return f"item {item}" + ("" if ask is None else f" ask {ask}")
+
+
+@records_app.command("load", epilog=LOAD_EPILOG)
+def load(
+    file: Annotated[Path, typer.Argument(metavar="FILE", help="The records file (JSON or JSON lines).")],
+    supersede: Annotated[
+        bool, typer.Option("--supersede", help="Replace records that already exist for their (item, ask).")
+    ] = False,
+    profile: Annotated[
+        str | None, typer.Option("--profile", "-p", help="Check slot names and values against this profile.")
+    ] = None,
+    config: ConfigOption = None,
+) -> None:
+    """Load approved records from FILE into Redis."""
+    settings = settings_from(config)
+    prof = None if profile is None else profile_from(profile, settings)
+    if not file.exists():
+        fail(f"records file {file} does not exist", EXIT_USAGE)
+    with cli_errors():
+        records = load_records_file(file, prof)
+    new, replaced, refused = run(_load(settings, records, supersede))
+    typer.echo(
+        f"loaded {len(new) + len(replaced)} record{'s' if len(new) + len(replaced) != 1 else ''} "
+        f"({len(new)} new, {len(replaced)} superseded), refused {len(refused)} existing"
+    )
+    for r in replaced:
+        typer.echo(f"  superseded {_item_ask(r.item, r.ask)}")
+    if refused:
+        for r in refused:
+            typer.echo(f"gatekeeper: refused {_item_ask(r.item, r.ask)}: a record exists", err=True)
+        fail(f"{len(refused)} record(s) already exist; use --supersede to replace them", EXIT_FINDING)
+
+
+async def _load(settings: Settings, records: list[Record], supersede: bool) -> tuple[list[Record], ...]:
+    new: list[Record] = []
+    replaced: list[Record] = []
+    refused: list[Record] = []
+    async with _store(settings) as store:
+        for rec in records:
+            try:
+                existed = await store.store_record(rec, supersede=supersede)
+            except RecordExists:
+                refused.append(rec)
+                continue
+            (replaced if existed else new).append(rec)
+    return new, replaced, refused
+
+
+@records_app.command("get", epilog=GET_EPILOG)
+def get(
+    item: Annotated[str, typer.Argument(metavar="ITEM", help="The item, e.g. inv:MD-2026-057.")],
+    ask: Annotated[str | None, typer.Option("--ask", "-a", help="Only the record for this ask.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list (records with their binding).")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Show the records of ITEM (every ask, or one with --ask) and their exec bindings."""
+    settings = settings_from(config)
+    found = run(_get(settings, item, ask))
+    if as_json:
+        typer.echo(json.dumps([{**r.to_dict(), "binding": b} for r, b in found], ensure_ascii=False, indent=2))
+    else:
+        for r, b in found:
+            typer.echo(_describe(r, b, stdout_is_tty()))
+    if not found:
+        fail(f"no record for {_item_ask(item, ask)}", EXIT_FINDING)
+
+
+async def _get(settings: Settings, item: str, ask: str | None) -> list[tuple[Record, str | None]]:
+    async with _store(settings) as store:
+        records = await store.get_records(item, ask)
+        return [(r, await store.binding(RecordKey(r.item, r.ask))) for r in records]
+
+
+def _describe(r: Record, binding: str | None, colour: bool) -> str:
+    head = f"{r.item} {r.ask}"
+    if colour:
+        head = typer.style(head, bold=True)
+    values = " ".join(f"{k}={_show(v)}" for k, v in r.values.items() if k not in ("item", "ask"))
+    lines = [head, f"  values    {values}"]
+    if r.resolved:
+        lines.append("  resolved  " + " ".join(f"{k}={v}" for k, v in r.resolved.items()))
+    if r.expect_acc is not None:
+        lines.append("  expect    acc=" + "+".join(r.expect_acc))
+    lines.append(f"  binding   {binding or '(none)'}")
+    return "\n".join(lines)
+
+
+def _show(v: Any) -> str:
+    return "+".join(str(x) for x in v) if isinstance(v, list | tuple) else str(v)
+
+
+@records_app.command("delete", epilog=DELETE_EPILOG)
+def delete(
+    item: Annotated[str, typer.Argument(metavar="ITEM", help="The item whose records to delete.")],
+    ask: Annotated[str | None, typer.Option("--ask", "-a", help="Only the record for this ask.")] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    config: ConfigOption = None,
+) -> None:
+    """Delete the records of ITEM (every ask, or one with --ask). Their exec bindings stay."""
+    settings = settings_from(config)
+    found = run(_get(settings, item, ask))
+    if not found:
+        fail(f"no record for {_item_ask(item, ask)}", EXIT_FINDING)
+    if not yes:
+        if not stdout_is_tty():
+            fail("not a terminal: confirm the deletion with --yes", EXIT_USAGE)
+        names = ", ".join(f"{r.item} {r.ask}" for r, _ in found)
+        typer.confirm(f"delete {len(found)} record(s): {names}?", abort=True)
+    deleted = run(_delete(settings, item, ask))
+    typer.echo(
+        f"deleted {deleted} record{'s' if deleted != 1 else ''} of {_item_ask(item, ask)}; "
+        "exec bindings stay (a bound handoff may be in flight)"
+    )
+
+
+async def _delete(settings: Settings, item: str, ask: str | None) -> int:
+    async with _store(settings) as store:
+        return await store.delete_records(item, ask)
