@@ -16,15 +16,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rwcore import parse_line
+from rwcore import Problem, parse_line
 
 from gatekeeper.policy import (
     BindingChange,
     ConversationState,
     Decision,
     Overlay,
+    Reason,
     RecordKey,
     RoutePolicy,
+    Verdict,
     apply,
     decide,
 )
@@ -55,6 +57,20 @@ def _record_key(value: bytes, route: RoutePolicy) -> RecordKey | None:
     return RecordKey(msg.item, str(msg.slots.get("ask")))
 
 
+QUEUED = "queued-behind-held"  # the problem code of a line held only because an earlier line of its conversation is
+
+
+def _queued(conversation: str, now: float) -> Decision:
+    """A line not decided because an earlier line of its conversation in the batch is held: it is held too, so it
+    cannot overtake that line (the caller keeps both and decides them again in order)."""
+    problem = Problem(
+        code=QUEUED,
+        message=f"queued behind a held line of conversation {conversation}",
+        tier="conversation",
+    )
+    return Decision(Verdict.HOLD, Reason.AWAITING_HANDOFF, (problem,), decided_at=now)
+
+
 class Processor:
     """Decides batches of one route's lines against a store."""
 
@@ -64,6 +80,8 @@ class Processor:
 
     async def process(self, lines: Sequence[Line], now: float) -> list[Decision]:
         """Decide ``lines`` in order, as if one by one, and persist what changed. Returns one decision per line.
+        Once a line of a conversation is held (``HOLD``), its later lines in ``lines`` are held too, undecided
+        (problem code ``queued-behind-held``): none overtakes it.
         Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later."""
         conversations = {ln.conversation for ln in lines if ln.conversation is not None}
         keys = {k for ln in lines if (k := _record_key(ln.value, self.route)) is not None}
@@ -90,7 +108,11 @@ class Processor:
     ) -> tuple[list[Decision], set[str]]:
         decisions = []
         changed: set[str] = set()
+        held: set[str] = set()  # conversations with a held line in this batch: their later lines queue behind it
         for ln in lines:
+            if ln.conversation is not None and ln.conversation in held:
+                decisions.append(_queued(ln.conversation, now))
+                continue
             state = states.get(ln.conversation) if ln.conversation is not None else None
             if state is None:
                 state = ConversationState()  # no conversation: decided without state, nothing to save
@@ -107,6 +129,8 @@ class Processor:
             if d.effects and ln.conversation is not None:
                 apply(state, d, overlay)
                 changed.add(ln.conversation)
+            if d.verdict is Verdict.HOLD and ln.conversation is not None:
+                held.add(ln.conversation)
             decisions.append(d)
         return decisions, changed
 
