@@ -1,0 +1,395 @@
+"""RedisStore against a real Redis: the same behaviour as MemoryStore, TTLs, compare-and-set races, records,
+errors when Redis is unreachable, and the ``gatekeeper records`` commands."""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import json
+import socket
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+from typer.testing import CliRunner
+
+from gatekeeper.cli import app
+from gatekeeper.config import RedisSettings
+from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey, RoutePolicy, Verdict
+from gatekeeper.processor import Line, Processor
+from gatekeeper.redis_store import Keys, RedisStore, escape_tag
+from gatekeeper.store import MemoryStore, RecordExists, StoreError
+from rwcore import get_profile
+
+HO = (
+    "RW1 HO scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 ask=PAY rb=exec sup=marlow amt=5400.00 "
+    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
+)
+RB = (
+    "RW1 RB payer-1 re=scheduler-1 from=payer to=scheduler item=inv:MD-2026-057 ask=PAY p=pay h=a7a82de76607 "
+    "sup=marlow amt=5400.00 cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
+)
+AN = "RW1 AN scheduler-2 re=payer-1 p=pay from=scheduler to=payer val=Y // readback matches the approved run; proceed"
+DN = (
+    "RW1 DN payer-2 re=scheduler-1 p=pay from=payer to=scheduler item=inv:MD-2026-057 out=OK sup=marlow amt=5400.00 "
+    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929 // as executed"
+)
+RECORD = Record(
+    item="inv:MD-2026-057",
+    ask="PAY",
+    values={
+        "item": "inv:MD-2026-057",
+        "ask": "PAY",
+        "to": "payer",
+        "sup": "marlow",
+        "amt": "5400.00",
+        "cur": "GBP",
+        "kind": "GROSS",
+        "acct": "40-12-88/61102938",
+        "paid": "20261002",
+        "ref": "MD-2026-057",
+        "apref": "FD-0929",
+    },
+)
+NOW = float(calendar.timegm(time.strptime("20261001T0900Z", "%Y%m%dT%H%MZ")))
+RETENTION = 3600
+OPEN_RETENTION = 86400
+
+
+def _settings(url: str, prefix: str, **kw: Any) -> RedisSettings:
+    return RedisSettings(
+        url=url, key_prefix=prefix, retention_seconds=RETENTION, open_retention_seconds=OPEN_RETENTION, **kw
+    )
+
+
+def _route() -> RoutePolicy:
+    return RoutePolicy(name="agents.pay", profile=get_profile("pay"), hold_seconds=0.0)
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"gkt{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+async def store(redis_url: str, redis_client: Any, prefix: str) -> AsyncIterator[RedisStore]:
+    # redis_client is requested so that every key the test writes is deleted after it
+    s = RedisStore(_settings(redis_url, prefix))
+    try:
+        yield s
+    finally:
+        await s.close()
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# ---------------------------------------------------------------- the Store protocol, as MemoryStore behaves
+
+
+async def test_flow_round_trip_matches_memory_store(store: RedisStore) -> None:
+    memory = MemoryStore()
+    for s in (store, memory):
+        await s.put_record(RECORD)
+    on_redis, in_memory = Processor(store, _route()), Processor(memory, _route())
+    for i, text in enumerate((HO, RB, AN, DN)):
+        line = Line("conv-1", text.encode())
+        (a,) = await on_redis.process([line], NOW + i)
+        (b,) = await in_memory.process([line], NOW + i)
+        assert (a.verdict, a.reason, a.problems) == (b.verdict, b.reason, b.problems)
+        assert a.verdict is Verdict.FORWARD, a.problems
+        loaded = await store.load("agents.pay", ["conv-1"], [RECORD.key])
+        expected = memory.state("agents.pay", "conv-1")
+        assert expected is not None
+        assert loaded.states["conv-1"].to_dict() == expected.to_dict()
+        assert loaded.records == {RECORD.key: RECORD}
+        assert loaded.bindings.get(RECORD.key) == await memory.binding(RECORD.key)
+    assert await store.binding(RECORD.key) == "conv-1/scheduler-1"
+    # the same line again: the stored first decision, no second state change
+    (again,) = await on_redis.process([Line("conv-1", HO.encode())], NOW + 100)
+    assert again.repeated and again.verdict is Verdict.FORWARD and again.decided_at == NOW
+
+
+async def test_load_of_unknown_conversations_and_records(store: RedisStore) -> None:
+    loaded = await store.load("agents.pay", ["never-seen"], [RecordKey("inv:none", "PAY")])
+    assert loaded.states["never-seen"].to_dict() == ConversationState().to_dict()
+    assert loaded.records == {} and loaded.bindings == {}
+    assert (await store.load("agents.pay", [], [])).states == {}
+
+
+async def test_save_is_one_document_per_conversation_with_ttl(store: RedisStore, redis_client: Any) -> None:
+    await store.put_record(RECORD)
+    proc = Processor(store, _route())
+    await proc.process([Line("conv-ttl", HO.encode())], NOW)
+    key = store.keys.conv("agents.pay", "conv-ttl")
+    raw = await redis_client.get(key)
+    assert raw is not None and b": " not in raw and b", " not in raw  # compact JSON
+    assert json.loads(raw)["handoffs"]["scheduler-1"]["item"] == "inv:MD-2026-057"
+    ttl_open = await redis_client.ttl(key)
+    assert RETENTION < ttl_open <= OPEN_RETENTION  # a handoff is open
+    for i, text in enumerate((RB, AN, DN), 1):
+        await proc.process([Line("conv-ttl", text.encode())], NOW + i)
+    ttl_closed = await redis_client.ttl(key)
+    assert 0 < ttl_closed <= RETENTION  # every handoff closed: the shorter retention
+    # records and bindings do not expire
+    assert await redis_client.ttl(store.keys.record(RECORD.key)) == -1
+    assert await redis_client.ttl(store.keys.binding(RECORD.key)) == -1
+
+
+async def test_unreadable_state_is_a_store_error_not_a_fresh_state(store: RedisStore, redis_client: Any) -> None:
+    await redis_client.set(store.keys.conv("agents.pay", "broken"), b"{not json")
+    with pytest.raises(StoreError, match="cannot be read"):
+        await store.load("agents.pay", ["broken"], [])
+
+
+class _CountingClient:
+    """A client proxy that counts round trips: each pipeline execute and each direct command."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.round_trips = 0
+
+    def pipeline(self, transaction: bool = True) -> Any:
+        assert transaction is False  # cluster-compatible pipelines only
+        pipe = self.inner.pipeline(transaction=transaction)
+        execute = pipe.execute
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            self.round_trips += 1
+            return await execute(*args, **kwargs)
+
+        pipe.execute = counted
+        return pipe
+
+    def register_script(self, script: str) -> Any:
+        return self.inner.register_script(script)
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if not callable(attr):
+            return attr
+
+        async def direct(*args: Any, **kwargs: Any) -> Any:
+            self.round_trips += 1
+            return await attr(*args, **kwargs)
+
+        return direct
+
+
+async def test_load_save_and_claim_are_one_round_trip_each(redis_url: str, redis_client: Any, prefix: str) -> None:
+    counting = _CountingClient(redis_client)
+    s = RedisStore(_settings(redis_url, prefix), client=counting)
+    await s.claim([BindingChange(RecordKey("warm", "PAY"), None, "c/0")])  # the script is loaded once, here
+    convs = [f"c{i}" for i in range(20)]
+    keys = [RecordKey(f"inv:{i}", "PAY") for i in range(20)]
+    for what, call in (
+        ("load", s.load("agents.pay", convs, keys)),
+        ("save", s.save("agents.pay", {c: ConversationState() for c in convs})),
+        ("claim", s.claim([BindingChange(k, None, f"c/{k.item}") for k in keys])),
+    ):
+        counting.round_trips = 0
+        await call
+        assert counting.round_trips == 1, what
+
+
+# ---------------------------------------------------------------- compare-and-set of bindings
+
+
+async def test_claim_applies_when_before_matches_and_is_idempotent(store: RedisStore) -> None:
+    key = RecordKey("inv:cas", "PAY")
+    bind = BindingChange(key, None, "c1/scheduler-1")
+    assert await store.claim([bind]) == []
+    assert await store.binding(key) == "c1/scheduler-1"
+    assert await store.claim([bind]) == []  # already `after`: a retried claim is not a conflict
+    other = BindingChange(key, None, "c2/scheduler-1")
+    assert await store.claim([other]) == [other]  # bound to another handoff: conflict
+    assert await store.binding(key) == "c1/scheduler-1"
+    release = BindingChange(key, "c1/scheduler-1", None)
+    assert await store.claim([release]) == []
+    assert await store.binding(key) is None
+    assert await store.claim([release]) == []  # already released
+
+
+async def test_two_stores_racing_for_one_binding_exactly_one_wins(redis_url: str, redis_client: Any) -> None:
+    prefix = f"gkt{uuid.uuid4().hex[:12]}"
+    a, b = RedisStore(_settings(redis_url, prefix)), RedisStore(_settings(redis_url, prefix))
+    try:
+        for n in range(25):
+            key = RecordKey(f"inv:race-{n}", "PAY")
+            ca, cb = BindingChange(key, None, f"a/{n}"), BindingChange(key, None, f"b/{n}")
+            conflicts_a, conflicts_b = await asyncio.gather(a.claim([ca]), b.claim([cb]))
+            assert sorted([len(conflicts_a), len(conflicts_b)]) == [0, 1]
+            winner = "a" if not conflicts_a else "b"
+            assert await a.binding(key) == f"{winner}/{n}"
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_two_gatekeepers_racing_for_one_approval_one_forwards(redis_url: str, redis_client: Any) -> None:
+    """Two processors on two clients, one HO each for the same approved payment, in different conversations."""
+    prefix = f"gkt{uuid.uuid4().hex[:12]}"
+    a, b = RedisStore(_settings(redis_url, prefix)), RedisStore(_settings(redis_url, prefix))
+    try:
+        await a.put_record(RECORD)
+        pa, pb = Processor(a, _route()), Processor(b, _route())
+        (da,), (db,) = await asyncio.gather(
+            pa.process([Line("conv-a", HO.encode())], NOW), pb.process([Line("conv-b", HO.encode())], NOW)
+        )
+        verdicts = sorted([(da.verdict.value, da.reason), (db.verdict.value, db.reason)], key=str)
+        assert [v for v, _ in verdicts] == ["dead-letter", "forward"]
+        assert {r for _, r in verdicts} == {None, "record-used"}
+        holder = await a.binding(RECORD.key)
+        assert holder == ("conv-a/scheduler-1" if da.verdict is Verdict.FORWARD else "conv-b/scheduler-1")
+    finally:
+        await a.close()
+        await b.close()
+
+
+async def test_claim_reloads_a_flushed_script(store: RedisStore, redis_client: Any) -> None:
+    await redis_client.script_flush()
+    key = RecordKey("inv:flushed", "PAY")
+    assert await store.claim([BindingChange(key, None, "c/1")]) == []
+    assert await store.binding(key) == "c/1"
+
+
+# ---------------------------------------------------------------- records
+
+
+async def test_put_record_refuses_an_existing_record_unless_superseded(store: RedisStore) -> None:
+    await store.put_record(RECORD)
+    changed = Record(RECORD.item, RECORD.ask, {**RECORD.values, "amt": "5100.00"})
+    with pytest.raises(RecordExists, match="inv:MD-2026-057"):
+        await store.put_record(changed)
+    assert (await store.get_records(RECORD.item, "PAY")) == [RECORD]
+    assert await store.store_record(changed, supersede=True) is True
+    assert (await store.get_records(RECORD.item, "PAY")) == [changed]
+    assert await store.store_record(Record("inv:new", "PAY", {"to": "payer"}), supersede=True) is False
+
+
+async def test_get_and_delete_records_of_an_item(store: RedisStore) -> None:
+    draft = Record(RECORD.item, "DRAFT", {"to": "desk"}, expect_acc=("len:120w", "tone:plain"))
+    bank = Record("sup:marlow", "CHGBANK", {"to": "payer"}, resolved={"prev": "20-45-17/33019284"})
+    for r in (RECORD, draft, bank):
+        await store.put_record(r)
+    assert await store.get_records(RECORD.item) == [draft, RECORD]  # sorted by ask
+    assert await store.get_records("sup:marlow") == [bank]
+    assert await store.get_records("inv:none") == []
+    await store.claim([BindingChange(RECORD.key, None, "c/scheduler-1")])
+    assert await store.delete_records(RECORD.item, "PAY") == 1
+    assert await store.get_records(RECORD.item) == [draft]
+    assert await store.binding(RECORD.key) == "c/scheduler-1"  # the binding stays: the act may be in flight
+    assert await store.delete_records(RECORD.item) == 1
+    assert await store.delete_records(RECORD.item) == 0
+    assert await store.get_records(RECORD.item) == []
+
+
+async def test_braces_in_ids_stay_inside_their_hash_tag(store: RedisStore) -> None:
+    item = "gh:crox/site{x}#42%7B"
+    rec = Record(item, "DRAFT", {"to": "writer"})
+    await store.put_record(rec)
+    assert await store.get_records(item) == [rec]
+    await store.save("agents.pay", {"c{1}/x": ConversationState()})
+    assert (await store.load("agents.pay", ["c{1}/x"], [])).states["c{1}/x"].to_dict() == ConversationState().to_dict()
+
+
+def test_key_layout_is_cluster_safe() -> None:
+    keys = Keys("gk")
+    k = RecordKey("inv:{odd}", "PAY")
+    slots = {key_slot(x.encode()) for x in (keys.record(k), keys.binding(k), keys.index(k.item))}
+    assert len(slots) == 1  # record, binding and the item's index share a slot
+    assert keys.record(k) == "gk:rec:{inv:%7Bodd%7D}:PAY"
+    assert keys.conv("agents.pay", "c}1") == "gk:conv:{agents.pay/c%7D1}"
+    # escaping is injective: values that differ only by an escape sequence get different keys
+    assert escape_tag("a{") != escape_tag("a%7B")
+    assert keys.conv("a", "b/c") != keys.conv("a/b", "c")
+
+
+# ---------------------------------------------------------------- infrastructure trouble
+
+
+async def test_unreachable_redis_is_a_store_error() -> None:
+    s = RedisStore(_settings(f"redis://:hunter2@127.0.0.1:{_closed_port()}/0", "gk"))
+    try:
+        with pytest.raises(StoreError) as info:
+            await s.load("agents.pay", ["c"], [RECORD.key])
+        assert "hunter2" not in str(info.value)
+        for call in (
+            s.ping(),
+            s.save("agents.pay", {"c": ConversationState()}),
+            s.claim([BindingChange(RECORD.key, None, "c/1")]),
+            s.put_record(RECORD),
+            s.get_records("x"),
+            s.delete_records("x"),
+            s.binding(RECORD.key),
+        ):
+            with pytest.raises(StoreError):
+                await call
+    finally:
+        await s.close()
+
+
+async def test_ping(store: RedisStore) -> None:
+    assert await store.ping() is True
+
+
+# ---------------------------------------------------------------- gatekeeper records (CLI on real Redis)
+
+
+def _records_file(tmp_path: Any) -> str:
+    path = tmp_path / "records.json"
+    path.write_text(
+        json.dumps(
+            {
+                "inv:MD-2026-057": {k: v for k, v in RECORD.values.items() if k != "item"},
+                "sup:marlow": {"ask": "CHGBANK", "to": "payer", "resolved": {"prev": "20-45-17/33019284"}},
+            }
+        )
+    )
+    return str(path)
+
+
+def test_records_commands(redis_url: str, redis_client: Any, prefix: str, tmp_path: Any) -> None:
+    runner = CliRunner()
+    env = {"GK_REDIS__URL": redis_url, "GK_REDIS__KEY_PREFIX": prefix, "GK_CONFIG": None}
+    path = _records_file(tmp_path)
+    res = runner.invoke(app, ["records", "load", path, "--profile", "pay"], env=env)
+    assert res.exit_code == 0, res.output
+    assert "loaded 2 records (2 new, 0 superseded), refused 0 existing" in res.stdout
+
+    res = runner.invoke(app, ["records", "load", path], env=env)
+    assert res.exit_code == 1
+    assert "refused item inv:MD-2026-057 ask PAY" in res.stderr and "--supersede" in res.stderr
+
+    res = runner.invoke(app, ["records", "load", path, "--supersede"], env=env)
+    assert res.exit_code == 0, res.output
+    assert "(0 new, 2 superseded)" in res.stdout
+
+    res = runner.invoke(app, ["records", "get", "inv:MD-2026-057", "--json"], env=env)
+    assert res.exit_code == 0, res.output
+    [shown] = json.loads(res.stdout)
+    assert shown["values"]["acct"] == "40-12-88/61102938" and shown["binding"] is None
+
+    res = runner.invoke(app, ["records", "get", "sup:marlow"], env=env)
+    assert res.exit_code == 0 and "prev=20-45-17/33019284" in res.stdout
+
+    res = runner.invoke(app, ["records", "delete", "inv:MD-2026-057"], env=env)
+    assert res.exit_code == 2 and "--yes" in res.stderr  # not a terminal: no silent deletion
+    res = runner.invoke(app, ["records", "delete", "inv:MD-2026-057", "--ask", "PAY", "--yes"], env=env)
+    assert res.exit_code == 0 and "deleted 1 record" in res.stdout
+    res = runner.invoke(app, ["records", "get", "inv:MD-2026-057"], env=env)
+    assert res.exit_code == 1 and "no record for item inv:MD-2026-057" in res.stderr
+
+
+def test_records_commands_with_redis_down(tmp_path: Any) -> None:
+    env = {"GK_REDIS__URL": f"redis://127.0.0.1:{_closed_port()}/0", "GK_CONFIG": None}
+    res = CliRunner().invoke(app, ["records", "load", _records_file(tmp_path)], env=env)
+    assert res.exit_code == 3
+    assert res.stderr.startswith("gatekeeper: error: redis redis://127.0.0.1:")
+    assert "Traceback" not in res.output
