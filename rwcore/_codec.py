@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -26,7 +26,7 @@ from rwcore._profiles import (
     resolve_profile,
     switch_profile,
 )
-from rwcore._types import Message, Problem, SlotValue, _freeze
+from rwcore._types import Message, Problem, _freeze
 
 VERSION: Final = "RW1"
 
@@ -59,11 +59,21 @@ def _p(errors: list[Problem], code: str, message: str, slot: str | None = None, 
     errors.append(Problem(code, message, "form", slot, None, got))
 
 
+def _value_problem(out: list[Problem], code: str, key: str, raw: str, suffix: str, prof: Profile) -> None:
+    out.append(Problem(code, f"{key}={raw}{suffix}", "form", key, prof.slot_types[key], raw))
+
+
 def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
-    """The parser proper: (raw JSON twin, errors, warnings, the profile that validated). Never raises on a line."""
+    """The parser proper: (raw JSON twin, errors, warnings, the profile that validated). Never raises on a line.
+
+    Findings come in the reference's order: the tokens' form, the ``p=`` switch, the values in token order, the
+    required slots, then the rules over the whole line. Under a named profile (or with no ``p=`` token) one pass
+    over the tokens does both the form and the values, keeping the two kinds of finding in separate lists.
+    """
     errors: list[Problem] = []
     warnings: list[Problem] = []
-    line = line.rstrip("\n")
+    if line[-1:] == "\n":
+        line = line.rstrip("\n")
     stripped = line.strip()
     if line != stripped:
         _p(warnings, "whitespace", "leading or trailing whitespace")
@@ -106,32 +116,72 @@ def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], 
     if not ID_RE.match(mid):
         _p(errors, "bad-id", f"id {mid!r} must match [A-Za-z0-9._-]+", got=mid)
     seen: dict[str, str] = {}
-    valid_keys = prof.valid_keys
+    # findings about the values come after the form findings and the p= switch: collected apart, joined below
+    v_errors: list[Problem] = []
+    v_warnings: list[Problem] = []
+    two_pass = prof.declared is None and " p=" in line
+    info = tdef.slot_info
     for tok in toks[3:]:
         k, eq, val = tok.partition("=")
-        if not eq:
-            _p(
-                errors,
-                "not-key-value",
-                f"{tok!r}: expected key=value (positional slots are only RW1, TYPE and id)",
-                got=tok,
-            )
-            continue
-        if k not in valid_keys and not KEY_RE.match(k):
-            _p(errors, "bad-key", f"key {k!r} must be lowercase [a-z][a-z0-9_]*", got=k)
-            continue
-        if k in seen:
-            _p(errors, "duplicate-key", f"duplicate key {k}", slot=k, got=val)
-            continue
-        if val == "":
-            _p(errors, "empty-value", f"{k}= has an empty value; omit the slot instead", slot=k)
+        si = info.get(k)
+        if si is None or not eq or not val or k in seen:
+            # the slow path, in the reference's order: form, duplicate, empty, then an unknown key
+            if not eq:
+                text = f"{tok!r}: expected key=value (positional slots are only RW1, TYPE and id)"
+                _p(errors, "not-key-value", text, got=tok)
+                continue
+            if si is None and not KEY_RE.match(k):
+                _p(errors, "bad-key", f"key {k!r} must be lowercase [a-z][a-z0-9_]*", got=k)
+                continue
+            if k in seen:
+                _p(errors, "duplicate-key", f"duplicate key {k}", slot=k, got=val)
+                continue
+            if val == "":
+                _p(errors, "empty-value", f"{k}= has an empty value; omit the slot instead", slot=k)
+                continue
+            seen[k] = val
+            if two_pass:
+                continue
+            if k.startswith("x_"):
+                slots[k] = val
+            else:
+                text = f"unknown key {k!r} ignored (extension keys start with x_)"
+                _p(v_warnings, "unknown-key", text, slot=k, got=val)
             continue
         seen[k] = val
+        if two_pass:
+            continue
+        kind, data, envelope, ok = si
+        if not ok:
+            _p(v_warnings, "slot-not-for-type", f"slot {k} is not defined for type {mtype}", slot=k, got=val)
+        if kind == 1:
+            if val not in data:
+                _value_problem(
+                    v_errors,
+                    "unknown-code",
+                    k,
+                    val,
+                    f": not a known {prof.slot_types[k][5:]} code (rule 2: reply UN why=UNK, do not guess)",
+                    prof,
+                )
+            decoded: Any = val
+        elif kind == 0:
+            decoded = val
+        elif kind == 3:
+            if not data[0](val):
+                _value_problem(v_errors, data[1], k, val, data[2], prof)
+            decoded = val
+        else:
+            decoded = data(val, v_errors)
+        if envelope:
+            msg[k] = decoded
+        else:
+            slots[k] = decoded
     pv = seen.get("p")
     if pv is not None:
         if prof.declared is not None and pv != prof.declared:
-            msg_ = f"message names profile p={pv} but validation used profile {prof.declared}"
-            _p(warnings, "profile-mismatch", msg_, slot="p", got=pv)
+            text = f"message names profile p={pv} but validation used profile {prof.declared}"
+            _p(warnings, "profile-mismatch", text, slot="p", got=pv)
         if prof.declared is None:
             try:
                 prof = switch_profile(pv, prof.dirs)
@@ -139,81 +189,109 @@ def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], 
                 _p(errors, "unknown-profile", str(e), slot="p", got=pv)
             else:
                 tdef = prof.types[mtype]
-    validators = prof.validators
-    allowed = tdef.allowed
-    for k, val in seen.items():
-        check = validators.get(k)
-        if check is None:
-            if k.startswith("x_"):
-                slots[k] = val
+    if two_pass:
+        validators = prof.validators
+        allowed = tdef.allowed
+        for k, val in seen.items():
+            check = validators.get(k)
+            if check is None:
+                if k.startswith("x_"):
+                    slots[k] = val
+                else:
+                    text = f"unknown key {k!r} ignored (extension keys start with x_)"
+                    _p(v_warnings, "unknown-key", text, slot=k, got=val)
+                continue
+            if k not in allowed:
+                _p(v_warnings, "slot-not-for-type", f"slot {k} is not defined for type {mtype}", slot=k, got=val)
+            decoded = check(val, v_errors)
+            if k in ENVELOPE:
+                msg[k] = decoded
             else:
-                _p(
-                    warnings,
-                    "unknown-key",
-                    f"unknown key {k!r} ignored (extension keys start with x_)",
-                    slot=k,
-                    got=val,
-                )
-            continue
-        if k not in allowed:
-            _p(warnings, "slot-not-for-type", f"slot {k} is not defined for type {mtype}", slot=k, got=val)
-        decoded = check(val, errors)
-        if k in ENVELOPE:
-            msg[k] = decoded
-        else:
-            slots[k] = decoded
+                slots[k] = decoded
+    if v_errors:
+        errors += v_errors
+    if v_warnings:
+        warnings += v_warnings
     for k in tdef.required:
         if k not in seen:
             _p(errors, "missing-slot", f"{mtype} requires {k}", slot=k)
-    if mtype == "AQ" and seen.get("need") == "ENUM" and "opts" not in seen:
-        _p(errors, "missing-slot", "AQ with need=ENUM requires opts", slot="opts")
+    if mtype == "AQ":
+        if seen.get("need") == "ENUM" and "opts" not in seen:
+            _p(errors, "missing-slot", "AQ with need=ENUM requires opts", slot="opts")
     elif mtype == "AN" and seen.get("val") == "tail" and not tail:
         _p(errors, "tail-required", "AN with val=tail needs a tail", slot="val", got="tail")
     frm = msg["from"]
-    if frm and msg["to"] and frm == msg["to"]:
-        _p(warnings, "same-agent", "from and to are the same agent", slot="to", got=frm)
     if frm:
-        n = mid[len(frm) + 1 :] if mid.startswith(frm) and mid[len(frm) : len(frm) + 1] == "-" else ""
-        if not (n and n.isdecimal()):
-            expl = f"id {mid!r} must be <from>-<n>: {frm}-1, {frm}-2, ... unique in the conversation"
-            _p(errors, "id-shape", expl, got=mid)
+        if frm == msg["to"]:
+            _p(warnings, "same-agent", "from and to are the same agent", slot="to", got=frm)
+        n = len(frm)
+        if not (mid.startswith(frm) and mid[n : n + 1] == "-" and mid[n + 1 :].isdecimal()):
+            text = f"id {mid!r} must be <from>-<n>: {frm}-1, {frm}-2, ... unique in the conversation"
+            _p(errors, "id-shape", text, got=mid)
     ans = prof.ans
     if ans is not None:
         if mtype == "AQ" and seen.get("need") == "ENUM":
             for o in seen.get("opts", "").split("+"):
                 if o and o not in ans:
-                    expl = f"opts={o}: not in the profile's answer vocabulary {prof.ans_text} (do not invent options)"
-                    _p(errors, "not-in-answer-vocabulary", expl, slot="opts", got=o)
+                    text = f"opts={o}: not in the profile's answer vocabulary {prof.ans_text} (do not invent options)"
+                    _p(errors, "not-in-answer-vocabulary", text, slot="opts", got=o)
         elif mtype == "AN":
             val_ = seen.get("val")
             if val_ not in (None, "tail", "Y", "N") and not _ANS_PASS_RE.fullmatch(str(val_)) and val_ not in ans:
-                expl = f"val={val_}: not in the profile's answer vocabulary {prof.ans_text}"
-                _p(errors, "not-in-answer-vocabulary", expl, slot="val", got=val_)
+                text = f"val={val_}: not in the profile's answer vocabulary {prof.ans_text}"
+                _p(errors, "not-in-answer-vocabulary", text, slot="val", got=val_)
     if tail is not None and len(tail) > prof.tail_max:
-        expl = (
+        text = (
             f"tail is {len(tail)} characters; limit is {prof.tail_max} "
             "(rule 4: move it to an artifact and reference with art=)"
         )
-        _p(errors, "tail-too-long", expl, got=str(len(tail)))
+        _p(errors, "tail-too-long", text, got=str(len(tail)))
     return msg, errors, warnings, prof
 
 
-def message_from_raw(raw: Mapping[str, Any]) -> Message:
-    """A Message from a parsed (valid) raw twin, without the generic conversion pass."""
-    frozen: dict[str, SlotValue] = {}
-    for k, val in raw["slots"].items():
-        frozen[k] = _freeze(val) if type(val) is list else val
-    return Message(
-        v=raw["v"],
-        type=raw["type"],
-        id=raw["id"],
-        from_=raw["from"],
-        to=raw["to"],
-        re=raw["re"],
-        item=raw["item"],
-        slots=MappingProxyType(frozen),
-        tail=raw["tail"],
-    )
+def _setters() -> tuple[Any, ...] | None:
+    """The slot descriptors of Message's fields, for building one without the generic __init__ (None: fall back)."""
+    names = ("v", "type", "id", "from_", "to", "re", "item", "slots", "tail")
+    if tuple(f.name for f in fields(Message)) != names:
+        return None
+    return tuple(Message.__dict__[n].__set__ for n in names)
+
+
+_SETTERS = _setters()
+_new = object.__new__
+
+
+def message_from_raw(raw: Mapping[str, Any], list_keys: frozenset[str] | None = None) -> Message:
+    """A Message from a parsed (valid) raw twin. ``list_keys`` names the slots holding lists (None: look at all);
+    in a parsed twin only a list-typed slot holds a list (x_ values and unknown-type values stay strings)."""
+    slots = raw["slots"]
+    frozen: dict[str, Any] = dict(slots)
+    if list_keys is None:
+        for k, val in slots.items():
+            if type(val) is list:
+                frozen[k] = _freeze(val)
+    else:
+        for k in list_keys:
+            val = frozen.get(k)
+            if type(val) is list:
+                frozen[k] = _freeze(val)
+    proxy = MappingProxyType(frozen)
+    if _SETTERS is None:  # pragma: no cover - Message changed shape; the generic constructor still works
+        return Message(
+            raw["v"], raw["type"], raw["id"], raw["from"], raw["to"], raw["re"], raw["item"], proxy, raw["tail"]
+        )
+    m = _new(Message)
+    sv, st, si, sf, sto, sre, sit, ssl, sta = _SETTERS
+    sv(m, raw["v"])
+    st(m, raw["type"])
+    si(m, raw["id"])
+    sf(m, raw["from"])
+    sto(m, raw["to"])
+    sre(m, raw["re"])
+    sit(m, raw["item"])
+    ssl(m, proxy)
+    sta(m, raw["tail"])
+    return m
 
 
 def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
@@ -225,7 +303,7 @@ def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
         raise FormError(f"a line is a str, not {type(line).__name__}")
     prof = profile if isinstance(profile, Profile) else resolve_profile(profile)
     raw, errors, warnings, used = parse_raw(line, prof)
-    message = None if errors else message_from_raw(raw)
+    message = None if errors else message_from_raw(raw, used.list_keys)
     return Parsed(message, tuple(errors), tuple(warnings), raw, used)
 
 

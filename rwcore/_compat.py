@@ -168,12 +168,12 @@ def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[
     msgs: list[Message | None] = []
     problems: list[str] = []
     for label, line in pairs:
-        raw, errors, _, _ = parse_raw(line, prof)
+        raw, errors, _, used = parse_raw(line, prof)
         if errors:
             msgs.append(None)
             problems += [f"{label}: {e.message}" for e in errors]
         else:
-            msgs.append(message_from_raw(raw))
+            msgs.append(message_from_raw(raw, used.list_keys))
     return prof, msgs, problems
 
 
@@ -219,10 +219,10 @@ def check_dn(
         return out, []
     plan_rb: Message | None = None
     if rb_line:
-        raw, errors, _, _ = parse_raw(rb_line, prof)
+        raw, errors, _, used = parse_raw(rb_line, prof)
         if errors:
             return out + [f"RB: {e.message}" for e in errors], []
-        rb = message_from_raw(raw)
+        rb = message_from_raw(raw, used.list_keys)
         if rb.type != "RB":
             return [*out, f"third line is {rb.type}, expected RB"], []
         failed, _ = rb_problems(ho, rb, prof, None, None)
@@ -248,8 +248,8 @@ def make_rb(
 ) -> str:
     """A correct readback line for an HO, as a code-side receiver sends it (raises :class:`FormError`)."""
     prof = reference_profile(profile)
-    raw, errors, _, _ = parse_raw(ho_line, prof)
+    raw, errors, _, used = parse_raw(ho_line, prof)
     if errors:
         raise FormError("; ".join(e.message for e in errors))
-    twin = readback_twin(message_from_raw(raw), rb_id, prof, with_hash, eta, acc, do)
+    twin = readback_twin(message_from_raw(raw, used.list_keys), rb_id, prof, with_hash, eta, acc, do)
     return encode(twin, profile)

@@ -8,7 +8,8 @@ and aliases, and the slots to mask in logs. Nothing is re-read or re-merged per 
 
 Where profiles are found, first match wins: the ``extra_dirs`` given to :func:`get_profile`, then the folders in the
 ``RWCORE_PROFILE_PATH`` environment variable (``os.pathsep``-separated), then rwcore's own ``profiles/`` folder.
-The core itself always comes from rwcore's folder. Results (and unknown names) are cached by (name, folders).
+The core itself always comes from rwcore's folder. Results (and unknown names) are cached by (name, folders);
+``RWCORE_PROFILE_PATH`` is read at the first lookup, and again after :func:`clear_profile_cache`.
 
 Beyond the reference's format a profile may carry, all optional and additive:
 ``sensitive`` (slot names to mask in logs, added to ``acct prev addr``), ``constraint_keys`` (new acc= keys with their
@@ -21,7 +22,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
@@ -54,6 +55,30 @@ _RANGE_RE = re.compile(r"(\d+)-(\d+)")
 
 #: A compiled slot validator: decodes one raw value, appending any problem to the list it is given.
 Validator = Callable[[str, list[Problem]], Any]
+#: How the parser decodes one slot on one type (see TypeDef.slot_info).
+SlotPlan = tuple[int, Any, bool, bool]
+
+_PATTERN_TYPES: Final = {
+    "date": (DATE_RE.match, "bad-date", ": dates are YYYYMMDD"),
+    "time": (TIME_RE.match, "bad-time", ": times are YYYYMMDDTHHMMZ in UTC, e.g. 20261002T1405Z"),
+    "money": (
+        _MONEY_RE.fullmatch,
+        "bad-money",
+        ": money is digits with exactly two decimals, no separators, e.g. 5400.00",
+    ),
+    "num": (_NUM_RE.fullmatch, "bad-num", ": num is a number as written (7.2, 148/88), no units, no separators"),
+}
+
+
+def _plan(key: str, typ: str, validator: Validator, enums: Mapping[str, Mapping[str, str]]) -> tuple[int, Any]:
+    if typ in ("ref", "token"):
+        return 0, None
+    if typ.startswith("enum:"):
+        return 1, enums.get(typ[5:], {})
+    pattern = _PATTERN_TYPES.get(typ)
+    if pattern is not None:
+        return 3, pattern
+    return 2, validator
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -65,6 +90,10 @@ class TypeDef:
     required: tuple[str, ...]
     optional: tuple[str, ...]
     allowed: frozenset[str]
+    #: per slot, how the parser decodes it on this type: (kind, data, is an envelope slot, allowed on this type);
+    #: kind 0 takes the value as written, 1 checks it against an enum (data: the codes), 2 calls a validator
+    #: (data), 3 matches a pattern (data: match function, problem code, message suffix)
+    slot_info: Mapping[str, SlotPlan] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -96,9 +125,10 @@ class Profile:
     core_asks: tuple[str, ...]
     encode_order: tuple[str, ...]
     encode_order_set: frozenset[str]
-    valid_keys: frozenset[str]
     ans_text: str
     acc_tables: AccTables
+    #: the slots whose decoded value is a list
+    list_keys: frozenset[str]
 
     @property
     def is_core(self) -> bool:
@@ -378,15 +408,17 @@ def _merge(name: str, data: Mapping[str, Any] | None, dirs: tuple[str, ...]) -> 
             aliases[canon] = _as_str_list(alts, f"profile {name} value_aliases {canon}")
     ro_enums = MappingProxyType({k: MappingProxyType(v) for k, v in enums.items()})
     ho = types["HO"]
+    validators = {k: _compile_validator(k, typ, ro_enums, agents, declared) for k, typ in slots.items()}
+    plans = {k: _plan(k, typ, validators[k], ro_enums) for k, typ in slots.items()}
     typedefs: dict[str, TypeDef] = {}
     for code, tdata in types.items():
         allowed = set(tdata["required"]) | set(tdata["optional"]) | {"p"}
         if code == "RB":
             allowed |= set(ho["required"]) | set(ho["optional"])
+        info = MappingProxyType({k: (kind, data, k in ENVELOPE, k in allowed) for k, (kind, data) in plans.items()})
         typedefs[code] = TypeDef(
-            code, tdata["name"], tuple(tdata["required"]), tuple(tdata["optional"]), frozenset(allowed)
+            code, tdata["name"], tuple(tdata["required"]), tuple(tdata["optional"]), frozenset(allowed), info
         )
-    validators = {k: _compile_validator(k, typ, ro_enums, agents, declared) for k, typ in slots.items()}
     encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")
     return Profile(
@@ -412,9 +444,9 @@ def _merge(name: str, data: Mapping[str, Any] | None, dirs: tuple[str, ...]) -> 
         core_asks=core_asks,
         encode_order=encode_order,
         encode_order_set=frozenset(encode_order),
-        valid_keys=frozenset(k for k in slots if KEY_RE.match(k)),
         ans_text="/".join(ans) if ans else "",
         acc_tables=AccTables(ckeys, cset, aliases),
+        list_keys=frozenset(k for k, typ in slots.items() if typ.startswith("list:")),
     )
 
 
@@ -428,8 +460,11 @@ def _as_dict(v: Any, what: str) -> dict[str, Any]:
 
 
 def _env_dirs() -> tuple[str, ...]:
-    raw = os.environ.get(PROFILE_PATH_ENV, "")
-    return tuple(d for d in raw.split(os.pathsep) if d)
+    """The folders RWCORE_PROFILE_PATH names, read once (``clear_profile_cache`` reads it again)."""
+    if not _ENV:
+        raw = os.environ.get(PROFILE_PATH_ENV, "")
+        _ENV.append(tuple(d for d in raw.split(os.pathsep) if d))
+    return _ENV[0]
 
 
 def _search(name: str, dirs: Iterable[str]) -> Path | None:
@@ -443,6 +478,10 @@ def _search(name: str, dirs: Iterable[str]) -> Path | None:
 
 _CACHE: dict[tuple[str, tuple[str, ...]], Profile | FormError] = {}
 _CACHE_LIMIT = 4096
+# Fast paths, keyed by name alone, for lookups with no extra folders (RWCORE_PROFILE_PATH as first read).
+_NAMED: dict[str | None, Profile] = {}
+_REFERENCE: dict[str | None, Profile] = {}
+_ENV: list[tuple[str, ...]] = []
 
 
 def _cached(name: str, dirs: tuple[str, ...]) -> Profile:
@@ -481,12 +520,20 @@ def get_profile(name: str | None, extra_dirs: Sequence[str | Path] = ()) -> Prof
     Looks in ``extra_dirs``, then ``RWCORE_PROFILE_PATH``, then rwcore's own folder. Raises :class:`FormError` for
     an unknown or malformed profile, with the reference's wording.
     """
+    if not extra_dirs:
+        hit = _NAMED.get(name)
+        if hit is not None:
+            return hit
     dirs = tuple(str(d) for d in extra_dirs) + _env_dirs() if extra_dirs else _env_dirs()
     if not name:
-        return _cached("core", dirs)
-    if not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+        prof = _cached("core", dirs)
+    elif not isinstance(name, str) or not _NAME_RE.fullmatch(name):
         raise _bad_name(str(name))
-    return _cached(name, dirs)
+    else:
+        prof = _cached(name, dirs)
+    if not extra_dirs:
+        _NAMED[name] = prof
+    return prof
 
 
 def switch_profile(name: str, dirs: tuple[str, ...]) -> Profile:
@@ -500,9 +547,12 @@ def switch_profile(name: str, dirs: tuple[str, ...]) -> Profile:
 
 def reference_profile(name: str | None) -> Profile:
     """The profile the reference's ``load_profile(name)`` would load (strict about ``core``)."""
-    if not name:
-        return get_profile(None)
-    return switch_profile(name, _env_dirs())
+    hit = _REFERENCE.get(name)
+    if hit is not None:
+        return hit
+    prof = get_profile(None) if not name else switch_profile(name, _env_dirs())
+    _REFERENCE[name] = prof
+    return prof
 
 
 def resolve_profile(profile: Profile | str | None) -> Profile:
@@ -538,6 +588,10 @@ def profile_dict(prof: Profile) -> dict[str, Any]:
     return spec
 
 
-def clear_cache() -> None:
-    """Forget every compiled profile (tests; a process that changed its profile folders)."""
+def clear_profile_cache() -> None:
+    """Forget every compiled profile and re-read ``RWCORE_PROFILE_PATH`` at the next lookup (for tests, or a process
+    whose profile folders changed). Profiles already handed out stay valid."""
     _CACHE.clear()
+    _NAMED.clear()
+    _REFERENCE.clear()
+    _ENV.clear()
