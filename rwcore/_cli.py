@@ -175,6 +175,7 @@ def _to_json(a: argparse.Namespace) -> int:
 def _from_json(a: argparse.Namespace) -> int:
     from rwcore import from_json
 
+    json.loads(a.json)  # not JSON: the reference's error text (JSONDecodeError's), not rwcore's FormError wording
     print(from_json(a.json, a.profile))
     return 0
 
