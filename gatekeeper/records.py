@@ -147,13 +147,15 @@ def record_from_object(
     elif not isinstance(item, str) or not item or " " in item:
         err("item", f"must be a non-empty string without spaces, got {item!r}")
     ask = obj.get("ask")
+    bad_before = len(errors)
     if ask is None:
         err("ask", "missing: a record is for one ask (PAY, CHGBANK, DRAFT...)")
     elif not isinstance(ask, str) or not ask or not ask.isascii() or " " in ask:
         err("ask", f"must be a non-empty ASCII string without spaces, got {ask!r}")
+    ask_reported = len(errors) > bad_before
     values: dict[str, Any] = {"item": item} if isinstance(item, str) else {}
     for key, raw in obj.items():
-        if key in _NOT_VALUES:
+        if key in _NOT_VALUES or key == "item" or (key == "ask" and ask_reported):
             continue
         if not isinstance(key, str) or not _KEY_RE.match(key):
             err(str(key), "not a slot name (lowercase letters, digits and _, starting with a letter)")

@@ -1,0 +1,1 @@
+"""Unit tests: no network, no services."""

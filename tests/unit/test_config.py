@@ -1,0 +1,167 @@
+"""Configuration: the YAML file, GK_ overrides with ``__``, one error naming a bad key, secrets never shown."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gatekeeper.config import ConfigError, Settings, load_settings
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "gatekeeper.example.yaml"
+SECRET = "s3cr3t-Pa55word"
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tests see no GK_ variable of the environment they run in (a developer's shell, make test)."""
+    import os
+
+    for name in list(os.environ):
+        if name.startswith("GK_"):
+            monkeypatch.delenv(name)
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "gk.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_example_file_loads() -> None:
+    s = load_settings(EXAMPLE)
+    assert s.kafka.bootstrap_servers == "127.0.0.1:9092"
+    assert s.redis.key_prefix == "gk"
+    [route] = s.routes
+    assert (route.input, route.output, route.dead_letter, route.alerts) == (
+        "agents.pay",
+        "agents.pay.checked",
+        "agents.pay.dlq",
+        "agents.pay.alerts",
+    )
+    assert route.mode == "enforce" and route.profile == "pay"
+    assert route.senders == ["scheduler", "payer", "coordinator", "desk"]
+    assert s.route("agents.pay") is route
+
+
+def test_defaults_without_a_file() -> None:
+    s = load_settings(None)
+    assert isinstance(s, Settings) and s.routes == [] and s.redis.url.startswith("redis://")
+
+
+def test_config_file_from_gk_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GK_CONFIG", str(EXAMPLE))
+    assert load_settings().routes[0].input == "agents.pay"
+
+
+def test_environment_overrides_the_file_with_double_underscore(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GK_REDIS__URL", "redis://redis.internal:6380/2")
+    monkeypatch.setenv("GK_KAFKA__SECURITY__PROTOCOL", "SSL")
+    monkeypatch.setenv("GK_KAFKA__MAX_BATCH", "50")
+    monkeypatch.setenv("GK_GRACE_SECONDS", "2.5")
+    s = load_settings(EXAMPLE)
+    assert s.redis.url == "redis://redis.internal:6380/2"
+    assert s.redis.key_prefix == "gk"  # the file's other redis keys stay
+    assert s.kafka.security.protocol == "SSL"
+    assert s.kafka.max_batch == 50
+    assert s.grace_seconds == 2.5
+    assert s.routes[0].input == "agents.pay"
+
+
+def test_keyword_overrides_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GK_LOG_LEVEL", "ERROR")
+    assert load_settings(EXAMPLE, log_level="DEBUG").log_level == "DEBUG"
+
+
+def test_an_unknown_key_is_one_error_naming_it(tmp_path: Path) -> None:
+    path = _write(tmp_path, "redis:\n  pasword: x\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    text = str(info.value)
+    assert "redis.pasword: unknown key" in text
+    assert str(path) in text
+    assert "Traceback" not in text and "pydantic" not in text.lower()
+
+
+def test_a_bad_value_names_its_key(tmp_path: Path) -> None:
+    path = _write(tmp_path, "kafka:\n  max_batch: 0\nredis:\n  url: http://localhost\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert "kafka.max_batch" in str(info.value)
+    assert "redis.url" in str(info.value)
+
+
+def test_a_bad_environment_value_names_its_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GK_REDIS__RETENTION_SECONDS", "soon")
+    with pytest.raises(ConfigError, match=r"redis\.retention_seconds"):
+        load_settings(None)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("redis: [unclosed\n", "not valid YAML"),
+        ("- a\n- b\n", "must be a mapping"),
+    ],
+)
+def test_unusable_files(tmp_path: Path, text: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_settings(_write(tmp_path, text))
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_secrets_never_in_repr_str_or_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(
+        tmp_path,
+        "redis:\n"
+        f"  password: {SECRET}\n"
+        "kafka:\n"
+        "  security:\n"
+        "    protocol: SASL_SSL\n"
+        "    sasl_mechanism: PLAIN\n"
+        "    sasl_username: gk\n"
+        f"    sasl_password: {SECRET}\n",
+    )
+    s = load_settings(path)
+    assert s.redis.password is not None and s.redis.password.get_secret_value() == SECRET
+    for shown in (repr(s), str(s), repr(s.redis), str(s.kafka.security), s.model_dump_json(), str(s.model_dump())):
+        assert SECRET not in shown
+    # an error elsewhere in a file that holds secrets does not show them
+    bad = _write(tmp_path, f"redis:\n  password: {SECRET}\n  retention_seconds: -1\n  bogus: {SECRET}\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(bad)
+    assert SECRET not in str(info.value) and "redis.bogus" in str(info.value)
+    # a secret of the wrong shape is refused without being echoed
+    wrong = _write(tmp_path, f"redis:\n  password: [{SECRET}]\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(wrong)
+    assert SECRET not in str(info.value) and "redis.password" in str(info.value)
+    monkeypatch.setenv("GK_REDIS__PASSWORD", SECRET)
+    monkeypatch.setenv("GK_REDIS__TLS", "maybe")
+    with pytest.raises(ConfigError) as info:
+        load_settings(None)
+    assert SECRET not in str(info.value) and "redis.tls" in str(info.value)
+
+
+def test_unknown_route() -> None:
+    s = load_settings(EXAMPLE)
+    with pytest.raises(ConfigError, match=r"unknown route 'agents\.nope' \(routes: agents\.pay\)"):
+        s.route("agents.nope")
+    with pytest.raises(ConfigError, match="none configured"):
+        load_settings(None).route("agents.pay")
+
+
+def test_a_route_with_an_unknown_profile(tmp_path: Path) -> None:
+    text = EXAMPLE.read_text().replace("profile: pay ", "profile: nosuch ")
+    with pytest.raises(ConfigError, match=r"route agents\.pay: profile"):
+        load_settings(_write(tmp_path, text))
+
+
+def test_two_routes_on_one_topic(tmp_path: Path) -> None:
+    route = "{input: a, output: b, dead_letter: c, alerts: d, profile: pay}"
+    with pytest.raises(ConfigError, match="more than one route"):
+        load_settings(_write(tmp_path, f"routes: [{route}, {route}]\n"))
