@@ -119,8 +119,11 @@ ensure_kafka_libs() {
         tmp="$KAFKA_HOME/libs.tmp.$$"
         rm -rf "$tmp"
         cp "$POM" "$KAFKA_HOME/pom.xml"
-        (cd "$KAFKA_HOME" && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
-            -DoutputDirectory="$tmp" 8>&- 9>&- >&2) || die "Maven could not fetch the Kafka jars (see above)"
+        if ! (cd "$KAFKA_HOME" && mvn -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime \
+            -DoutputDirectory="$tmp" </dev/null >"$KAFKA_HOME/mvn.log" 2>&1 8>&- 9>&-); then
+            grep -E 'ERROR|FAIL' "$KAFKA_HOME/mvn.log" | tail -n 20 >&2 || true
+            die "Maven could not fetch the Kafka jars; see $KAFKA_HOME/mvn.log"
+        fi
         rm -rf "$LIBS"
         mv "$tmp" "$LIBS"
         echo "$want" >"$KAFKA_HOME/pom.sha256"
