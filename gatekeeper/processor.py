@@ -16,8 +16,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rwcore import Problem, parse_line
-
 from gatekeeper.policy import (
     BindingChange,
     ConversationState,
@@ -32,6 +30,7 @@ from gatekeeper.policy import (
 )
 from gatekeeper.policy.gate import screen
 from gatekeeper.store import Store, StoreError
+from rwcore import Problem, parse_line
 
 MAX_CLAIM_ROUNDS = 5
 
@@ -48,7 +47,7 @@ class Line:
 
 def _record_key(value: bytes, route: RoutePolicy) -> RecordKey | None:
     """The (item, ask) of a line that is an HO, so its record and binding are loaded with the batch."""
-    text, problems = screen(value, route.max_line_bytes)
+    text, _ = screen(value, route.max_line_bytes)
     if text is None or " HO " not in text[:8]:
         return None
     msg = parse_line(text, route.profile).message

@@ -12,17 +12,6 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from rwcore import (
-    Message,
-    Problem,
-    ThreadTracker,
-    dn_check,
-    ho_check,
-    parse_line,
-    rb_check,
-    translation_check,
-)
-
 from gatekeeper.policy.gate import screen
 from gatekeeper.policy.model import (
     AFFIRMATIVE,
@@ -53,6 +42,15 @@ from gatekeeper.policy.state import (
     ReadbackEntry,
     Record,
     RecordKey,
+)
+from rwcore import (
+    Message,
+    Problem,
+    dn_check,
+    ho_check,
+    parse_line,
+    rb_check,
+    translation_check,
 )
 
 REPLY_TYPES = frozenset({"RB", "AN", "DN", "UN", "FL", "CX"})
@@ -313,7 +311,7 @@ class _Decider:
 
     # ------------------------------------------------------------ HO
 
-    def _on_HO(self, ho: Message) -> Decision:  # noqa: N802 - named after the message type
+    def _on_HO(self, ho: Message) -> Decision:
         exp = ho.slots.get("exp")
         if _expired(exp, self.now_rw):
             return self._dead(
@@ -405,7 +403,7 @@ class _Decider:
 
     # ------------------------------------------------------------ RB
 
-    def _on_RB(self, rb: Message) -> Decision:  # noqa: N802
+    def _on_RB(self, rb: Message) -> Decision:
         ho_entry = self.state.handoffs.get(rb.re or "")
         if ho_entry is None:
             return self._hold_or(
@@ -481,7 +479,7 @@ class _Decider:
 
     # ------------------------------------------------------------ AN
 
-    def _on_AN(self, an: Message) -> Decision:  # noqa: N802
+    def _on_AN(self, an: Message) -> Decision:
         val = str(an.slots.get("val"))
         target = self.state.lines.get(an.re or "")
         affirmative = val in AFFIRMATIVE
@@ -572,7 +570,7 @@ class _Decider:
 
     # ------------------------------------------------------------ DN, UN, FL
 
-    def _on_DN(self, dn: Message) -> Decision:  # noqa: N802
+    def _on_DN(self, dn: Message) -> Decision:
         ho_entry = self.state.handoffs.get(dn.re or "")
         if ho_entry is None:
             return self._hold_or(
@@ -585,9 +583,7 @@ class _Decider:
         result = dn_check(ho, dn, self.route.profile, plan_rb)
         problems = list(result.problems)
         if plan_rb is None:
-            problems.extend(
-                self._resolved_problems(ho, dn, ho_entry.record, "executed", "DN", "executed")
-            )
+            problems.extend(self._resolved_problems(ho, dn, ho_entry.record, "executed", "DN", "executed"))
         ran = dn.slots.get("out") != "NOOP"
         if ho_entry.exec_ask and _asks_exec(ho) and ran and ho_entry.cleared_by is None:
             problems.append(
@@ -606,10 +602,10 @@ class _Decider:
             return self._decision(Verdict.ALERT, Reason.CHECK_DN, problems, result.notes, effects=effects)
         return self._decision(Verdict.FORWARD, None, notes=result.notes, effects=effects)
 
-    def _on_UN(self, msg: Message) -> Decision:  # noqa: N802
+    def _on_UN(self, msg: Message) -> Decision:
         return self._close_without_act(msg)
 
-    def _on_FL(self, msg: Message) -> Decision:  # noqa: N802
+    def _on_FL(self, msg: Message) -> Decision:
         return self._close_without_act(msg)
 
     def _close_without_act(self, msg: Message) -> Decision:
@@ -633,7 +629,7 @@ class _Decider:
 
     # ------------------------------------------------------------ CX
 
-    def _on_CX(self, cx: Message) -> Decision:  # noqa: N802
+    def _on_CX(self, cx: Message) -> Decision:
         ho_entry = self.state.handoffs.get(cx.re or "")
         if ho_entry is None:
             return self._hold_or(
@@ -657,7 +653,7 @@ class _Decider:
 
     # ------------------------------------------------------------ ST
 
-    def _on_ST(self, st: Message) -> Decision:  # noqa: N802
+    def _on_ST(self, st: Message) -> Decision:
         problems = translation_check(st, self.route.profile)
         if problems:
             return self._dead(Reason.TRANSLATION, *problems)
@@ -684,8 +680,7 @@ class _Decider:
 
     def _thread_problems(self, msg: Message) -> list[Problem]:
         """What the thread tracker would raise if this line were fed: closed twice, done after a cancel."""
-        probe = ThreadTracker.from_state(self.state.tracker.to_state())
-        return list(probe.feed(msg, self.state.seq + 1))
+        return list(self.state.tracker.probe(msg, self.state.seq + 1))
 
     def _release(self, entry: HandoffEntry) -> list[Effect]:
         if not entry.bound:

@@ -7,9 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rwcore import Message, Problem, Profile
-
 from gatekeeper.policy.state import HandoffEntry, LineEntry, ReadbackEntry, Record, RecordKey
+from rwcore import Message, Problem, Profile
 
 
 class Verdict(enum.StrEnum):
@@ -160,8 +159,9 @@ class Release:
     ho: str
 
 
-Effect = RememberLine | OpenHandoff | Supersede | RecordReadback | PassReadback | RefuseReadback | Clear
-Effect = Effect | FeedThread | Bind | Release
+Effect = (
+    RememberLine | OpenHandoff | Supersede | RecordReadback | PassReadback | RefuseReadback | Clear | FeedThread | Bind
+) | Release
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,9 @@ def snapshot(world: World) -> str:
 
 @settings(max_examples=150, deadline=None)
 @given(lines=conversations, data=st.data())
-def test_redelivering_a_suffix_gives_the_same_verdicts_and_state(lines: list[tuple[str, str]], data: st.DataObject) -> None:
+def test_redelivering_a_suffix_gives_the_same_verdicts_and_state(
+    lines: list[tuple[str, str]], data: st.DataObject
+) -> None:
     once = pay_world(hold_seconds=0.0)
     verdicts = run(lines, once)
     crashed_at = data.draw(st.integers(0, len(lines)), label="crashed after")

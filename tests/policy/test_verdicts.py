@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gatekeeper.policy import RESERVED_ID_MIN, Reason, Record, RecordKey, Verdict
-from tests.policy.world import ACK, AN, CX, DN, HO, NOW, RB, RECORD, World, epoch, pay_world
+from tests.policy.world import ACK, AN, CX, DN, HO, NOW, RB, RECORD, World, core_world, epoch, pay_world
 
 KEY = RecordKey("inv:MD-2026-057", "PAY")
 
@@ -77,7 +77,7 @@ def test_an_id_reused_for_a_different_line_is_refused_and_changes_nothing() -> N
     w = pay_world()
     w.send(HO)
     before = w.state().to_dict()
-    d = w.send(HO.replace("pay rb=exec", "pay rb=exec pri=1"))
+    d = w.send(HO.replace("rb=exec", "rb=exec pri=1"))
     assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.DUPLICATE_ID)
     assert d.effects == () and w.state().to_dict() == before
 
@@ -130,7 +130,7 @@ def test_an_exec_ask_without_a_record_has_no_record() -> None:
 
 
 def test_a_non_exec_ask_without_a_record_is_forwarded() -> None:
-    d = World().send("RW1 HO research-1 from=research to=writer item=gh:crox/site#42 ask=DRAFT due=20261002")
+    d = core_world().send("RW1 HO research-1 from=research to=writer item=gh:crox/site#42 ask=DRAFT due=20261002")
     assert d.verdict is Verdict.FORWARD
 
 
@@ -320,7 +320,7 @@ DRAFT_RB = (
 
 
 def test_a_comprehension_readback_that_contradicts_the_withheld_length_fails() -> None:
-    w = World(policy=pay_world().policy).add(DRAFT_RECORD)
+    w = core_world().add(DRAFT_RECORD)
     assert w.send(DRAFT_HO).verdict is Verdict.FORWARD
     d = w.send(DRAFT_RB.format(len="150w"))
     assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.CHECK_RB)
@@ -328,7 +328,7 @@ def test_a_comprehension_readback_that_contradicts_the_withheld_length_fails() -
 
 
 def test_a_comprehension_readback_that_matches_passes() -> None:
-    w = World().add(DRAFT_RECORD)
+    w = core_world().add(DRAFT_RECORD)
     w.send(DRAFT_HO)
     assert w.send(DRAFT_RB.format(len="120w")).verdict is Verdict.FORWARD
 

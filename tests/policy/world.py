@@ -6,8 +6,6 @@ import calendar
 import time
 from dataclasses import dataclass, field
 
-from rwcore import get_profile
-
 from gatekeeper.policy import (
     ConversationState,
     Decision,
@@ -19,6 +17,7 @@ from gatekeeper.policy import (
     apply,
     decide,
 )
+from rwcore import get_profile
 
 # The seed's payment (specification section 8, "Before an irreversible act").
 HO = (
@@ -108,8 +107,28 @@ class World:
         return d
 
 
+def core_world(**kw: object) -> World:
+    """A route under the core vocabulary only (any agent names)."""
+    return World(policy=route(profile=get_profile(None), **kw))
+
+
 def pay_world(**kw: object) -> World:
     return World(policy=route(**kw)).add(RECORD)
 
 
-__all__ = ["ACK", "AN", "CX", "DN", "HO", "NOW", "RB", "RECORD", "Mode", "World", "epoch", "pay_world", "route"]
+__all__ = [
+    "ACK",
+    "AN",
+    "CX",
+    "DN",
+    "HO",
+    "NOW",
+    "RB",
+    "RECORD",
+    "Mode",
+    "World",
+    "core_world",
+    "epoch",
+    "pay_world",
+    "route",
+]
