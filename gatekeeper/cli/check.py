@@ -214,15 +214,17 @@ def check(
         typer.Option("--records", "-r", metavar="RECORDS.json", help="The approved records (JSON or JSON lines)."),
     ] = None,
     profile: Annotated[
-        str | None, typer.Option("--profile", "-p", help=f"The route's profile [default: {DEFAULT_PROFILE}].")
+        str | None, typer.Option("--profile", "-p", help=f"The route's profile \\[default: {DEFAULT_PROFILE}].")
     ] = None,
     now: Annotated[
         str | None,
-        typer.Option("--now", metavar="YYYYMMDDTHHMMZ", help="Fix the clock (UTC) [default: the current time]."),
+        typer.Option("--now", metavar="YYYYMMDDTHHMMZ", help="Fix the clock (UTC) \\[default: the current time]."),
     ] = None,
     output_format: Annotated[
         str | None,
-        typer.Option("--format", "-f", metavar="jsonl|table", help="[default: table on a terminal, else jsonl]"),
+        typer.Option(
+            "--format", "-f", metavar="jsonl|table", help="The output \\[default: table on a terminal, else jsonl]."
+        ),
     ] = None,
     route: Annotated[
         str | None,

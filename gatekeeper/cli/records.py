@@ -43,10 +43,10 @@ LOAD_EPILOG = """\
   [cyan]gatekeeper records load config/records.example.json --config gk.yaml[/cyan]
   [cyan]gatekeeper records load approvals.jsonl --profile pay --supersede[/cyan]
 
-The file is one JSON object mapping each item to a record (or a list of records), or JSON lines with an
-[cyan]item[/cyan] each. A record holds the values the handoff must carry, as written on the line
-([cyan]ask[/cyan], [cyan]to[/cyan], the profile's slots), optionally [cyan]resolved[/cyan] (values the receiver
-resolves itself, e.g. [cyan]{"prev": "..."}[/cyan]) and [cyan]expect_acc[/cyan] (withheld comprehension criteria).
+The file is one JSON object mapping each item to a record (or a list of records), or JSON lines with an item each.
+A record holds the values the handoff must carry, as written on the line (ask, to, the profile's slots), optionally
+"resolved" (values the receiver resolves itself, e.g. {"prev": "..."}) and "expect_acc" (withheld comprehension
+criteria). See config/records.example.json.
 
 A record that already exists for its (item, ask) is refused unless --supersede: the others are loaded, the refused
 ones are named, and the exit status is 1. A bad file loads nothing (exit 2). Redis unreachable: exit 3.
