@@ -143,12 +143,18 @@ def test_unreadable_file_is_an_error_not_a_traceback(tmp_path: Path, capsys: pyt
     assert main(["lint", str(tmp_path)]) == 1
 
 
+_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _python_m(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rwcore", *args], capture_output=True, text=True, check=False, timeout=120, cwd=_ROOT
+    )
+
+
 def test_python_dash_m() -> None:
     line = "RW1 HO research-01 from=research to=writer item=gh:crox/site#42 ask=DRAFT"
-    r = subprocess.run(
-        [sys.executable, "-m", "rwcore", "validate", line], capture_output=True, text=True, check=False, timeout=60
-    )
-    assert r.returncode == 0
-    assert r.stdout == _run(ref_main, ["validate", line])[1]
-    r = subprocess.run([sys.executable, "-m", "rwcore"], capture_output=True, text=True, check=False, timeout=60)
-    assert r.returncode == 2
+    r = _python_m("validate", line)
+    assert (r.returncode, r.stdout, r.stderr) == (0, _run(ref_main, ["validate", line])[1], "")
+    r = _python_m()
+    assert r.returncode == 2, r.stderr
