@@ -393,3 +393,21 @@ def test_records_commands_with_redis_down(tmp_path: Any) -> None:
     assert res.exit_code == 3
     assert res.stderr.startswith("gatekeeper: error: redis redis://127.0.0.1:")
     assert "Traceback" not in res.output
+
+
+def test_client_from_settings_tls_and_credentials() -> None:
+    """No connection is made: the client is configured from the settings (TLS upgrades redis:// to rediss://)."""
+    from pydantic import SecretStr
+
+    from gatekeeper.config import ConfigError
+    from gatekeeper.redis_store import client_from_settings, redacted_url
+
+    client = client_from_settings(
+        RedisSettings(url="redis://h:6380/0", tls=True, username="gk", password=SecretStr("pw"), tls_ca_file="ca.pem")
+    )
+    kwargs = client.connection_pool.connection_kwargs
+    assert client.connection_pool.connection_class.__name__ == "SSLConnection"
+    assert (kwargs["username"], kwargs["password"], kwargs["ssl_ca_certs"]) == ("gk", "pw", "ca.pem")
+    with pytest.raises(ConfigError, match="unix"):
+        client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", tls=True))
+    assert redacted_url("rediss://user:secret@host:1/0") == "rediss://host:1/0"
