@@ -1,0 +1,143 @@
+"""Masking sensitive slot values wherever the gatekeeper writes text of its own: headers, alerts and logs.
+
+A sensitive value (the slots ``acct``, ``prev``, ``addr`` and any a profile lists in ``sensitive``) is shown as
+``****`` followed by its last characters, enough for an operator to tell two accounts apart and no more::
+
+    40-12-88/61102938  ->  ****2938        (12 characters or more: the last 4)
+    GB29NWBK           ->  ****WBK         (7 to 11: the last 3)
+    12345              ->  ****45          (5 or 6: the last 2)
+    1234               ->  ****            (4 or fewer: nothing)
+
+What is masked:
+
+- a line: every ``key=value`` token of a sensitive slot, in the head and in the tail, and every other occurrence in
+  the line of a value found that way (a value quoted in the tail);
+- a problem: ``expected`` and ``got`` when its slot is sensitive, and any sensitive value (of the line, or the
+  problem's own expected/got) inside its ``message``;
+- free text: the same, against the sensitive values collected from the line and its problems.
+
+The record itself is never masked: the forwarded or dead-lettered value stays whole (replay needs it). Masking is
+for the text the gatekeeper adds beside it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from rwcore import Problem
+
+#: Masked under every profile; a profile's ``sensitive`` adds to these.
+DEFAULT_SENSITIVE = frozenset({"acct", "prev", "addr"})
+MASK = "****"
+
+_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=([^\s]+)")
+
+
+def mask_value(value: str) -> str:
+    """``40-12-88/61102938`` -> ``****2938``: the mask and the last 2-4 characters (none for short values)."""
+    n = len(value)
+    if n >= 12:
+        keep = 4
+    elif n >= 7:
+        keep = 3
+    elif n >= 5:
+        keep = 2
+    else:
+        keep = 0
+    return MASK + (value[-keep:] if keep else "")
+
+
+def _split_list(value: str) -> list[str]:
+    return [part for part in value.split("+") if part]
+
+
+@dataclass(frozen=True, slots=True)
+class Masker:
+    """Masks text against a set of sensitive slots and the sensitive values seen so far."""
+
+    slots: frozenset[str] = DEFAULT_SENSITIVE
+    values: frozenset[str] = frozenset()
+
+    @classmethod
+    def for_slots(cls, slots: Collection[str] = ()) -> Masker:
+        return cls(slots=DEFAULT_SENSITIVE | frozenset(slots))
+
+    def learn(self, values: Iterable[str | None]) -> Masker:
+        """A masker that also masks these values wherever they occur (values shorter than 4 are not learnt:
+        masking every ``12`` in a text would hide more than it protects)."""
+        new = {v for v in values if v and len(v) >= 4}
+        for v in list(new):
+            new.update(p for p in _split_list(v) if len(p) >= 4)
+        return Masker(self.slots, self.values | frozenset(new)) if new - self.values else self
+
+    def learn_line(self, text: str) -> Masker:
+        """Learn the sensitive values of a line's ``key=value`` tokens."""
+        return self.learn(m.group(2) for m in _TOKEN_RE.finditer(text) if m.group(1) in self.slots)
+
+    def learn_problems(self, problems: Iterable[Problem]) -> Masker:
+        found: list[str | None] = []
+        for p in problems:
+            if p.slot is not None and p.slot in self.slots:
+                found.extend((p.expected, p.got))
+        return self.learn(found)
+
+    def text(self, text: str) -> str:
+        """Mask sensitive ``key=value`` tokens, then every known sensitive value, in ``text``."""
+
+        def token(m: re.Match[str]) -> str:
+            if m.group(1) in self.slots:
+                return f"{m.group(1)}={_mask_list(m.group(2))}"
+            return m.group(0)
+
+        out = _TOKEN_RE.sub(token, text)
+        for v in sorted(self.values, key=len, reverse=True):
+            if v in out:
+                out = out.replace(v, mask_value(v))
+        return out
+
+    def value(self, slot: str | None, value: str | None) -> str | None:
+        if value is None:
+            return None
+        if slot is not None and slot in self.slots:
+            return _mask_list(value)
+        return self.text(value)
+
+    def problem(self, p: Problem) -> Problem:
+        return Problem(
+            code=p.code,
+            message=self.text(p.message),
+            tier=p.tier,
+            slot=p.slot,
+            expected=self.value(p.slot, p.expected),
+            got=self.value(p.slot, p.got),
+        )
+
+    def problems(self, problems: Iterable[Problem]) -> tuple[Problem, ...]:
+        return tuple(self.problem(p) for p in problems)
+
+
+def _mask_list(value: str) -> str:
+    if "+" in value:
+        return "+".join(mask_value(p) for p in value.split("+"))
+    return mask_value(value)
+
+
+def masker_for(line: str | bytes | None, problems: Iterable[Problem] = (), slots: Collection[str] = ()) -> Masker:
+    """A masker that knows the sensitive values of ``line`` and ``problems`` under ``slots`` (plus the defaults)."""
+    m = Masker.for_slots(slots)
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    if line:
+        m = m.learn_line(line)
+    return m.learn_problems(problems)
+
+
+def mask_line(line: str | bytes, slots: Collection[str] = ()) -> str:
+    """A line as it may appear in a log, a header or an alert."""
+    text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
+    return masker_for(text, (), slots).text(text)
+
+
+__all__ = ["DEFAULT_SENSITIVE", "MASK", "Masker", "mask_line", "mask_value", "masker_for"]
