@@ -1,0 +1,109 @@
+"""Prometheus metrics of the gatekeeper, on a registry of their own (``/metrics`` serves only these).
+
+Every name has the ``gatekeeper_`` prefix; counters end in ``_total``, durations in ``_seconds``. Labels come from
+closed sets only: route (the configured input topics), message type (the profile's types, or ``none`` for a line
+that did not parse), verdict, reason (``policy.Reason``), outcome kind, Kafka operation, topic and partition number
+of an assigned partition. Never a conversation, an id, an item or a value.
+
+=============================================  =========  ==========================================================
+metric                                         type       labels / meaning
+=============================================  =========  ==========================================================
+``gatekeeper_lines_total``                     counter    route, type, verdict: lines decided (held lines count once,
+                                                          when decided)
+``gatekeeper_dead_letters_total``              counter    route, reason: lines dead-lettered
+``gatekeeper_alerts_total``                    counter    route, reason: alerts raised
+``gatekeeper_dry_run_would_dead_letter_total`` counter    route, reason: dry-run lines enforce mode would dead-letter
+``gatekeeper_repeated_total``                  counter    route: lines answered from their stored first decision
+``gatekeeper_held_total``                      counter    route: lines held for the first time (reply before handoff)
+``gatekeeper_held_lines``                      gauge      route: lines in the hold buffer now (held and queued)
+``gatekeeper_outcomes_total``                  counter    route, kind (output, dead-letter, alert): records produced
+``gatekeeper_outcomes_trimmed_total``          counter    route, kind: outcomes trimmed to fit their topic
+``gatekeeper_check_seconds``                   histogram  route: deciding one batch (one Redis load + save)
+``gatekeeper_line_seconds``                    histogram  route: one line, from consumed to its outcome acknowledged
+``gatekeeper_batch_size``                      histogram  route: lines per decided batch
+``gatekeeper_redis_errors_total``              counter    store operations that failed (Redis unavailable)
+``gatekeeper_kafka_errors_total``              counter    operation (connect, fetch, produce, commit, transaction)
+``gatekeeper_consumer_lag``                    gauge      topic, partition: records not yet consumed (high water
+                                                          mark minus position)
+``gatekeeper_committed_offset``                gauge      topic, partition: the last committed offset
+``gatekeeper_assigned_partitions``             gauge      partitions assigned to this instance
+``gatekeeper_ready``                           gauge      1 when Kafka and Redis answer and the group is joined
+``gatekeeper_info``                            gauge      version: always 1
+=============================================  =========  ==========================================================
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from gatekeeper import __version__
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+
+
+class Metrics:
+    """The gatekeeper's metrics, registered on ``registry`` (a new one by default: two gatekeepers in one process,
+    as in tests, never share a metric)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
+        self.lines = Counter("gatekeeper_lines", "Lines decided.", ["route", "type", "verdict"], registry=r)
+        self.dead_letters = Counter("gatekeeper_dead_letters", "Lines dead-lettered.", ["route", "reason"], registry=r)
+        self.alerts = Counter("gatekeeper_alerts", "Alerts raised.", ["route", "reason"], registry=r)
+        self.would_dead_letter = Counter(
+            "gatekeeper_dry_run_would_dead_letter",
+            "Dry-run lines that enforce mode would dead-letter.",
+            ["route", "reason"],
+            registry=r,
+        )
+        self.repeated = Counter(
+            "gatekeeper_repeated", "Lines answered from their stored first decision.", ["route"], registry=r
+        )
+        self.held = Counter("gatekeeper_held", "Lines held for the first time.", ["route"], registry=r)
+        self.held_lines = Gauge("gatekeeper_held_lines", "Lines in the hold buffer.", ["route"], registry=r)
+        self.outcomes = Counter("gatekeeper_outcomes", "Outcome records produced.", ["route", "kind"], registry=r)
+        self.trimmed = Counter(
+            "gatekeeper_outcomes_trimmed", "Outcomes trimmed to fit their topic.", ["route", "kind"], registry=r
+        )
+        self.check_seconds = Histogram(
+            "gatekeeper_check_seconds", "Deciding one batch.", ["route"], buckets=LATENCY_BUCKETS, registry=r
+        )
+        self.line_seconds = Histogram(
+            "gatekeeper_line_seconds",
+            "One line from consumed to its outcome acknowledged.",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "gatekeeper_batch_size", "Lines per decided batch.", ["route"], buckets=BATCH_BUCKETS, registry=r
+        )
+        self.redis_errors = Counter("gatekeeper_redis_errors", "Store operations that failed.", registry=r)
+        self.kafka_errors = Counter(
+            "gatekeeper_kafka_errors", "Kafka operations that failed.", ["operation"], registry=r
+        )
+        self.lag = Gauge("gatekeeper_consumer_lag", "Records not yet consumed.", ["topic", "partition"], registry=r)
+        self.committed = Gauge(
+            "gatekeeper_committed_offset", "The last committed offset.", ["topic", "partition"], registry=r
+        )
+        self.assigned = Gauge("gatekeeper_assigned_partitions", "Partitions assigned.", registry=r)
+        self.ready = Gauge("gatekeeper_ready", "1 when ready.", registry=r)
+        self.info = Gauge("gatekeeper_info", "The gatekeeper's version.", ["version"], registry=r)
+        self.info.labels(version=__version__).set(1)
+
+    def forget_partition(self, topic: str, partition: int) -> None:
+        """A revoked partition's gauges go away (they would freeze at their last value otherwise)."""
+        for gauge in (self.lag, self.committed):
+            with contextlib.suppress(KeyError):
+                gauge.remove(topic, str(partition))
+
+    def exposition(self) -> tuple[bytes, str]:
+        """The text exposition of every metric, and its content type."""
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+__all__ = ["Metrics"]
