@@ -54,6 +54,10 @@ class Store(Protocol):
 
     async def binding(self, key: RecordKey) -> str | None: ...
 
+    async def ping(self) -> bool:
+        """True when the store answers; raises ``StoreError`` when it cannot be reached (readiness)."""
+        ...
+
 
 class MemoryStore:
     """The Store in a process's memory: for unit tests, ``gatekeeper check`` and dry runs. States are kept as their
@@ -109,6 +113,9 @@ class MemoryStore:
 
     async def binding(self, key: RecordKey) -> str | None:
         return self._bindings.get(key)
+
+    async def ping(self) -> bool:
+        return True
 
     def state(self, route: str, conversation: str) -> ConversationState | None:
         raw = self._states.get((route, conversation))
