@@ -38,14 +38,16 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from dataclasses import replace as _replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from rwcore._errors import CodeInfo
 from rwcore._types import CheckResult, Message, Problem
 
 if TYPE_CHECKING:
     from rwcore._profiles import Profile
 
-__all__ = ["STATE_VERSION", "HandoffView", "ThreadTracker", "check_thread", "now_utc", "thread_check"]
+__all__ = ["STATE_VERSION", "THREAD_CODES", "HandoffView", "ThreadTracker", "check_thread", "now_utc", "thread_check"]
 
 #: The version of ``ThreadTracker.to_state``'s format. ``from_state`` refuses any other.
 STATE_VERSION = 1
@@ -56,6 +58,20 @@ CLOSERS = frozenset({"DN", "UN", "FL"})
 _TIME_RE = re.compile(r"^\d{8}T\d{4}Z$")
 
 _TIER = "thread"
+
+#: Every code the closing rule puts in a Problem (tier ``thread``), for ``rwcore.PROBLEM_CODES``.
+THREAD_CODES: Mapping[str, CodeInfo] = MappingProxyType(
+    {
+        "thread-invalid-line": CodeInfo(_TIER, "problem", "a line of the conversation does not parse"),
+        "thread-cancel-wrong-agent": CodeInfo(_TIER, "problem", "a CX not from the HO's sender to its receiver"),
+        "thread-closed-twice": CodeInfo(_TIER, "problem", "an HO closed by more than one DN, UN or FL"),
+        "thread-done-after-cancel": CodeInfo(_TIER, "problem", "a DN reports the act done after the HO's first CX"),
+        "thread-orphaned": CodeInfo(_TIER, "problem", "an HO still open past its exp= or its due= date"),
+        "thread-cancel-no-handoff": CodeInfo(_TIER, "problem", "a CX whose re= names no HO in the thread"),
+        "thread-cancel-unacked": CodeInfo(_TIER, "note", "a CX the receiver has not acknowledged with AN val=Y"),
+        "thread-open": CodeInfo(_TIER, "note", "an HO open and in time"),
+    }
+)
 
 
 def now_utc() -> str:

@@ -27,17 +27,28 @@ from __future__ import annotations
 
 import decimal
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from rwcore._errors import CodeInfo
 from rwcore._types import Message, Problem, SlotValue
 
 if TYPE_CHECKING:
     from rwcore._profiles import Profile
 
-__all__ = ["TRANSLATION_PROFILES", "translation_check"]
+__all__ = ["TRANSLATION_CODES", "TRANSLATION_PROFILES", "translation_check"]
 
 _TIER = "translation"
+
+#: Every code the translation rules put in a Problem (tier ``translation``), for ``rwcore.PROBLEM_CODES``.
+TRANSLATION_CODES: Mapping[str, CodeInfo] = MappingProxyType(
+    {
+        "translation-missing-src": CodeInfo(_TIER, "problem", "an ST about a source document without src="),
+        "translation-missing-slot": CodeInfo(_TIER, "problem", "an invoice line without amt, cur or kind"),
+        "translation-net-vat": CodeInfo(_TIER, "problem", "kind=GROSS and net + vat is not amt (or not a number)"),
+    }
+)
 _INVOICE_SLOTS = ("amt", "cur", "kind")
 
 

@@ -10,7 +10,7 @@ import rogerwilco as rw
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rwcore._thread import STATE_VERSION, HandoffView, ThreadTracker, check_thread
+from rwcore._thread import STATE_VERSION, THREAD_CODES, HandoffView, ThreadTracker, check_thread
 from rwcore._types import Message, Problem
 
 NOW = "20261012T1000Z"
@@ -374,6 +374,10 @@ def test_tracker_equals_reference(lines: list[str], now: str) -> None:
     streamed = _feed(t, _items(lines))
     got = t.report(now)
     assert got.compat() == want
+    for p in got.problems:
+        assert THREAD_CODES[p.code].kind == "problem" and p.tier == "thread"
+    for n in got.notes:
+        assert THREAD_CODES[n.code].kind == "note" and n.tier == "thread"
     # what feed streamed is what the report holds, bar the count in a close listed more than twice
     report_codes = {p.code for p in got.problems}
     assert {p.code for p in streamed} <= report_codes

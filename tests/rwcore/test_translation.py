@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rwcore._profiles import get_profile
-from rwcore._translation import TRANSLATION_PROFILES, translation_check
+from rwcore._translation import TRANSLATION_CODES, TRANSLATION_PROFILES, translation_check
 from rwcore._types import Message
 
 GOOD = (
@@ -128,3 +128,4 @@ def test_sum_is_exact_for_any_money(net: decimal.Decimal, vat: decimal.Decimal, 
     )
     problems = translation_check(msg, "pay")
     assert bool(problems) == (delta != 0)
+    assert all(p.code in TRANSLATION_CODES and p.tier == "translation" for p in problems)
