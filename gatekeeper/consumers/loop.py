@@ -1,0 +1,1058 @@
+"""The worker: consume every route's input, decide in batches, produce the outcomes, then commit.
+
+    gk = Gatekeeper(load_settings("gk.yaml"), install_signals=True)
+    await gk.run()              # until SIGTERM/SIGINT, or gk.request_stop(), or the stop event is set
+
+One consumer in the group ``kafka.group_id`` reads every route's input topic (manual commits, ``earliest``). Per
+``getmany`` batch, per route, ``Processor.process`` decides the lines in order (one Redis load, one save); the
+outcomes go out through an idempotent producer (``acks=all``), keyed by the original key; only when every produce of
+the batch is acknowledged are the offsets committed (the next offset to read, per partition). Checkpoint order, as
+quix-streams does it: flush the producer, then commit.
+
+**Nothing is lost.** A partition's committed offset never passes a record whose outcome is not acknowledged: not one
+in flight, not one held (``holds.py``: a reply whose handoff is not known yet is held, the partition moves on, the
+commit watermark stays at the held offset). Offsets are committed after every batch, when partitions are revoked
+(the in-flight batch finishes first), and before the consumer stops.
+
+**Infrastructure trouble is not a bad line.** Redis unavailable (``StoreError``), the broker refusing or timing out a
+produce or a commit: the partitions are paused, the same batch is retried with exponential backoff (capped), and
+``/readyz`` says why it is not ready. No line is dead-lettered because a dependency failed. A retried batch gets the
+same verdicts (the first decisions are stored before any outcome is produced).
+
+**An outcome too large for its topic** is the line's fault: what the gatekeeper added is trimmed (see
+``outcomes.py``), before sending when the topic's ``max.message.bytes`` is known, and after a refusal otherwise.
+The partition never blocks on it.
+
+**Stopping** (SIGTERM, SIGINT, ``request_stop()``) has two stages: intake stops and the in-flight batch drains for up
+to ``grace_seconds``; then it is cancelled. Either way the acknowledged offsets are committed before the consumer
+stops, and the producer, the store and the HTTP server are closed. A second signal skips the grace period. Held lines
+are not waited for: their offsets are not committed, so the next run consumes them again.
+
+**Exactly-once** (``kafka.transactional``): a batch's outcomes and its offsets are one Kafka transaction
+(``send_offsets_to_transaction``); the consumer reads ``read_committed``.
+
+Errors: ``Unavailable`` (Kafka or Redis not reachable within the startup time), ``FatalError`` (this instance must
+stop: fenced by another with the same ``transactional_id``, or a bug). Both derive from ``GatekeeperError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import signal
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+from aiokafka.errors import (
+    CommitFailedError,
+    KafkaError,
+    MessageSizeTooLargeError,
+    ProducerFenced,
+    RecordTooLargeError,
+)
+
+from gatekeeper.config import ConfigError, Route, Settings
+from gatekeeper.consumers.holds import TP, HoldBuffer, Pending, Watermarks, lowest_offsets, merge_lowest
+from gatekeeper.consumers.kafka import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    make_consumer,
+    make_producer,
+    topic_limits,
+)
+from gatekeeper.consumers.outcomes import Outcome, Source, Targets, build
+from gatekeeper.http import HttpServer
+from gatekeeper.masking import mask_line
+from gatekeeper.metrics import Metrics
+from gatekeeper.policy import Decision, Mode, RoutePolicy, Verdict
+from gatekeeper.processor import QUEUED, Line, Processor
+from gatekeeper.store import Store, StoreError
+from rwcore import get_profile
+
+log = logging.getLogger(__name__)
+
+BACKOFF_MIN = 0.2  # seconds, the first retry after an infrastructure error
+BACKOFF_MAX = 10.0  # the cap of the exponential backoff
+PROBE_INTERVAL = 5.0  # how often an idle gatekeeper checks that Kafka and Redis still answer (readiness)
+LAG_INTERVAL = 2.0  # how often the consumer lag gauges are refreshed
+MAX_HELD = 10_000  # held lines beyond this pause intake until the hold buffer drains
+
+
+class GatekeeperError(Exception):
+    """The root of the worker's errors."""
+
+
+class Unavailable(GatekeeperError):
+    """Kafka or Redis could not be reached within the startup time."""
+
+
+class FatalError(GatekeeperError):
+    """This instance must stop (fenced by another producer with its transactional id, or an unexpected error)."""
+
+
+class _ProduceTimeout(Exception):
+    """Produce acknowledgements did not arrive within the request timeout (the broker is unavailable)."""
+
+
+def conversation_of(key: bytes | None, headers: Iterable[tuple[str, bytes]], header: str | None) -> str | None:
+    """The conversation of a record: its key (UTF-8), else the route's conversation header, else None (the decision
+    then dead-letters the line ``no-conversation``)."""
+    if key:
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if header is not None:
+        for name, value in headers:
+            if name == header and value:
+                try:
+                    return value.decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+    return None
+
+
+def route_policy(route: Route, settings: Settings) -> RoutePolicy:
+    """What the decision needs to know about a configured route."""
+    return RoutePolicy(
+        name=route.input,
+        profile=get_profile(route.profile, extra_dirs=settings.all_profile_dirs()),
+        mode=Mode(route.mode),
+        senders=None if route.senders is None else frozenset(route.senders),
+        hold_seconds=route.hold_seconds,
+        max_line_bytes=route.max_line_bytes,
+    )
+
+
+@dataclass(slots=True)
+class _Route:
+    config: Route
+    policy: RoutePolicy
+    processor: Processor
+    targets: Targets
+    sensitive: frozenset[str]
+
+
+@dataclass(slots=True, eq=False)
+class _Send:
+    outcome: Outcome
+    line: Pending
+    route: str
+    fut: asyncio.Future[Any] | None = None
+    acked: bool = False
+    solo: bool = False  # sent alone (after a size refusal shared with others)
+
+
+@dataclass(slots=True, eq=False)
+class _Batch:
+    lines: list[Pending]
+    decisions: dict[int, Decision] = field(default_factory=dict)
+    decided_routes: set[str] = field(default_factory=set)
+    sends: list[_Send] | None = None
+    held: list[tuple[Pending, str | None]] = field(default_factory=list)
+    done: list[tuple[Pending, Decision]] = field(default_factory=list)
+    attempts: int = 0
+
+
+def _tp(tp: TP) -> TopicPartition:
+    return TopicPartition(tp[0], tp[1])
+
+
+def _too_large(exc: BaseException) -> bool:
+    return isinstance(exc, MessageSizeTooLargeError | RecordTooLargeError)
+
+
+def _failure(fut: asyncio.Future[Any] | None) -> BaseException | None:
+    """The exception of a completed produce future (None: acknowledged)."""
+    assert fut is not None and fut.done()
+    if fut.cancelled():
+        return asyncio.CancelledError()
+    return fut.exception()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class ServiceStore(Store, Protocol):
+    """The daemon's store: the Store protocol, plus a readiness probe and a close (``RedisStore`` has both)."""
+
+    async def ping(self) -> bool: ...
+
+    async def close(self) -> None: ...
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
+    def __init__(self, gk: Gatekeeper) -> None:
+        self.gk = gk
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self.gk._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self.gk._on_assigned(assigned)
+
+
+class Gatekeeper:
+    """The daemon. ``run()`` until stopped; ``request_stop()`` (or the signals, or ``stop_event``) stops it.
+
+    ``store`` defaults to ``RedisStore(settings.redis)`` (closed on exit; an injected store is not). ``http=False``
+    serves no ``/metrics`` (tests); ``install_signals`` handles SIGTERM/SIGINT (the CLI; not in tests);
+    ``on_listening(url)`` is called once the HTTP server listens. ``startup_timeout`` bounds how long Kafka and
+    Redis are retried at startup; ``retry_interval`` how often held lines are decided again (default: a tenth of
+    the shortest ``hold_seconds``, between 0.05 and 1 s).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: ServiceStore | None = None,
+        metrics: Metrics | None = None,
+        stop_event: asyncio.Event | None = None,
+        install_signals: bool = False,
+        http: bool = True,
+        startup_timeout: float = 60.0,
+        retry_interval: float | None = None,
+        clock: Callable[[], float] = time.time,
+        on_listening: Callable[[str], None] | None = None,
+    ) -> None:
+        if not settings.routes:
+            raise ConfigError("routes: no route configured; the gatekeeper has nothing to consume")
+        self.settings = settings
+        self.metrics = metrics if metrics is not None else Metrics()
+        if store is None:
+            from gatekeeper.redis_store import RedisStore
+
+            store = RedisStore(settings.redis)
+            self._owns_store = True
+        else:
+            self._owns_store = False
+        self._store: ServiceStore = store
+        self._stop = stop_event if stop_event is not None else asyncio.Event()
+        self._install_signals = install_signals
+        self._startup_timeout = startup_timeout
+        self._clock = clock
+        self._on_listening = on_listening
+        self._routes: dict[str, _Route] = {}
+        for r in settings.routes:
+            policy = route_policy(r, settings)
+            self._routes[r.input] = _Route(
+                config=r,
+                policy=policy,
+                processor=Processor(self._store, policy),
+                targets=Targets(r.output, r.dead_letter, r.alerts, r.input, r.mode == "dry-run"),
+                sensitive=frozenset(policy.profile.sensitive),
+            )
+        self._hold_seconds = {name: rt.config.hold_seconds for name, rt in self._routes.items()}
+        if retry_interval is None:
+            shortest = min(self._hold_seconds.values())
+            retry_interval = min(1.0, max(0.05, shortest / 10))
+        self._holds = HoldBuffer(retry_interval)
+        self._watermarks = Watermarks()
+        self._lock = asyncio.Lock()
+        self._batch: _Batch | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+        self._producer: AIOKafkaProducer | None = None
+        self._limits: dict[str, int] = {}
+        self._max_batch_size = 16384
+        self._work: asyncio.Task[None] | None = None
+        self._failures = 0
+        self._paused_for: set[str] = set()
+        self._started = False
+        self._joined = False
+        self._assigned: set[TP] = set()
+        self._kafka_error: str | None = None
+        self._redis_error: str | None = None
+        self._next_probe = 0.0
+        self._next_lag = 0.0
+        self._signals: list[signal.Signals] = []
+        self.http = HttpServer(settings.http.host, settings.http.port, self.metrics, self.readiness) if http else None
+
+    # ------------------------------------------------------------------------------------------------ public
+
+    @property
+    def store(self) -> ServiceStore:
+        return self._store
+
+    @property
+    def held(self) -> int:
+        return len(self._holds)
+
+    def request_stop(self) -> None:
+        """Stage 1: stop intake and drain (up to ``grace_seconds``). Called again: stage 2, cancel now."""
+        if self._stop.is_set():
+            if self._work is not None and not self._work.done():
+                log.warning("second stop request: cancelling the in-flight batch")
+                self._work.cancel()
+            return
+        log.info("stopping: intake stopped, draining", extra={"grace_seconds": self.settings.grace_seconds})
+        self._stop.set()
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, detail) for ``/readyz``."""
+        if self._stop.is_set():
+            return False, {"reason": "stopping"}
+        if not self._started:
+            return False, {"reason": "starting: connecting to Kafka and Redis"}
+        if self._redis_error is not None:
+            return False, {"reason": "redis unavailable", "error": self._redis_error}
+        if self._kafka_error is not None:
+            return False, {"reason": "kafka unavailable", "error": self._kafka_error}
+        if not self._joined:
+            return False, {"reason": "consumer group not joined yet"}
+        return True, {"partitions": len(self._assigned), "held": len(self._holds)}
+
+    async def run(self) -> None:
+        """Run until stopped. Raises ``Unavailable`` when Kafka or Redis cannot be reached within the startup time,
+        ``FatalError`` when this instance must stop."""
+        loop = asyncio.get_running_loop()
+        if self._install_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                try:
+                    loop.add_signal_handler(sig, self.request_stop)
+                    self._signals.append(sig)
+                except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
+                    pass
+        self._update_ready()
+        try:
+            if self.http is not None:
+                await self.http.start()
+                log.info("serving /metrics, /healthz, /readyz", extra={"url": self.http.url})
+                if self._on_listening is not None:
+                    self._on_listening(self.http.url)
+            if not await self._startup():
+                return
+            self._work = asyncio.create_task(self._work_loop(), name="gatekeeper-work")
+            stopped = asyncio.create_task(self._stop.wait())
+            try:
+                await asyncio.wait({self._work, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if not self._work.done():
+                    done, _ = await asyncio.wait({self._work}, timeout=self.settings.grace_seconds)
+                    if not done:
+                        log.warning("grace period over: cancelling the in-flight batch")
+                        self._work.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._work
+            finally:
+                stopped.cancel()
+                if not self._work.done():
+                    self._work.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, Exception):
+                        await self._work
+        finally:
+            await asyncio.shield(self._shutdown())
+
+    # ------------------------------------------------------------------------------------------------ startup
+
+    async def _startup(self) -> bool:
+        """Connect to Redis and Kafka, retrying with backoff until the startup time runs out. False: stopped."""
+        deadline = time.monotonic() + self._startup_timeout
+        attempt = 0
+        while True:
+            if self._stop.is_set():
+                return False
+            try:
+                await asyncio.wait_for(self.store.ping(), timeout=5.0)
+                self._redis_error = None
+                break
+            except (StoreError, TimeoutError) as exc:
+                self.metrics.redis_errors.inc()
+                self._redis_error = _describe(exc)
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise Unavailable(f"redis is unavailable: {_describe(exc)}") from exc
+                log.warning("redis unavailable, retrying", extra={"error": _describe(exc), "attempt": attempt})
+                await self._sleep(min(self._backoff(attempt), max(0.0, deadline - time.monotonic())))
+        outputs = {
+            t for rt in self._routes.values() for t in (rt.config.output, rt.config.dead_letter, rt.config.alerts)
+        }
+        attempt = 0
+        while True:
+            if self._stop.is_set():
+                return False
+            try:
+                await self._start_kafka(outputs)
+                self._kafka_error = None
+                break
+            except KafkaError as exc:
+                self.metrics.kafka_errors.labels(operation="connect").inc()
+                self._kafka_error = _describe(exc)
+                await self._close_kafka()
+                attempt += 1
+                if time.monotonic() >= deadline:
+                    raise Unavailable(
+                        f"kafka at {self.settings.kafka.bootstrap_servers} is unavailable: {_describe(exc)}"
+                    ) from exc
+                log.warning("kafka unavailable, retrying", extra={"error": _describe(exc), "attempt": attempt})
+                await self._sleep(min(self._backoff(attempt), max(0.0, deadline - time.monotonic())))
+        self._started = True
+        self._update_ready()
+        log.info(
+            "gatekeeper started",
+            extra={
+                "routes": sorted(self._routes),
+                "group": self.settings.kafka.group_id,
+                "transactional": self.settings.kafka.transactional,
+            },
+        )
+        return True
+
+    async def _start_kafka(self, outputs: set[str]) -> None:
+        kafka = self.settings.kafka
+        limits = await topic_limits(kafka, outputs)
+        self._limits = limits
+        missing = sorted(outputs - set(limits))
+        if missing:
+            log.warning("output topics not described (missing?)", extra={"topics": missing})
+        smallest = min([*limits.values(), DEFAULT_MAX_MESSAGE_BYTES])
+        self._max_batch_size = max(1024, min(16384, smallest - 128))
+        self._producer = make_producer(kafka, max_batch_size=self._max_batch_size)
+        await self._producer.start()
+        self._consumer = make_consumer(kafka, self._routes, listener=_Rebalance(self))
+        await self._consumer.start()
+
+    async def _close_kafka(self) -> None:
+        consumer, producer = self._consumer, self._producer
+        self._consumer = self._producer = None
+        for client in (consumer, producer):
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(client.stop(), timeout=10.0)
+
+    # ------------------------------------------------------------------------------------------------ the loop
+
+    async def _work_loop(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._batch is not None:
+                    await self._backoff_wait()
+                    if self._stop.is_set():
+                        break
+                    await self._attempt()
+                    continue
+                await self._housekeeping()
+                now = self._clock()
+                records = await self._fetch(self._fetch_timeout(now))
+                now = self._clock()
+                lines = self._holds.plan(self._intake(records, now), now)
+                if lines:
+                    self._batch = _Batch(lines)
+                    await self._attempt()
+                elif records or self._holds:
+                    self._gauge_held()
+        except ProducerFenced as exc:
+            raise FatalError(f"another producer with transactional id took over: {exc}") from exc
+        except (asyncio.CancelledError, GatekeeperError):
+            raise
+        except Exception as exc:
+            log.exception("the worker failed")
+            raise FatalError(f"the worker failed: {_describe(exc)}") from exc
+
+    def _fetch_timeout(self, now: float) -> int:
+        timeout = self.settings.kafka.batch_timeout_ms
+        due = self._holds.next_due()
+        if due is not None:
+            timeout = min(timeout, max(0, int((due - now) * 1000)))
+        return timeout
+
+    async def _fetch(self, timeout_ms: int) -> dict[TopicPartition, list[Any]]:
+        assert self._consumer is not None
+        try:
+            records: dict[TopicPartition, list[Any]] = await self._consumer.getmany(
+                timeout_ms=timeout_ms, max_records=self.settings.kafka.max_batch
+            )
+            return records
+        except KafkaError as exc:
+            self.metrics.kafka_errors.labels(operation="fetch").inc()
+            self._kafka_failed("fetch", exc)
+            await self._sleep(self._backoff(self._failures))
+            return {}
+
+    def _intake(self, records: Mapping[TopicPartition, Sequence[Any]], now: float) -> list[Pending]:
+        out: list[Pending] = []
+        for tp, recs in records.items():
+            rt = self._routes[tp.topic]
+            for r in recs:
+                self._watermarks.consumed((tp.topic, tp.partition), r.offset)
+                headers = tuple((str(k), bytes(v) if v is not None else b"") for k, v in (r.headers or ()))
+                source = Source(
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    offset=r.offset,
+                    value=r.value if r.value is not None else b"",
+                    key=r.key,
+                    timestamp=r.timestamp,
+                    headers=headers,
+                )
+                conv = conversation_of(r.key, headers, rt.config.conversation_header)
+                out.append(Pending.of(source, tp.topic, conv, now))
+        return out
+
+    async def _attempt(self) -> None:
+        """Decide, produce and commit the current batch. Infrastructure errors leave it current (retried after a
+        backoff, partitions paused)."""
+        async with self._lock:
+            b = self._batch
+            if b is None:
+                return
+            b.attempts += 1
+            try:
+                await self._decide(b)
+                if self.settings.kafka.transactional:
+                    await self._produce_transaction(b)
+                else:
+                    await self._produce(b)
+            except StoreError as exc:
+                self.metrics.redis_errors.inc()
+                self._redis_error = _describe(exc)
+                self._failed("redis", exc)
+                return
+            except ProducerFenced:
+                raise
+            except (KafkaError, _ProduceTimeout) as exc:
+                self.metrics.kafka_errors.labels(
+                    operation="transaction" if self.settings.kafka.transactional else "produce"
+                ).inc()
+                self._kafka_failed("produce", exc)
+                self._failed("kafka", exc)
+                return
+            self._finish(b)
+            self._batch = None
+            self._recovered()
+            if not self.settings.kafka.transactional:
+                await self._commit()
+
+    # ------------------------------------------------------------------------------------------------ decide
+
+    async def _decide(self, b: _Batch) -> None:
+        now = self._clock()
+        by_route: dict[str, list[int]] = {}
+        for i, p in enumerate(b.lines):
+            by_route.setdefault(p.route, []).append(i)
+        for name, idxs in by_route.items():
+            if name in b.decided_routes:
+                continue
+            rt = self._routes[name]
+            lines = [
+                Line(b.lines[i].conversation, b.lines[i].source.value, first_seen=b.lines[i].first_seen) for i in idxs
+            ]
+            started = time.perf_counter()
+            decisions = await rt.processor.process(lines, now)
+            self.metrics.check_seconds.labels(route=name).observe(time.perf_counter() - started)
+            self.metrics.batch_size.labels(route=name).observe(len(lines))
+            for i, d in zip(idxs, decisions, strict=True):
+                b.decisions[i] = d
+            b.decided_routes.add(name)
+        self._redis_error = None
+        if b.sends is None:
+            self._build_sends(b, now)
+
+    def _build_sends(self, b: _Batch, now: float) -> None:
+        sends: list[_Send] = []
+        for i, p in enumerate(b.lines):
+            d = b.decisions[i]
+            if d.verdict is Verdict.HOLD:
+                queued = any(pr.code == QUEUED for pr in d.problems)
+                awaits = None if queued or d.message is None else d.message.re
+                b.held.append((p, awaits))
+                if not p.held and not queued:
+                    self.metrics.held.labels(route=p.route).inc()
+                continue
+            rt = self._routes[p.route]
+            for o in build(d, p.source, rt.targets, conversation=p.conversation, sensitive=rt.sensitive, now=now):
+                fitted = self._fit(o)
+                if fitted is not None:
+                    sends.append(_Send(fitted, p, p.route))
+            b.done.append((p, d))
+        b.sends = sends
+
+    def _limit(self, topic: str) -> int:
+        return min(self._limits.get(topic, DEFAULT_MAX_MESSAGE_BYTES), DEFAULT_MAX_MESSAGE_BYTES)
+
+    def _fit(self, outcome: Outcome) -> Outcome | None:
+        """Trim an outcome until it fits its topic's ``max.message.bytes`` (as far as the limit is known)."""
+        current: Outcome | None = outcome
+        while current is not None and current.size > self._limit(current.topic):
+            current = current.trimmed()
+        if current is None:
+            self._dropped(outcome)
+        elif current.level:
+            self._trimmed(current)
+        return current
+
+    def _trimmed(self, o: Outcome) -> None:
+        route = o.source.topic
+        self.metrics.trimmed.labels(route=route, kind=o.kind.value).inc()
+        log.warning(
+            "outcome trimmed to fit its topic",
+            extra={"route": route, "topic": o.topic, "level": o.level, "offset": o.source.offset},
+        )
+
+    def _dropped(self, o: Outcome) -> None:
+        log.error(
+            "an outcome does not fit its topic even trimmed to its coordinates: not produced; the input record "
+            "is still at its coordinates",
+            extra={
+                "route": o.source.topic,
+                "topic": o.topic,
+                "partition": o.source.partition,
+                "offset": o.source.offset,
+            },
+        )
+        self.metrics.trimmed.labels(route=o.source.topic, kind="dropped").inc()
+
+    # ------------------------------------------------------------------------------------------------ produce
+
+    async def _send(self, s: _Send) -> None:
+        producer = await self._ensure_producer()
+        o = s.outcome
+        try:
+            s.fut = await producer.send(o.topic, o.value, key=o.key, headers=list(o.headers))
+        except (MessageSizeTooLargeError, RecordTooLargeError) as exc:  # refused before it left
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            fut.set_exception(exc)
+            s.fut = fut
+
+    async def _send_all(self, sends: Sequence[_Send]) -> list[tuple[_Send, BaseException]]:
+        """Send what is not acknowledged yet (a send still in flight from a previous attempt is waited for, not
+        repeated) and wait for the acknowledgements. Returns the failures; raises ``_ProduceTimeout`` when the
+        acknowledgements do not come within the request timeout."""
+        timeout = self.settings.kafka.request_timeout_ms / 1000
+        todo = [s for s in sends if not s.acked]
+        group = [s for s in todo if not s.solo]
+        for s in group:
+            if s.fut is None or (s.fut.done() and _failure(s.fut) is not None):
+                await self._send(s)
+        futs = [s.fut for s in group if s.fut is not None]
+        if futs:
+            _, pending = await asyncio.wait(futs, timeout=timeout)
+            if pending:
+                raise _ProduceTimeout(f"{len(pending)} of {len(futs)} produce requests not acknowledged in {timeout}s")
+        failures: list[tuple[_Send, BaseException]] = []
+        for s in group:
+            exc = _failure(s.fut)
+            if exc is None:
+                s.acked = True
+            else:
+                failures.append((s, exc))
+        # Records sent alone, in their order; the first refusal stops the rest, so the order on a partition holds.
+        for s in (s for s in todo if s.solo):
+            if s.fut is None or _failure(s.fut) is not None:
+                await self._send(s)
+            assert s.fut is not None
+            _, pending = await asyncio.wait([s.fut], timeout=timeout)
+            if pending:
+                raise _ProduceTimeout(f"a produce request not acknowledged in {timeout}s")
+            exc = _failure(s.fut)
+            if exc is not None:
+                failures.append((s, exc))
+                break
+            s.acked = True
+        return failures
+
+    def _after_size_refusals(self, b: _Batch, refused: Sequence[_Send]) -> None:
+        """A refusal shared by several records (one producer batch) may be one record's fault: each is sent alone
+        first; a record refused alone is trimmed one level further."""
+        alone = len(refused) == 1
+        for s in refused:
+            s.fut = None
+            if s.solo or alone:
+                nxt = s.outcome.trimmed()
+                if nxt is None:
+                    self._dropped(s.outcome)
+                    s.acked = True  # nothing more can be done: counted, logged, and never blocking the partition
+                    continue
+                s.outcome = nxt
+                self._trimmed(nxt)
+            s.solo = True
+
+    async def _produce(self, b: _Batch) -> None:
+        assert b.sends is not None
+        while True:
+            failures = await self._send_all(b.sends)
+            if not failures:
+                self._kafka_error = None
+                return
+            # a failed produce may leave the idempotent producer's sequence numbers out of step: start a new one
+            await self._reset_producer()
+            refused = [s for s, exc in failures if _too_large(exc)]
+            if refused:
+                self._after_size_refusals(b, refused)
+            others = [exc for _, exc in failures if not _too_large(exc)]
+            for s, _ in failures:
+                s.fut = None
+            if others:
+                exc = others[0]
+                if isinstance(exc, KafkaError):
+                    raise exc
+                raise KafkaError(_describe(exc))
+
+    async def _produce_transaction(self, b: _Batch) -> None:
+        assert b.sends is not None
+        group_id = self.settings.kafka.group_id
+        while True:
+            producer = await self._ensure_producer()
+            open_lowest = merge_lowest(self._holds.lowest(), lowest_offsets(p for p, _ in b.held))
+            offsets = self._assigned_only(self._watermarks.committable(open_lowest))
+            for s in b.sends:
+                s.acked, s.fut = False, None
+            try:
+                await producer.begin_transaction()
+                failures = await self._send_all(b.sends)
+                if failures:
+                    raise _TransactionFailed(failures)
+                if offsets:
+                    await asyncio.wait_for(
+                        producer.send_offsets_to_transaction({_tp(tp): off for tp, off in offsets.items()}, group_id),
+                        timeout=self.settings.kafka.request_timeout_ms / 1000,
+                    )
+                await asyncio.wait_for(
+                    producer.commit_transaction(), timeout=self.settings.kafka.request_timeout_ms / 1000
+                )
+            except ProducerFenced:
+                raise
+            except _TransactionFailed as failed:
+                await self._abort_and_reset()
+                refused = [s for s, exc in failed.failures if _too_large(exc)]
+                if refused:
+                    self._after_size_refusals(b, refused)
+                others = [exc for _, exc in failed.failures if not _too_large(exc)]
+                if others:
+                    first = others[0]
+                    raise (first if isinstance(first, KafkaError) else KafkaError(_describe(first))) from None
+                continue
+            except (KafkaError, _ProduceTimeout, TimeoutError) as exc:
+                await self._abort_and_reset()
+                if isinstance(exc, TimeoutError):
+                    raise _ProduceTimeout("the transaction did not complete in time") from exc
+                raise
+            self._watermarks.committed(offsets)
+            self._committed_gauges(offsets)
+            self._kafka_error = None
+            return
+
+    async def _abort_and_reset(self) -> None:
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._producer.abort_transaction(), timeout=5.0)
+        await self._reset_producer()
+
+    async def _reset_producer(self) -> None:
+        """Replace the producer (a fresh producer id: sequence numbers in step again; a transactional one fences
+        its predecessor). Sends still in flight on the old one are sent again by the next attempt."""
+        old = self._producer
+        self._producer = None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(old.stop(), timeout=5.0)
+        await self._ensure_producer()
+
+    async def _ensure_producer(self) -> AIOKafkaProducer:
+        """The producer, started (a new one when the last reset could not start one)."""
+        if self._producer is not None:
+            return self._producer
+        producer = make_producer(self.settings.kafka, max_batch_size=self._max_batch_size)
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), timeout=5.0)
+            raise
+        self._producer = producer
+        return producer
+
+    # ------------------------------------------------------------------------------------------------ finish, commit
+
+    def _finish(self, b: _Batch) -> None:
+        now = self._clock()
+        self._holds.hold(b.held, now, self._hold_seconds)
+        m = self.metrics
+        for s in b.sends or ():
+            if s.acked:
+                m.outcomes.labels(route=s.route, kind=s.outcome.kind.value).inc()
+        for p, d in b.done:
+            rt = self._routes[p.route]
+            name = p.route
+            typ = d.message.type if d.message is not None else "none"
+            dry = rt.targets.dry_run
+            dead = d.verdict is Verdict.DEAD_LETTER
+            verdict = Verdict.FORWARD.value if dead and dry else d.verdict.value
+            m.lines.labels(route=name, type=typ, verdict=verdict).inc()
+            m.line_seconds.labels(route=name).observe(max(0.0, now - p.first_seen))
+            reason = d.reason.value if d.reason is not None else "none"
+            if d.repeated:
+                m.repeated.labels(route=name).inc()
+            if dead and dry:
+                m.would_dead_letter.labels(route=name, reason=reason).inc()
+            elif dead:
+                m.dead_letters.labels(route=name, reason=reason).inc()
+            if d.alerts:
+                m.alerts.labels(route=name, reason=reason).inc()
+            if dead or d.alerts:
+                self._log_decision(p, d, rt, dry)
+        self._gauge_held()
+
+    def _log_decision(self, p: Pending, d: Decision, rt: _Route, dry: bool) -> None:
+        level = logging.WARNING if d.alerts else logging.INFO
+        what = "alert" if d.alerts and d.verdict is not Verdict.DEAD_LETTER else "dead-letter"
+        if dry and d.verdict is Verdict.DEAD_LETTER:
+            what = "would dead-letter (dry-run)"
+        log.log(
+            level,
+            f"line {what}",
+            extra={
+                "route": p.route,
+                "reason": d.reason.value if d.reason is not None else None,
+                "conversation": p.conversation,
+                "id": d.message.id if d.message is not None else None,
+                "partition": p.source.partition,
+                "offset": p.source.offset,
+                "repeated": d.repeated,
+                "line": mask_line(p.source.value[:512], rt.sensitive),
+                "problems": [pr.code for pr in d.problems],
+            },
+        )
+
+    def _assigned_only(self, offsets: Mapping[TP, int]) -> dict[TP, int]:
+        if self._consumer is None:
+            return {}
+        assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
+        return {tp: off for tp, off in offsets.items() if tp in assigned}
+
+    async def _commit(self, tps: Iterable[TP] | None = None) -> bool:
+        """Commit the watermark of every partition (or ``tps``) that moved. False when the commit failed."""
+        if self.settings.kafka.transactional or self._consumer is None:
+            return True
+        in_flight = lowest_offsets(self._batch.lines) if self._batch is not None else {}
+        offsets = self._assigned_only(self._watermarks.committable(merge_lowest(self._holds.lowest(), in_flight), tps))
+        if not offsets:
+            return True
+        try:
+            await asyncio.wait_for(
+                self._consumer.commit({_tp(tp): off for tp, off in offsets.items()}),
+                timeout=self.settings.kafka.request_timeout_ms / 1000,
+            )
+        except CommitFailedError as exc:
+            self.metrics.kafka_errors.labels(operation="commit").inc()
+            log.warning("commit refused: the group rebalanced", extra={"error": _describe(exc)})
+            return False
+        except (KafkaError, TimeoutError) as exc:
+            self.metrics.kafka_errors.labels(operation="commit").inc()
+            self._kafka_failed("commit", exc)
+            return False
+        self._watermarks.committed(offsets)
+        self._committed_gauges(offsets)
+        return True
+
+    def _committed_gauges(self, offsets: Mapping[TP, int]) -> None:
+        for (topic, partition), off in offsets.items():
+            self.metrics.committed.labels(topic=topic, partition=str(partition)).set(off)
+
+    # ------------------------------------------------------------------------------------------------ rebalance
+
+    async def _on_revoked(self, revoked: Iterable[TopicPartition]) -> None:
+        tps = {(tp.topic, tp.partition) for tp in revoked}
+        if not tps:
+            return
+        locked = False
+        try:
+            await asyncio.wait_for(self._lock.acquire(), timeout=max(1.0, self.settings.grace_seconds))
+            locked = True
+        except TimeoutError:
+            log.warning("partitions revoked while a batch is stuck: not committing them", extra={"n": len(tps)})
+        try:
+            if locked:
+                await self._commit(tps)
+            b = self._batch
+            if b is not None and any(p.tp in tps for p in b.lines):
+                keep = [p for p in b.lines if p.tp not in tps]
+                self._batch = _Batch(keep) if keep else None
+            dropped = self._holds.drop(tps)
+            self._watermarks.forget(tps)
+            for topic, partition in tps:
+                self.metrics.forget_partition(topic, partition)
+            self._assigned -= tps
+            self.metrics.assigned.set(len(self._assigned))
+            self._gauge_held()
+            log.info("partitions revoked", extra={"partitions": len(tps), "held_dropped": len(dropped)})
+        finally:
+            if locked:
+                self._lock.release()
+
+    async def _on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
+        tps = list(assigned)
+        self._assigned = {(tp.topic, tp.partition) for tp in tps}
+        self._joined = True
+        self.metrics.assigned.set(len(self._assigned))
+        if self._paused_for and self._consumer is not None and tps:
+            self._consumer.pause(*tps)
+        self._update_ready()
+        log.info("partitions assigned", extra={"partitions": len(tps)})
+
+    # ------------------------------------------------------------------------------------------------ trouble
+
+    def _backoff(self, failures: int) -> float:
+        base = min(BACKOFF_MAX, BACKOFF_MIN * float(2 ** min(max(0, failures - 1), 16)))
+        return base * random.uniform(0.8, 1.0)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self._failures += 1
+        self._pause("backoff")
+        self._update_ready()
+        lines = len(self._batch.lines) if self._batch is not None else 0
+        log.warning(
+            f"{what} unavailable: the batch is retried",
+            extra={"error": _describe(exc), "attempt": self._failures, "lines": lines},
+        )
+
+    def _kafka_failed(self, operation: str, exc: BaseException) -> None:
+        self._kafka_error = f"{operation}: {_describe(exc)}"
+        self._update_ready()
+
+    def _recovered(self) -> None:
+        if self._failures:
+            log.info("recovered", extra={"after_attempts": self._failures})
+        self._failures = 0
+        self._redis_error = None
+        self._kafka_error = None
+        self._resume("backoff")
+        self._update_ready()
+
+    def _pause(self, why: str) -> None:
+        self._paused_for.add(why)
+        if self._consumer is not None:
+            self._consumer.pause(*self._consumer.assignment())
+
+    def _resume(self, why: str) -> None:
+        if why not in self._paused_for:
+            return
+        self._paused_for.discard(why)
+        if not self._paused_for and self._consumer is not None:
+            self._consumer.resume(*self._consumer.paused())
+
+    async def _backoff_wait(self) -> None:
+        """Wait before retrying the current batch, polling the (paused) consumer so the group keeps this member."""
+        assert self._consumer is not None
+        deadline = time.monotonic() + self._backoff(self._failures)
+        while not self._stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            started = time.monotonic()
+            try:
+                records = await self._consumer.getmany(timeout_ms=int(min(left, 1.0) * 1000))
+            except KafkaError as exc:
+                self.metrics.kafka_errors.labels(operation="fetch").inc()
+                self._kafka_failed("fetch", exc)
+                records = {}
+            for tp, recs in records.items():  # a partition assigned before it could be paused: read it again
+                if recs:
+                    self._consumer.seek(tp, recs[0].offset)
+            if records:
+                self._consumer.pause(*self._consumer.assignment())
+            if time.monotonic() - started < 0.05:
+                await self._sleep(min(left, 0.2))
+
+    async def _sleep(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, seconds))
+
+    # ------------------------------------------------------------------------------------------------ housekeeping
+
+    async def _housekeeping(self) -> None:
+        """Between batches: retry a failed commit, pause intake while the hold buffer is full, probe the services
+        now and then, refresh the lag gauges."""
+        await self._commit()
+        if len(self._holds) >= MAX_HELD:
+            if "held" not in self._paused_for:
+                log.warning("hold buffer full: intake paused", extra={"held": len(self._holds)})
+            self._pause("held")
+        else:
+            self._resume("held")
+        now = time.monotonic()
+        if now >= self._next_probe:
+            self._next_probe = now + PROBE_INTERVAL
+            await self._probe()
+        if now >= self._next_lag:
+            self._next_lag = now + LAG_INTERVAL
+            self._gauge_lag()
+
+    async def _probe(self) -> None:
+        try:
+            await asyncio.wait_for(self.store.ping(), timeout=2.0)
+            self._redis_error = None
+        except (StoreError, TimeoutError) as exc:
+            self.metrics.redis_errors.inc()
+            self._redis_error = _describe(exc)
+        if self._producer is not None:
+            try:
+                await asyncio.wait_for(self._producer.client.fetch_all_metadata(), timeout=5.0)
+                if self._kafka_error is not None and self._batch is None:
+                    self._kafka_error = None
+            except (KafkaError, TimeoutError) as exc:
+                self.metrics.kafka_errors.labels(operation="metadata").inc()
+                self._kafka_error = f"metadata: {_describe(exc)}"
+        self._update_ready()
+
+    def _gauge_lag(self) -> None:
+        if self._consumer is None:
+            return
+        for tp in self._consumer.assignment():
+            hw = self._consumer.highwater(tp)
+            pos = self._watermarks.next_offset((tp.topic, tp.partition))
+            if hw is not None and pos is not None:
+                self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, hw - pos))
+
+    def _gauge_held(self) -> None:
+        for name in self._routes:
+            self.metrics.held_lines.labels(route=name).set(self._holds.count(name))
+
+    def _update_ready(self) -> None:
+        self.metrics.ready.set(1 if self.readiness()[0] else 0)
+
+    # ------------------------------------------------------------------------------------------------ shutdown
+
+    async def _shutdown(self) -> None:
+        self._stop.set()
+        self._update_ready()
+        try:
+            if self._consumer is not None and self._started:
+                async with self._lock:
+                    await self._commit()
+        except Exception as exc:
+            log.warning("final commit failed", extra={"error": _describe(exc)})
+        await self._close_kafka()
+        if self._owns_store and self._store is not None:
+            with contextlib.suppress(Exception):
+                await self._store.close()
+        if self.http is not None:
+            await self.http.close()
+        loop = asyncio.get_running_loop()
+        for sig in self._signals:
+            with contextlib.suppress(Exception):
+                loop.remove_signal_handler(sig)
+        self._signals.clear()
+        log.info("gatekeeper stopped", extra={"held_not_committed": len(self._holds)})
+
+
+class _TransactionFailed(Exception):
+    def __init__(self, failures: list[tuple[_Send, BaseException]]) -> None:
+        super().__init__(f"{len(failures)} outcomes refused")
+        self.failures = failures
+
+
+__all__ = [
+    "FatalError",
+    "Gatekeeper",
+    "GatekeeperError",
+    "Unavailable",
+    "conversation_of",
+    "route_policy",
+]
