@@ -55,3 +55,4 @@ def main() -> None:
 # ---------------------------------------------------------------- commands: one import line each (see above)
 from gatekeeper.cli import check as _check  # noqa: E402, F401
 from gatekeeper.cli import records as _records  # noqa: E402, F401
+from gatekeeper.cli import run as _run  # noqa: E402, F401
