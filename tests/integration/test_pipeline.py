@@ -1,0 +1,298 @@
+"""The gatekeeper end to end, through the real broker and real Redis: one conversation per scenario, asserting what
+arrives on the output, dead-letter and alert topics."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gatekeeper import __version__
+from gatekeeper.policy import Record
+from tests.integration._pipeline import Collected, Pipeline, TopicFactory, make_route
+from tests.policy.world import ACK, AN, CX, DN, HO, RB, RECORD
+
+pytestmark = pytest.mark.integration
+
+ACCT = "40-12-88/61102938"
+LOOKALIKE = "40-12-88/61102983"
+
+
+def done(conversation: str, n: int) -> object:
+    return lambda got: got.count(conversation) >= n
+
+
+async def test_a_clean_payment_is_forwarded_line_by_line(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("clean", HO, RB, AN, DN)
+        got = await p.collect(done("clean", 4))
+        out = got.of("output", "clean")
+        assert [r.text for r in out] == [HO, RB, AN, DN]
+        assert got.of("dead", "clean") == [] and got.of("alerts", "clean") == []
+        first = out[0]
+        assert first.h("gk.verdict") == "forward" and first.h("gk.version") == __version__
+        assert first.h("gk.original.topic") == p.route().input
+        assert [r.h("gk.original.offset") for r in out] == ["0", "1", "2", "3"]
+        assert first.h(
+            "gk.checked.at",
+        ).endswith("Z")  # type: ignore[union-attr]
+
+
+async def test_a_swapped_digit_in_the_handoff_is_dead_lettered_never_forwarded(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    bad = HO.replace(ACCT, LOOKALIKE)
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("swap", bad, headers=[("traceparent", b"00-1-01")])
+        got = await p.collect(done("swap", 1))
+        await p.collector.settle()
+        assert got.of("output", "swap") == []
+        (dl,) = got.of("dead", "swap")
+        assert dl.value == bad.encode() and dl.key == b"swap"
+        assert dl.h("gk.reason") == "check-ho" and dl.h("gk.check") == "check_ho"
+        assert (dl.h("gk.original.topic"), dl.h("gk.original.partition"), dl.h("gk.original.offset")) == (
+            p.route().input,
+            "0",
+            "0",
+        )
+        assert dl.h("gk.attempt") == "1" and dl.h("gk.conversation") == "swap" and dl.h("gk.version") == __version__
+        assert dl.h("gk.decided.at") and dl.h("gk.tier") and dl.h("gk.original.timestamp")
+        assert dl.h("traceparent") == "00-1-01"
+        problems = json.loads(dl.h("gk.problems") or "[]")
+        assert any(pr["slot"] == "acct" for pr in problems)
+        text = dl.h("gk.problems") or ""
+        assert ACCT not in text and LOOKALIKE not in text and "****2983" in text
+
+
+async def test_an_exec_ask_without_rb_exec_is_dead_lettered(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("norb", HO.replace(" rb=exec", ""))
+        got = await p.collect(done("norb", 1))
+        (dl,) = got.of("dead", "norb")
+        assert dl.h("gk.reason") == "check-ho"
+        assert got.of("output", "norb") == []
+
+
+async def test_a_lookalike_in_the_tools_statement_and_its_clearance_are_refused(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("tool", HO, RB.replace(ACCT, LOOKALIKE), AN)
+        got = await p.collect(done("tool", 3))
+        assert [r.text for r in got.of("output", "tool")] == [HO]
+        rb, an = got.of("dead", "tool")
+        assert rb.h("gk.reason") == "check-rb" and rb.h("gk.check") == "check_rb_full"
+        assert an.h("gk.reason") == "refused-handoff"
+        assert LOOKALIKE not in (rb.h("gk.problems") or "")
+
+
+async def test_a_done_report_with_another_amount_is_forwarded_flagged_with_an_alert(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    bad_dn = DN.replace("amt=5400.00", "amt=5100.00")
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("dn", HO, RB, AN, bad_dn)
+        got = await p.collect(lambda g: g.count("dn") >= 4 and len(g.of("alerts", "dn")) >= 1)
+        out = got.of("output", "dn")
+        assert [r.text for r in out] == [HO, RB, AN, bad_dn]
+        flagged = out[-1]
+        assert flagged.h("gk.verdict") == "alert" and flagged.h("gk.reason") == "check-dn"
+        (alert,) = got.of("alerts", "dn")
+        doc = alert.doc
+        assert doc["alert"] == "check-dn" and doc["conversation"] == "dn" and doc["id"] == "payer-2"
+        assert doc["type"] == "DN" and doc["original"]["offset"] == 3 and doc["original"]["topic"] == p.route().input
+        assert ACCT not in alert.text and any(pr["slot"] == "amt" for pr in doc["problems"])
+
+
+async def test_a_done_report_after_an_acknowledged_cancel_raises_an_alert(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("cx", HO, RB, CX, ACK, DN)
+        got = await p.collect(lambda g: g.count("cx") >= 5 and len(g.of("alerts", "cx")) >= 1)
+        out = got.of("output", "cx")
+        assert [r.text for r in out] == [HO, RB, CX, ACK, DN]
+        assert out[-1].h("gk.verdict") == "alert"
+        (alert,) = got.of("alerts", "cx")
+        assert alert.doc["type"] == "DN"
+
+
+DRAFT_HO = (
+    "RW1 HO research-1 from=research to=writer item=gh:crox/site#42 ask=DRAFT due=20261002 rb=acc "
+    "keys=len+tone+must+no // hero copy"
+)
+DRAFT_RB = (
+    "RW1 RB writer-1 re=research-1 from=writer to=research item=gh:crox/site#42 ask=DRAFT due=20261002 "
+    "acc=len:150w+tone:plain+must:monday-problem+no:em-dash do=copy"
+)
+DRAFT_RECORD = Record(
+    "gh:crox/site#42",
+    "DRAFT",
+    {"to": "writer", "ask": "DRAFT", "due": "20261002"},
+    expect_acc=("len:120w", "tone:plain", "no:em-dash", "must:monday-problem"),
+)
+
+
+async def test_a_comprehension_readback_that_contradicts_the_withheld_length_is_refused(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    route = await make_route(topic_factory, profile="core")
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.store.put_record(DRAFT_RECORD)
+        await p.send("acc", DRAFT_HO, DRAFT_RB)
+        got = await p.collect(done("acc", 2))
+        assert [r.text for r in got.of("output", "acc")] == [DRAFT_HO]
+        (dl,) = got.of("dead", "acc")
+        assert dl.h("gk.reason") == "check-rb"
+        assert any(pr["tier"] == "comprehension" for pr in json.loads(dl.h("gk.problems") or "[]"))
+
+
+INVALID = {
+    "unknown-code": HO.replace("ask=PAY", "ask=PAYY").encode(),
+    "bad-money": HO.replace("amt=5400.00", "amt=5,400.00").encode(),
+    "id-shape": HO.replace("scheduler-1", "sched-1", 1).encode(),
+    "long-tail": (HO + " // " + "x" * 301).encode(),
+    "version": HO.replace("RW1", "RW2", 1).encode(),
+    "not-utf8": HO.encode() + b" // caf\xe9",
+    "two-lines": (HO + " // first\nRW1 AN scheduler-9 re=payer-1 from=scheduler to=payer val=Y").encode(),
+}
+
+
+async def test_invalid_lines_are_dead_lettered_invalid(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        for name, value in INVALID.items():
+            await p.send(f"inv-{name}", value)
+
+        def all_in(g: Collected) -> bool:
+            return all(g.count(f"inv-{name}") >= 1 for name in INVALID)
+
+        got = await p.collect(all_in)
+        for name, value in INVALID.items():
+            assert got.of("output", f"inv-{name}") == [], name
+            (dl,) = got.of("dead", f"inv-{name}")
+            assert dl.h("gk.reason") == "invalid", name
+            assert dl.value == value, name  # the original bytes, unchanged (not-UTF-8 included)
+
+
+async def test_a_sender_the_route_does_not_allow_is_dead_lettered(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    route = await make_route(topic_factory, senders=["scheduler"])
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.store.put_record(RECORD)
+        await p.send("bind", HO, RB)
+        got = await p.collect(done("bind", 2))
+        assert [r.text for r in got.of("output", "bind")] == [HO]
+        (dl,) = got.of("dead", "bind")
+        assert dl.h("gk.reason") == "sender-binding"
+
+
+async def test_one_approval_one_act_across_conversations(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("first", HO)
+        await p.collect(done("first", 1))
+        await p.send("second", HO)
+        got = await p.collect(done("second", 1))
+        assert [r.text for r in got.of("output", "first")] == [HO]
+        (dl,) = got.of("dead", "second")
+        assert dl.h("gk.reason") == "record-used"
+        assert "first/scheduler-1" in (dl.h("gk.problems") or "")
+
+
+async def test_dry_run_forwards_everything_and_marks_would_be_dead_letters(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    route = await make_route(topic_factory, mode="dry-run")
+    bad = HO.replace(ACCT, LOOKALIKE)
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.store.put_record(RECORD)
+        await p.send("dry", bad)
+        await p.send("dry-ok", HO)
+        got = await p.collect(lambda g: g.count("dry") >= 1 and g.count("dry-ok") >= 1)
+        await p.collector.settle()
+        assert got.dead == []
+        (would,) = got.of("output", "dry")
+        (ok,) = got.of("output", "dry-ok")
+        assert would.value == bad.encode() and ok.value == HO.encode()
+        assert would.h("gk.dry-run") == "true" and ok.h("gk.dry-run") == "true"
+        assert would.h("gk.would.verdict") == "dead-letter" and would.h("gk.would.reason") == "check-ho"
+        assert ok.h("gk.would.verdict") is None
+        metric = p.gatekeeper.metrics.would_dead_letter.labels(route=route["input"], reason="check-ho")
+        assert metric._value.get() == 1
+
+
+async def test_a_reply_whose_handoff_never_comes_is_held_then_refused(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    route = await make_route(topic_factory, hold_seconds=1.0)
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.store.put_record(RECORD)
+        await p.send("held", RB, AN)
+        await p.send("other", HO)  # the partition is not blocked by the held lines
+        got = await p.collect(done("other", 1))
+        assert got.count("held") == 0 and p.gatekeeper.held == 2
+        got = await p.collect(done("held", 2))
+        rb, an = got.of("dead", "held")
+        assert rb.h("gk.reason") == "unknown-handoff" and an.h("gk.reason") == "refused-handoff"
+        assert p.gatekeeper.held == 0
+
+
+async def test_a_dead_letter_too_large_for_its_topic_is_trimmed_not_blocking(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    route = await make_route(topic_factory)
+    route["dead_letter"] = await topic_factory(1, config={"max.message.bytes": "1200"})
+    bad = HO.replace(ACCT, LOOKALIKE).replace("amt=5400.00", "amt=5400.01").replace("GBP", "EUR")
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.store.put_record(RECORD)
+        await p.send("big", bad + " // " + "y" * 280)
+        await p.send("after", HO)
+        got = await p.collect(lambda g: g.count("big") >= 1 and g.count("after") >= 1)
+        (dl,) = got.of("dead", "big")
+        assert dl.h("gk.reason") == "check-ho" and dl.h("gk.original.offset") == "0"
+        assert (dl.h("gk.trimmed") or "").startswith("problems") and dl.h("gk.problems") is None
+        assert dl.value.startswith(bad.encode())
+
+
+async def test_a_refusal_by_the_broker_is_trimmed_too(
+    topic_factory: TopicFactory,
+    kafka_bootstrap: str,
+    redis_url: str,
+    redis_client: object,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The topic's limit unknown beforehand: the broker refuses, the producer is replaced, the outcome trimmed."""
+    import gatekeeper.consumers.loop as loop
+
+    async def unknown(*_: object) -> dict[str, int]:
+        return {}
+
+    monkeypatch.setattr(loop, "topic_limits", unknown)
+    route = await make_route(topic_factory)
+    route["dead_letter"] = await topic_factory(1, config={"max.message.bytes": "1200"})
+    bad = HO.replace(ACCT, LOOKALIKE).replace("amt=5400.00", "amt=5400.01").replace("GBP", "EUR")
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.store.put_record(RECORD)
+        await p.send("big", bad + " // " + "y" * 280, bad.replace("scheduler-1", "scheduler-2", 1))
+        got = await p.collect(lambda g: g.count("big") >= 2)
+        first, second = got.of("dead", "big")
+        assert first.h("gk.trimmed") and first.h("gk.original.offset") == "0"
+        assert second.h("gk.original.offset") == "1" and second.h("gk.reason") == "check-ho"
+        assert second.h("gk.problems") is not None  # its batch-mate's refusal did not trim it
+        assert p.gatekeeper.metrics.trimmed.labels(route=route["input"], kind="dead-letter")._value.get() >= 1
