@@ -21,9 +21,12 @@ from rwcore._compat import (
     PROFILES,
     canonical,
     check_dn,
+    check_dn_lines,
     check_ho,
+    check_ho_lines,
     check_rb,
     check_rb_full,
+    check_rb_lines,
     compare_acc,
     digest,
     encode,
@@ -37,7 +40,7 @@ from rwcore._compat import (
 )
 from rwcore._errors import CHECK_CODES, PARSE_CODES, PROBLEM_CODES, CodeInfo, FormError
 from rwcore._legend import legend
-from rwcore._profiles import PROFILE_PATH_ENV, Profile, TypeDef, get_profile
+from rwcore._profiles import PROFILE_PATH_ENV, Profile, TypeDef, clear_profile_cache, get_profile
 
 # the other half of rwcore (thread tracking, translation rules): rwcore/_thread.py, rwcore/_translation.py
 from rwcore._thread import HandoffView, ThreadTracker, check_thread, thread_check
@@ -65,10 +68,14 @@ __all__ = [
     "acc_check",
     "canonical",
     "check_dn",
+    "check_dn_lines",
     "check_ho",
+    "check_ho_lines",
     "check_rb",
     "check_rb_full",
+    "check_rb_lines",
     "check_thread",
+    "clear_profile_cache",
     "compare_acc",
     "digest",
     "dn_check",

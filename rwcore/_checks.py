@@ -78,6 +78,7 @@ def ho_check(ho: Message, record: Mapping[str, Any], profile: Profile) -> CheckR
     ``rb=exec``. ``record`` maps slot names (and ``to``, ``item``, ``ask``) to values as written on the line."""
     problems: list[Problem] = []
     notes: list[Problem] = []
+    profile = profile if isinstance(profile, Profile) else resolve_profile(profile)
     if ho.type != "HO":
         _pb(problems, "wrong-type", "form", f"first line is {ho.type}, expected HO", None, "HO", ho.type)
         return CheckResult(tuple(problems))
@@ -248,6 +249,7 @@ def rb_check(
     ``expect_acc`` is the sender's withheld criteria (tier 4); ``now`` the clock as ``YYYYMMDDTHHMMZ`` (default: now).
     Tier 5 uses ``profile``'s exec map. No problems means the readback passes and ownership transfers.
     """
+    profile = profile if isinstance(profile, Profile) else resolve_profile(profile)
     problems, notes = rb_problems(ho, rb, profile, expect_acc, now)
     return CheckResult(tuple(problems), tuple(notes))
 
@@ -366,6 +368,7 @@ def dn_check(ho: Message, dn: Message, profile: Profile, plan_rb: Message | None
     """Check 3, after the act: the DN answers the HO and carries every execution slot with the value the plan
     held. ``plan_rb`` is a readback the caller vouches passed (it is not re-checked here, and no clock is read);
     its slots, less the RB's own (``h eta acc do not asm p exp``), join the plan."""
+    profile = profile if isinstance(profile, Profile) else resolve_profile(profile)
     problems, go_on = dn_receipt(ho, dn)
     notes: list[Problem] = []
     if go_on:

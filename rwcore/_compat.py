@@ -1,6 +1,7 @@
 """The reference-compatible API: ``rogerwilco``'s public functions with its signatures, return shapes and wording.
 
-Code written for the reference runs by changing the import (``import rwcore as rw``). Every function here is the
+Code written for the reference runs by changing the import (``import rwcore as rw``). The ``*_lines`` variants
+return the same findings as a typed :class:`~rwcore.CheckResult`, with problem codes. Every function here is the
 typed implementation applied to lines: lines are parsed once with the compiled profile, the checks run over the
 decoded messages, and problems and notes are rendered as the reference's strings. Profile names follow the
 reference's ``load_profile`` (``None`` or ``""`` is the core; ``"core"`` itself is refused).
@@ -36,7 +37,7 @@ from rwcore._codec import canonical as _canonical
 from rwcore._errors import FormError
 from rwcore._legend import legend
 from rwcore._profiles import BUILTIN_DIR, Profile, core_data, profile_dict, reference_profile
-from rwcore._types import Message, Problem
+from rwcore._types import CheckResult, Message, Problem
 
 #: The reference's name for its profile folder; here, rwcore's own.
 PROFILES: Final[Path] = BUILTIN_DIR
@@ -47,9 +48,12 @@ __all__ = [
     "FormError",
     "canonical",
     "check_dn",
+    "check_dn_lines",
     "check_ho",
+    "check_ho_lines",
     "check_rb",
     "check_rb_full",
+    "check_rb_lines",
     "compare_acc",
     "digest",
     "encode",
@@ -162,34 +166,42 @@ def compare_acc(
     return [p.message for p in problems], [n.message for n in notes]
 
 
-def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[Message | None], list[str]]:
-    """Parse each (label, line) with the reference's profile; messages (None when invalid) and labelled errors."""
+def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[Message | None], list[Problem]]:
+    """Parse each (label, line) with the reference's profile: the messages (None when invalid) and each invalid
+    line's errors as problems (``ho-invalid``, ``rb-invalid``, ``dn-invalid``; ``got`` is the parse code)."""
     prof = reference_profile(profile)
     msgs: list[Message | None] = []
-    problems: list[str] = []
+    problems: list[Problem] = []
     for label, line in pairs:
         raw, errors, _, used = parse_raw(line, prof)
         if errors:
             msgs.append(None)
-            problems += [f"{label}: {e.message}" for e in errors]
+            problems += [_invalid(label, e) for e in errors]
         else:
             msgs.append(message_from_raw(raw, used.list_keys))
     return prof, msgs, problems
 
 
-def _strs(items: list[Problem]) -> list[str]:
-    return [p.message for p in items]
+def _invalid(label: str, e: Problem) -> Problem:
+    return Problem(f"{label.lower()}-invalid", f"{label}: {e.message}", "form", e.slot, None, e.code)
+
+
+def check_rb_lines(
+    ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None, now: str | None = None
+) -> CheckResult:
+    """:func:`check_rb_full` as a typed result (problems with codes)."""
+    prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
+    if problems or ho is None or rb is None:
+        return CheckResult(tuple(problems))
+    p, n = rb_problems(ho, rb, prof, expect_acc, now)
+    return CheckResult(tuple(p), tuple(n))
 
 
 def check_rb_full(
     ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None, now: str | None = None
 ) -> tuple[list[str], list[str]]:
     """Rule 1, five tiers plus expiry: ``(problems, notes)``; no problems means the readback passes."""
-    prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
-    if problems or ho is None or rb is None:
-        return problems, []
-    p, n = rb_problems(ho, rb, prof, expect_acc, now)
-    return _strs(p), _strs(n)
+    return check_rb_lines(ho_line, rb_line, profile, expect_acc, now).compat()
 
 
 def check_rb(ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None) -> list[str]:
@@ -197,12 +209,45 @@ def check_rb(ho_line: str, rb_line: str, profile: str | None = None, expect_acc:
     return check_rb_full(ho_line, rb_line, profile, expect_acc)[0]
 
 
-def check_ho(ho_line: str, record: dict[str, Any], profile: str | None = None) -> tuple[list[str], list[str]]:
-    """Check 1, before sending: the HO against the record it was built from; ``(problems, notes)``."""
+def check_ho_lines(ho_line: str, record: Mapping[str, Any], profile: str | None = None) -> CheckResult:
+    """:func:`check_ho` as a typed result (problems with codes)."""
     prof, (ho,), problems = _lines(profile, ("HO", ho_line))
     if problems or ho is None:
-        return problems, []
-    return _ho_check(ho, record, prof).compat()
+        return CheckResult(tuple(problems))
+    return _ho_check(ho, record, prof)
+
+
+def check_ho(ho_line: str, record: dict[str, Any], profile: str | None = None) -> tuple[list[str], list[str]]:
+    """Check 1, before sending: the HO against the record it was built from; ``(problems, notes)``."""
+    return check_ho_lines(ho_line, record, profile).compat()
+
+
+def check_dn_lines(ho_line: str, dn_line: str, profile: str | None = None, rb_line: str | None = None) -> CheckResult:
+    """:func:`check_dn` as a typed result (problems with codes)."""
+    prof, (ho, dn), problems = _lines(profile, ("HO", ho_line), ("DN", dn_line))
+    if problems or ho is None or dn is None:
+        return CheckResult(tuple(problems))
+    found, go_on = dn_receipt(ho, dn)
+    if not go_on:
+        return CheckResult(tuple(found))
+    plan_rb: Message | None = None
+    if rb_line:
+        raw, errors, _, used = parse_raw(rb_line, prof)
+        if errors:
+            return CheckResult((*found, *(_invalid("RB", e) for e in errors)))
+        rb = message_from_raw(raw, used.list_keys)
+        if rb.type != "RB":
+            wrong = Problem("wrong-type", f"third line is {rb.type}, expected RB", "form", None, "RB", rb.type)
+            return CheckResult((*found, wrong))
+        failed, _ = rb_problems(ho, rb, prof, None, None)
+        if failed:
+            first = failed[0]
+            text = "the readback did not pass the sender's check, so it is not the plan: " + first.message
+            return CheckResult((*found, Problem("rb-not-plan", text, "executed", first.slot, None, first.code)))
+        plan_rb = rb
+    notes: list[Problem] = []
+    dn_executed(ho, dn, prof, plan_of(ho, plan_rb), found, notes)
+    return CheckResult(tuple(found), tuple(notes))
 
 
 def check_dn(
@@ -210,31 +255,7 @@ def check_dn(
 ) -> tuple[list[str], list[str]]:
     """Check 3, after the act: the DN against the plan (the HO, plus ``rb_line`` when it passes
     :func:`check_rb_full` now); ``(problems, notes)``."""
-    prof, (ho, dn), problems = _lines(profile, ("HO", ho_line), ("DN", dn_line))
-    if problems or ho is None or dn is None:
-        return problems, []
-    found, go_on = dn_receipt(ho, dn)
-    out = _strs(found)
-    if not go_on:
-        return out, []
-    plan_rb: Message | None = None
-    if rb_line:
-        raw, errors, _, used = parse_raw(rb_line, prof)
-        if errors:
-            return out + [f"RB: {e.message}" for e in errors], []
-        rb = message_from_raw(raw, used.list_keys)
-        if rb.type != "RB":
-            return [*out, f"third line is {rb.type}, expected RB"], []
-        failed, _ = rb_problems(ho, rb, prof, None, None)
-        if failed:
-            return [
-                *out,
-                "the readback did not pass the sender's check, so it is not the plan: " + failed[0].message,
-            ], []
-        plan_rb = rb
-    notes: list[Problem] = []
-    dn_executed(ho, dn, prof, plan_of(ho, plan_rb), found, notes)
-    return _strs(found), _strs(notes)
+    return check_dn_lines(ho_line, dn_line, profile, rb_line).compat()
 
 
 def make_rb(
