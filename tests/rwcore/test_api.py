@@ -466,3 +466,9 @@ def test_difference_typed_api_names_the_core() -> None:
         rw.parse(HO, "core")
     with pytest.raises(ref.FormError):
         ref.parse(HO, "core")
+
+
+def test_difference_parse_takes_a_compiled_spec() -> None:
+    assert rw.parse(HO, spec=PAY) == ref.parse(HO, spec=ref.load_profile("pay"))
+    with pytest.raises(rw.FormError):
+        rw.parse(HO, spec=ref.load_profile("pay"))
