@@ -36,7 +36,14 @@ from rwcore._codec import (
 from rwcore._codec import canonical as _canonical
 from rwcore._errors import FormError
 from rwcore._legend import legend
-from rwcore._profiles import BUILTIN_DIR, Profile, core_data, profile_dict, reference_profile
+from rwcore._profiles import (
+    BUILTIN_DIR,
+    Profile,
+    core_data,
+    profile_dict,
+    profile_from_spec,
+    reference_profile,
+)
 from rwcore._types import CheckResult, Message, Problem
 
 #: The reference's name for its profile folder; here, rwcore's own.
@@ -79,17 +86,17 @@ def load_profile(name: str | None) -> dict[str, Any]:
     return profile_dict(reference_profile(name))
 
 
-def _spec(profile: str | None, spec: Mapping[str, Any] | None = None) -> Profile:
-    if spec is not None:
-        raise FormError("rwcore's parse takes a profile name, not a spec dict")
-    return reference_profile(profile)
-
-
 def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict[str, Any], list[str], list[str]]:
     """Parse one line: ``(message, errors, warnings)``, the message as the JSON twin (a dict).
 
-    ``spec`` may be a compiled :class:`~rwcore.Profile` (the reference takes its own spec dict there)."""
-    prof = spec if isinstance(spec, Profile) else _spec(profile, spec)
+    ``spec`` replaces ``profile``: a compiled :class:`~rwcore.Profile`, or the reference's spec dict (as
+    ``load_profile`` returns it; compiled on every call, so pass a Profile where speed matters)."""
+    if spec is None:
+        prof = reference_profile(profile)
+    elif isinstance(spec, Profile):
+        prof = spec
+    else:
+        prof = profile_from_spec(spec)
     raw, errors, warnings, _ = parse_raw(line, prof)
     return raw, [e.message for e in errors], [w.message for w in warnings]
 

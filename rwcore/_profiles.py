@@ -406,7 +406,50 @@ def _merge(name: str, data: Mapping[str, Any] | None, dirs: tuple[str, ...]) -> 
             if canon in aliases:
                 raise FormError(f"profile {name} redefines core alias {canon}")
             aliases[canon] = _as_str_list(alts, f"profile {name} value_aliases {canon}")
-    ro_enums = MappingProxyType({k: MappingProxyType(v) for k, v in enums.items()})
+    return _compile(
+        declared=declared,
+        types=types,
+        slots=slots,
+        enums=enums,
+        core_asks=core_asks,
+        ckeys=ckeys,
+        cset=cset,
+        aliases=aliases,
+        slot_desc=slot_desc,
+        agents=agents,
+        item_examples=item_examples,
+        item_kinds=item_kinds,
+        asks_used=asks_used,
+        exec_map=exec_map,
+        sensitive=sensitive,
+        dirs=dirs,
+        tail_max=int(core.get("tail_max_chars", 300)),
+    )
+
+
+def _compile(
+    *,
+    declared: str | None,
+    types: Mapping[str, Mapping[str, Any]],
+    slots: Mapping[str, str],
+    enums: Mapping[str, Mapping[str, str]],
+    core_asks: tuple[str, ...],
+    ckeys: Mapping[str, str],
+    cset: Iterable[str],
+    aliases: Mapping[str, Iterable[str]],
+    slot_desc: Mapping[str, str],
+    agents: frozenset[str] | None,
+    item_examples: tuple[str, ...] | None,
+    item_kinds: Mapping[str, str] | None,
+    asks_used: tuple[str, ...] | None,
+    exec_map: Mapping[str, tuple[str, ...]],
+    sensitive: Iterable[str],
+    dirs: tuple[str, ...],
+    tail_max: int,
+) -> Profile:
+    """A merged vocabulary compiled into a Profile: validators, per-type slot plans, read-only mappings."""
+    slots = dict(slots)
+    ro_enums = MappingProxyType({k: MappingProxyType(dict(v)) for k, v in enums.items()})
     ho = types["HO"]
     validators = {k: _compile_validator(k, typ, ro_enums, agents, declared) for k, typ in slots.items()}
     plans = {k: _plan(k, typ, validators[k], ro_enums) for k, typ in slots.items()}
@@ -430,13 +473,13 @@ def _merge(name: str, data: Mapping[str, Any] | None, dirs: tuple[str, ...]) -> 
         enums=ro_enums,
         agents=agents,
         ans=ans if ans else None,
-        exec_map=MappingProxyType(exec_map),
-        slot_desc=MappingProxyType(slot_desc),
+        exec_map=MappingProxyType(dict(exec_map)),
+        slot_desc=MappingProxyType(dict(slot_desc)),
         item_examples=item_examples,
-        item_kinds=MappingProxyType(item_kinds) if item_kinds is not None else None,
+        item_kinds=MappingProxyType(dict(item_kinds)) if item_kinds is not None else None,
         asks_used=asks_used,
-        tail_max=int(core.get("tail_max_chars", 300)),
-        constraint_keys=MappingProxyType(ckeys),
+        tail_max=tail_max,
+        constraint_keys=MappingProxyType(dict(ckeys)),
         constraint_set_keys=frozenset(cset),
         value_aliases=MappingProxyType({k: tuple(v) for k, v in aliases.items()}),
         sensitive=frozenset(sensitive),
@@ -560,6 +603,41 @@ def resolve_profile(profile: Profile | str | None) -> Profile:
     if isinstance(profile, Profile):
         return profile
     return get_profile(profile)
+
+
+def profile_from_spec(spec: Mapping[str, Any]) -> Profile:
+    """Compile a reference-shaped spec dict (what ``load_profile`` returns, perhaps changed by the caller).
+
+    Not cached: the dict may change between calls. Constraint keys and aliases come from the core."""
+    try:
+        core = core_data()
+        types = {
+            k: {"required": list(v["required"]), "optional": list(v["optional"]), "name": str(v["name"])}
+            for k, v in spec["types"].items()
+        }
+        agents = spec.get("agents")
+        declared = spec.get("profile")
+        return _compile(
+            declared=str(declared) if declared else None,
+            types=types,
+            slots={str(k): str(v) for k, v in spec["slots"].items()},
+            enums={str(k): dict(v) for k, v in spec["enums"].items()},
+            core_asks=tuple(core["enums"]["ask"]),
+            ckeys=core.get("constraint_keys", {}),
+            cset=core.get("constraint_set_keys", ["must", "no", "scope", "src"]),
+            aliases=core.get("value_aliases", {}),
+            slot_desc=dict(spec.get("slot_desc") or {}),
+            agents=frozenset(agents) if agents else None,
+            item_examples=tuple(spec["item_examples"]) if spec.get("item_examples") else None,
+            item_kinds=dict(spec["item_kinds"]) if spec.get("item_kinds") else None,
+            asks_used=tuple(spec["asks_used"]) if spec.get("asks_used") else None,
+            exec_map={str(k): tuple(v) for k, v in (spec.get("exec") or {}).items()},
+            sensitive=DEFAULT_SENSITIVE,
+            dirs=_env_dirs(),
+            tail_max=int(spec.get("tail_max", 300)),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise FormError(f"not a profile spec: {e!r}") from e
 
 
 def profile_dict(prof: Profile) -> dict[str, Any]:

@@ -468,7 +468,17 @@ def test_difference_typed_api_names_the_core() -> None:
         ref.parse(HO, "core")
 
 
-def test_difference_parse_takes_a_compiled_spec() -> None:
-    assert rw.parse(HO, spec=PAY) == ref.parse(HO, spec=ref.load_profile("pay"))
-    with pytest.raises(rw.FormError):
-        rw.parse(HO, spec=ref.load_profile("pay"))
+def test_parse_takes_a_spec() -> None:
+    """As the reference: a spec dict (load_profile's shape, perhaps edited) replaces the profile; a compiled
+    Profile does too, without compiling per call."""
+    for name in [None, "pay", "pform"]:
+        spec = ref.load_profile(name)
+        assert rw.parse(HO, spec=rw.load_profile(name)) == ref.parse(HO, spec=spec)
+    edited = ref.load_profile("pay")
+    edited["agents"] = {"scheduler"}
+    edited["enums"]["cur"]["CHF"] = "Swiss francs"
+    line = HO.replace("cur=GBP", "cur=CHF")
+    assert rw.parse(line, spec=edited) == ref.parse(line, spec=edited)
+    assert rw.parse(HO, spec=PAY) == ref.parse(HO, "pay")
+    with pytest.raises(rw.FormError, match="not a profile spec"):
+        rw.parse(HO, spec={"types": {}})

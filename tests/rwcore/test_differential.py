@@ -193,6 +193,7 @@ def _check_line(arg: str | None, line: str) -> None:
     got = rw.parse(line, arg)
     want = ref.parse(line, arg)
     assert got == want
+    assert rw.parse(line, spec=_spec(arg)) == ref.parse(line, spec=_spec(arg))  # the reference's spec dict
     assert rw.validate(line, arg, strict=True) == ref.validate(line, arg, strict=True)
     parsed = rw.parse_line(line, arg)
     assert parsed.raw == want[0]
