@@ -22,7 +22,6 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 __all__ = ["main"]
 
@@ -239,9 +238,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run(ns)
     except (FormError, json.JSONDecodeError, OSError, UnicodeDecodeError) as exc:
-        print("ERROR:", _reason(exc))
+        print("ERROR:", exc)
         return 1
-
-
-def _reason(exc: Any) -> str:
-    return str(exc)
