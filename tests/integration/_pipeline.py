@@ -240,6 +240,8 @@ class Pipeline:
         bootstrap: str,
         redis_url: str,
         routes: Sequence[dict[str, Any]] | None = None,
+        *,
+        wrap_store: Callable[[RedisStore], Any] | None = None,
         **settings_kw: Any,
     ) -> AsyncIterator[Pipeline]:
         if routes is None:
@@ -251,7 +253,7 @@ class Pipeline:
             kinds.update({r.output: "output", r.dead_letter: "dead", r.alerts: "alerts"})
         collector = Collector(bootstrap, kinds)
         await collector.start()
-        gk = Gatekeeper(settings, store=store, http=False, startup_timeout=20.0)
+        gk = Gatekeeper(settings, store=wrap_store(store) if wrap_store else store, http=False, startup_timeout=20.0)
         task = asyncio.create_task(gk.run())
         pipeline = cls(bootstrap, settings, store, gk, collector, task)
         try:
@@ -275,3 +277,13 @@ async def wait_ready(gk: Gatekeeper, task: asyncio.Task[None], timeout: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"gatekeeper not ready after {timeout}s: {gk.readiness()[1]}")
         await asyncio.sleep(0.05)
+
+
+async def committed(bootstrap: str, group: str, topic: str, partitions: int = 1) -> dict[int, int | None]:
+    """The group's committed offsets of a topic (read without joining the group)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
+    finally:
+        await consumer.stop()

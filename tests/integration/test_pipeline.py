@@ -3,13 +3,17 @@ arrives on the output, dead-letter and alert topics."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import uuid
+from typing import Any
 
 import pytest
 
 from gatekeeper import __version__
 from gatekeeper.policy import Record
-from tests.integration._pipeline import Collected, Pipeline, TopicFactory, make_route
+from gatekeeper.store import StoreError
+from tests.integration._pipeline import Collected, Pipeline, TopicFactory, committed, make_route
 from tests.policy.world import ACK, AN, CX, DN, HO, RB, RECORD
 
 pytestmark = pytest.mark.integration
@@ -296,3 +300,109 @@ async def test_a_refusal_by_the_broker_is_trimmed_too(
         assert second.h("gk.original.offset") == "1" and second.h("gk.reason") == "check-ho"
         assert second.h("gk.problems") is not None  # its batch-mate's refusal did not trim it
         assert p.gatekeeper.metrics.trimmed.labels(route=route["input"], kind="dead-letter")._value.get() >= 1
+
+
+class FlakyStore:
+    """The Redis store, failing its first ``fail`` loads as if Redis were down."""
+
+    def __init__(self, inner: Any, fail: int) -> None:
+        self.inner = inner
+        self.fail = fail
+
+    async def load(self, *args: Any, **kw: Any) -> Any:
+        if self.fail > 0:
+            self.fail -= 1
+            raise StoreError("redis 127.0.0.1:1: load failed: ConnectionError: refused (test)")
+        return await self.inner.load(*args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_redis_trouble_pauses_and_retries_never_dead_letters(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    flaky: list[FlakyStore] = []
+
+    def wrap(store: Any) -> FlakyStore:
+        flaky.append(FlakyStore(store, 0))
+        return flaky[0]
+
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, wrap_store=wrap) as p:
+        await p.store.put_record(RECORD)
+        flaky[0].fail = 3
+        states: list[dict[str, Any]] = []
+
+        async def watch() -> None:
+            while True:
+                ready, detail = p.gatekeeper.readiness()
+                if not ready:
+                    states.append(detail)
+                await asyncio.sleep(0.05)
+
+        watcher = asyncio.create_task(watch())
+        await p.send("flaky", HO, RB, AN, DN)
+        got = await p.collect(done("flaky", 4))
+        watcher.cancel()
+        assert [r.text for r in got.of("output", "flaky")] == [HO, RB, AN, DN]
+        assert got.dead == []
+        assert any(s.get("reason") == "redis unavailable" for s in states), states
+        assert p.gatekeeper.metrics.redis_errors._value.get() >= 3
+        assert p.gatekeeper.readiness()[0]
+        group, topic = p.settings.kafka.group_id, p.route().input
+    assert await committed(kafka_bootstrap, group, topic) == {0: 4}
+
+
+async def test_exactly_once_mode_commits_offsets_in_the_transaction(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    kafka = {"transactional": True, "transactional_id": f"gk-test-{uuid.uuid4().hex[:8]}"}
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, kafka=kafka) as p:
+        await p.store.put_record(RECORD)
+        await p.send("eos", HO, RB.replace(ACCT, LOOKALIKE))
+        got = await p.collect(done("eos", 2))
+        assert [r.text for r in got.of("output", "eos")] == [HO]
+        assert [r.h("gk.reason") for r in got.of("dead", "eos")] == ["check-rb"]
+        group, topic = p.settings.kafka.group_id, p.route().input
+        for _ in range(50):
+            if await committed(kafka_bootstrap, group, topic) == {0: 2}:
+                break
+            await asyncio.sleep(0.1)
+    assert await committed(kafka_bootstrap, group, topic) == {0: 2}
+
+
+async def test_a_rebalance_commits_what_was_done_and_loses_nothing(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    """A second instance joins the group mid-stream: the first commits on revocation; every line is answered
+    exactly once (nothing lost, nothing repeated)."""
+    from gatekeeper.consumers.loop import Gatekeeper
+    from tests.integration._pipeline import produce, wait_ready
+
+    route = await make_route(topic_factory, partitions=2)
+    n = 400
+    lines = [
+        (
+            f"rb-{i % 20}".encode(),
+            f"RW1 HO scheduler-{i} p=pay from=scheduler to=payer item=run:r{i % 20} ask=RECON".encode(),
+            (),
+        )
+        for i in range(n)
+    ]
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await produce(kafka_bootstrap, route["input"], lines[: n // 2])
+        await p.collect(lambda g: len(g.output) >= n // 4)
+        assert p.collector.got.dead == []
+        second = Gatekeeper(p.settings, store=p.store, http=False)
+        task = asyncio.create_task(second.run())
+        try:
+            await wait_ready(second, task)
+            await produce(kafka_bootstrap, route["input"], lines[n // 2 :])
+            got = await p.collect(lambda g: len(g.output) + len(g.dead) >= n)
+            await p.collector.settle(1.0)
+        finally:
+            second.request_stop()
+            await asyncio.wait_for(task, 20)
+    coords = [(r.h("gk.original.partition"), r.h("gk.original.offset")) for r in got.output + got.dead]
+    assert len(set(coords)) == n
+    assert len(coords) == n, f"{len(coords) - n} lines answered twice"
