@@ -84,11 +84,13 @@ def ho_check(ho: Message, record: Mapping[str, Any], profile: Profile) -> CheckR
         return CheckResult(tuple(problems))
     flat: dict[str, Any] = {"from": ho.from_, "to": ho.to, "item": ho.item, **ho.slots}
     for k, v in record.items():
-        want = show(v)
+        want = v if type(v) is str else show(v)
         if k not in flat:
             _pb(problems, "record-missing", "record", f"record: HO does not carry {k} (record has {k}={want})", k, want)
         else:
-            got = show(flat[k])
+            got = flat[k]
+            if type(got) is not str:
+                got = show(got)
             if got != want:
                 _pb(
                     problems,

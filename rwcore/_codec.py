@@ -13,6 +13,8 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from itertools import repeat
+from json.encoder import encode_basestring as _jstr
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -22,6 +24,7 @@ from rwcore._profiles import (
     ID_RE,
     KEY_RE,
     Profile,
+    TypeDef,
     get_profile,
     resolve_profile,
     switch_profile,
@@ -115,6 +118,13 @@ def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], 
         return msg, errors, warnings, prof
     if not ID_RE.match(mid):
         _p(errors, "bad-id", f"id {mid!r} must match [A-Za-z0-9._-]+", got=mid)
+    fast = _fast_body(toks, prof, tdef)
+    if fast is not None:
+        clean, fast_slots = fast
+        get = clean.get
+        msg["re"], msg["from"], msg["to"], msg["item"] = get("re"), get("from"), get("to"), get("item")
+        msg["slots"] = fast_slots
+        return _whole_line(msg, clean, errors, warnings, prof, mtype, mid, tail)
     seen: dict[str, str] = {}
     # findings about the values come after the form findings and the p= switch: collected apart, joined below
     v_errors: list[Problem] = []
@@ -215,6 +225,68 @@ def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], 
     for k in tdef.required:
         if k not in seen:
             _p(errors, "missing-slot", f"{mtype} requires {k}", slot=k)
+    return _whole_line(msg, seen, errors, warnings, prof, mtype, mid, tail)
+
+
+_EQ = repeat("=")
+_ONE = repeat(1)
+_split = str.split
+
+
+def _fast_body(toks: list[str], prof: Profile, tdef: TypeDef) -> tuple[dict[str, str], dict[str, Any]] | None:
+    """The slots of a clean line, in bulk: (the raw values by key, the decoded slots), or None when the line has
+    anything the full pass must report (a token that is not key=value, a duplicate, an empty value, a key that is
+    unknown, malformed or not defined for the type, a p= switch, a missing required slot, a value that fails its
+    check). None leaves nothing behind; the full pass then finds everything, in the reference's order."""
+    body = toks[3:]
+    try:
+        seen: dict[str, str] = dict(map(_split, body, _EQ, _ONE))
+    except ValueError:
+        return None  # a token without "="
+    keys = seen.keys()
+    if (
+        len(seen) != len(body)
+        or not keys <= tdef.fast_keys
+        or "" in seen.values()
+        or not tdef.required_set <= keys
+        or (prof.declared is None and "p" in seen)
+    ):
+        return None
+    slots = dict(seen)
+    for k in ENVELOPE:
+        slots.pop(k, None)
+    info = tdef.slot_info
+    scratch: list[Problem] = []
+    for k in keys & tdef.checked:
+        kind, data, envelope, _ = info[k]
+        val = seen[k]
+        if kind == 1:
+            if val not in data:
+                return None
+        elif kind == 3:
+            if not data[0](val):
+                return None
+        else:
+            decoded = data(val, scratch)
+            if scratch:
+                return None
+            if not envelope:
+                slots[k] = decoded
+    return seen, slots
+
+
+def _whole_line(
+    msg: dict[str, Any],
+    seen: Mapping[str, str],
+    errors: list[Problem],
+    warnings: list[Problem],
+    prof: Profile,
+    mtype: str,
+    mid: str,
+    tail: str | None,
+) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
+    """The rules over the whole line, after the slots: AQ opts, AN tail, from/to, the id rule, the closed answer
+    vocabulary, the tail's length."""
     if mtype == "AQ":
         if seen.get("need") == "ENUM" and "opts" not in seen:
             _p(errors, "missing-slot", "AQ with need=ENUM requires opts", slot="opts")
@@ -326,13 +398,15 @@ def encode_fields(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profil
         if val is not None and val != "":
             toks.append(f"{k}={val}")
     order_set = prof.encode_order_set
-    keys = [k for k in prof.encode_order if k in slots]
+    keys = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
     keys += [k for k in slots if k not in order_set]
     for k in keys:
         val = slots[k]
-        if val is None or val == "":
-            continue
-        toks.append(f"{k}={_show_encoded(val)}")
+        if type(val) is str:
+            if val:
+                toks.append(f"{k}={val}")
+        elif val is not None and val != "":
+            toks.append(f"{k}={_show_encoded(val)}")
     line = " ".join(toks)
     tail = msg.get("tail")
     if tail:
@@ -383,21 +457,48 @@ def _digest_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
 
+class _NotPlain(Exception):
+    """A value the direct serialiser does not handle (a float, a dict...): the JSON encoder takes over."""
+
+
+def _jv(v: Any) -> str:
+    """One JSON value as ``json.dumps(..., ensure_ascii=False)`` writes it, for the types a twin holds."""
+    t = type(v)
+    if t is str:
+        return _jstr(v)
+    if v is None:
+        return "null"
+    if t is bool:
+        return "true" if v else "false"
+    if t is int:
+        return int.__repr__(v)
+    if t is tuple or t is list:
+        return "[" + ",".join([_jv(x) for x in v]) + "]"
+    raise _NotPlain
+
+
+def _canon_fields(
+    v: Any, typ: Any, mid: Any, re_: Any, frm: Any, to: Any, item: Any, slots: Mapping[str, Any], tail: Any
+) -> str | None:
+    """The canonical JSON of a twin written directly (its nine keys have a fixed sorted order), or None when a
+    value is not one the direct path handles."""
+    try:
+        keys = sorted(slots)
+        body = ",".join([_jstr(k) + ":" + _jv(slots[k]) for k in keys])
+        return (
+            f'{{"from":{_jv(frm)},"id":{_jv(mid)},"item":{_jv(item)},"re":{_jv(re_)},"slots":{{{body}}},'
+            f'"tail":{_jv(tail)},"to":{_jv(to)},"type":{_jv(typ)},"v":{_jv(v)}}}'
+        )
+    except (_NotPlain, TypeError):
+        return None
+
+
 def canonical_message(msg: Message) -> str:
     """Canonical JSON of a Message's twin (tuples serialise as arrays)."""
-    return _CANON.encode(
-        {
-            "v": msg.v,
-            "type": msg.type,
-            "id": msg.id,
-            "re": msg.re,
-            "from": msg.from_,
-            "to": msg.to,
-            "item": msg.item,
-            "slots": dict(msg.slots),
-            "tail": msg.tail,
-        }
-    )
+    text = _canon_fields(msg.v, msg.type, msg.id, msg.re, msg.from_, msg.to, msg.item, msg.slots, msg.tail)
+    if text is not None:
+        return text
+    return canonical(msg.to_dict())
 
 
 def message_digest(msg: Message) -> str:
@@ -408,3 +509,11 @@ def message_digest(msg: Message) -> str:
 def digest_raw(msg: Mapping[str, Any]) -> str:
     """``h=`` of a JSON twin given as a dict."""
     return _digest_text(canonical(msg))
+
+
+def digest_parsed(raw: Mapping[str, Any]) -> str:
+    """``h=`` of a twin the parser built (its nine keys, plain values): written directly."""
+    text = _canon_fields(
+        raw["v"], raw["type"], raw["id"], raw["re"], raw["from"], raw["to"], raw["item"], raw["slots"], raw["tail"]
+    )
+    return _digest_text(text if text is not None else canonical(raw))

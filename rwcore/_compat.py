@@ -27,6 +27,7 @@ from rwcore._checks import (
 from rwcore._checks import ho_check as _ho_check
 from rwcore._codec import (
     VERSION,
+    digest_parsed,
     digest_raw,
     encode_fields,
     message_from_raw,
@@ -152,7 +153,7 @@ def digest(line_or_msg: str | dict[str, Any], profile: str | None = None) -> str
         raw, errors, _, _ = parse_raw(line_or_msg, reference_profile(profile))
         if errors:
             raise FormError("; ".join(e.message for e in errors))
-        return digest_raw(raw)
+        return digest_parsed(raw)
     return digest_raw(line_or_msg)
 
 

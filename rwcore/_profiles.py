@@ -94,6 +94,11 @@ class TypeDef:
     #: kind 0 takes the value as written, 1 checks it against an enum (data: the codes), 2 calls a validator
     #: (data), 3 matches a pattern (data: match function, problem code, message suffix)
     slot_info: Mapping[str, SlotPlan] = field(default_factory=dict)
+    #: the parser's fast path: the keys it may meet on this type without a finding (known, well formed, allowed),
+    #: the required ones as a set, and the known keys whose value needs a check (kind other than 0)
+    fast_keys: frozenset[str] = frozenset()
+    required_set: frozenset[str] = frozenset()
+    checked: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -125,6 +130,7 @@ class Profile:
     core_asks: tuple[str, ...]
     encode_order: tuple[str, ...]
     encode_order_set: frozenset[str]
+    encode_rank: Mapping[str, int]
     ans_text: str
     acc_tables: AccTables
     #: the slots whose decoded value is a list
@@ -460,7 +466,15 @@ def _compile(
             allowed |= set(ho["required"]) | set(ho["optional"])
         info = MappingProxyType({k: (kind, data, k in ENVELOPE, k in allowed) for k, (kind, data) in plans.items()})
         typedefs[code] = TypeDef(
-            code, tdata["name"], tuple(tdata["required"]), tuple(tdata["optional"]), frozenset(allowed), info
+            code,
+            tdata["name"],
+            tuple(tdata["required"]),
+            tuple(tdata["optional"]),
+            frozenset(allowed),
+            info,
+            fast_keys=frozenset(k for k in plans if k in allowed and KEY_RE.match(k)),
+            required_set=frozenset(tdata["required"]),
+            checked=frozenset(k for k, (kind, _) in plans.items() if kind != 0),
         )
     encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")
@@ -487,6 +501,7 @@ def _compile(
         core_asks=core_asks,
         encode_order=encode_order,
         encode_order_set=frozenset(encode_order),
+        encode_rank=MappingProxyType({k: i for i, k in enumerate(encode_order)}),
         ans_text="/".join(ans) if ans else "",
         acc_tables=AccTables(ckeys, cset, aliases),
         list_keys=frozenset(k for k, typ in slots.items() if typ.startswith("list:")),

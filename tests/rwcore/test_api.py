@@ -4,6 +4,7 @@ documented differences from the reference (docs/rwcore-differences.md), each pin
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import inspect
 import json
 from pathlib import Path
@@ -482,3 +483,23 @@ def test_parse_takes_a_spec() -> None:
     assert rw.parse(HO, spec=PAY) == ref.parse(HO, "pay")
     with pytest.raises(rw.FormError, match="not a profile spec"):
         rw.parse(HO, spec={"types": {}})
+
+
+_plain = st.recursive(
+    st.one_of(st.text(), st.integers(), st.booleans(), st.none()),
+    lambda inner: st.lists(inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=5), _plain, max_size=6), st.text(), st.one_of(st.none(), st.text()))
+def test_digest_is_sha256_of_the_canonical_json(slots: dict[str, Any], text: str, tail: str | None) -> None:
+    """The canonical form written directly equals json.dumps(sort_keys, no whitespace, ensure_ascii=False)."""
+    m = rw.Message(v="RW1", type="HO", id=text, from_="a", to=text, re=None, item=text, slots=slots, tail=tail)
+    want = json.dumps(m.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert rw.message_digest(m) == hashlib.sha256(want.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    assert rw.digest(m.to_dict()) == rw.message_digest(m)
+    floaty = rw.Message(v="RW1", type="HO", id="a-1", from_="a", to="b", slots={**slots, "f": 1.5})
+    want = json.dumps(floaty.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert rw.message_digest(floaty) == hashlib.sha256(want.encode("utf-8", "surrogatepass")).hexdigest()[:12]
