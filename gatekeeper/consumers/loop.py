@@ -509,7 +509,7 @@ class Gatekeeper:
                     await self._produce_transaction(b)
                 else:
                     await self._produce(b)
-            except StoreError as exc:
+            except (StoreError, ConnectionError, TimeoutError) as exc:
                 self.metrics.redis_errors.inc()
                 self._redis_error = _describe(exc)
                 self._failed("redis", exc)
@@ -701,6 +701,8 @@ class Gatekeeper:
             producer = await self._ensure_producer()
             open_lowest = merge_lowest(self._holds.lowest(), lowest_offsets(p for p, _ in b.held))
             offsets = self._assigned_only(self._watermarks.committable(open_lowest))
+            if not b.sends and not offsets:
+                return  # held lines decided again and held again: nothing to write
             for s in b.sends:
                 s.acked, s.fut = False, None
             try:
@@ -870,10 +872,10 @@ class Gatekeeper:
         try:
             if locked:
                 await self._commit(tps)
-            b = self._batch
-            if b is not None and any(p.tp in tps for p in b.lines):
-                keep = [p for p in b.lines if p.tp not in tps]
-                self._batch = _Batch(keep) if keep else None
+                b = self._batch  # a batch waiting for its retry: the revoked partitions' lines are not ours now
+                if b is not None and any(p.tp in tps for p in b.lines):
+                    keep = [p for p in b.lines if p.tp not in tps]
+                    self._batch = _Batch(keep) if keep else None
             dropped = self._holds.drop(tps)
             self._watermarks.forget(tps)
             for topic, partition in tps:

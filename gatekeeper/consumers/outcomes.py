@@ -210,9 +210,14 @@ def build(
     raises one. ``now`` is when the outcome is built (the alert's ``at``); the decision carries when it was made."""
     if decision.verdict is Verdict.HOLD:
         raise ValueError("a held line has no outcome yet")
-    masker = masker_for(source.value, decision.problems, sensitive)
+    # a clean forwarded line carries no text of the gatekeeper's that could need masking: skip the work
+    masker = (
+        masker_for(source.value, decision.problems, sensitive) if decision.problems or decision.alerts else Masker()
+    )
     problems = _masked_problems(decision, masker)
-    problems_h: Headers = (_h("gk.problems", json.dumps(problems, separators=(",", ":"), ensure_ascii=False)),)
+    problems_h: Headers = (
+        (_h("gk.problems", json.dumps(problems, separators=(",", ":"), ensure_ascii=False)),) if problems else ()
+    )
     common_optional: Headers = (
         _h("gk.original.timestamp", source.timestamp if source.timestamp is not None else -1),
         *((_h("gk.conversation", conversation),) if conversation is not None else ()),
@@ -236,7 +241,7 @@ def build(
             key=source.key,
             value=source.value,
             required=(*dlq_required[:3], _h("gk.reason", reason or ""), *dlq_required[3:]),
-            problems=problems_h,
+            problems=problems_h or (_h("gk.problems", "[]"),),
             optional=(
                 *((_h("gk.check", decision.check),) if decision.check else ()),
                 *((_h("gk.tier", tier),) if tier else ()),
@@ -267,7 +272,7 @@ def build(
             key=source.key,
             value=source.value,
             required=tuple(required),
-            problems=problems_h if flagged and problems else (),
+            problems=problems_h if flagged else (),
             optional=(*common_optional, *source.passthrough()),
             dlq_required=(*dlq_required[:3], _h("gk.reason", OUTCOME_TOO_LARGE), *dlq_required[3:]),
         )
