@@ -176,8 +176,10 @@ def _failure(fut: asyncio.Future[Any] | None) -> BaseException | None:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    name, text = type(exc).__name__, str(exc)
+    if not text:
+        return name
+    return text if text.startswith(name) else f"{name}: {text}"
 
 
 class ServiceStore(Store, Protocol):

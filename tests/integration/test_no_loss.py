@@ -200,3 +200,42 @@ async def _input_coordinates(bootstrap: str, topic: str) -> set[tuple[str, int, 
     finally:
         with contextlib.suppress(Exception):
             await consumer.stop()
+
+
+def _run_cli(config: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GK_")}
+    return subprocess.run(
+        [sys.executable, "-c", "from gatekeeper.cli import main; main()", "run", "--config", str(config), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_run_gives_up_on_an_unreachable_broker_with_one_clear_line(redis_url: str, tmp_path: Path) -> None:
+    config = tmp_path / "gk.yaml"
+    route = {"input": "a", "output": "b", "dead_letter": "c", "alerts": "d", "profile": "pay"}
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "kafka": {"bootstrap_servers": "127.0.0.1:1"},
+                "redis": {"url": redis_url},
+                "http": {"port": 0},
+                "routes": [route],
+            }
+        )
+    )
+    done = _run_cli(config, "--startup-timeout", "1")
+    assert done.returncode == 3, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gatekeeper: error: kafka at 127.0.0.1:1 is unavailable"), last
+
+
+def test_run_refuses_a_bad_configuration_with_exit_2(tmp_path: Path) -> None:
+    config = tmp_path / "gk.yaml"
+    config.write_text("routes: []\nkafka: {bogus: 1}\n")
+    done = _run_cli(config)
+    assert done.returncode == 2, done.stderr
+    assert "kafka.bogus: unknown key" in done.stderr and "Traceback" not in done.stderr
