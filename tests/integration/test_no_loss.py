@@ -166,6 +166,8 @@ async def test_sigkill_mid_stream_loses_nothing(
         got = await collector.wait(complete, timeout=90)
         status, body = await asyncio.to_thread(http_get, f"{url}/readyz")
         assert status == 200, body
+        assert (await asyncio.to_thread(http_get, f"{url}/healthz"))[0] == 200
+        assert (await asyncio.to_thread(http_get, f"{url}/nope"))[0] == 404
         status, metrics = await asyncio.to_thread(http_get, f"{url}/metrics")
         assert status == 200 and "gatekeeper_lines_total" in metrics and "gatekeeper_ready 1.0" in metrics
         code = await asyncio.to_thread(daemon.terminate)
