@@ -406,3 +406,27 @@ async def test_a_rebalance_commits_what_was_done_and_loses_nothing(
     coords = [(r.h("gk.original.partition"), r.h("gk.original.offset")) for r in got.output + got.dead]
     assert len(set(coords)) == n
     assert len(coords) == n, f"{len(coords) - n} lines answered twice"
+
+
+async def test_a_reply_that_overtakes_its_handoff_is_held_until_the_handoff_arrives(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    """Keyless records name their conversation in a header, so one conversation spans partitions: the readback is
+    consumed before its handoff, held without blocking, and decided once the handoff has been."""
+    from tests.integration._pipeline import produce
+
+    route = await make_route(topic_factory, partitions=2, conversation_header="conv", hold_seconds=10.0)
+    headers = [("conv", b"split")]
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.store.put_record(RECORD)
+        await produce(kafka_bootstrap, route["input"], [(None, RB.encode(), headers)], partition=1)
+        for _ in range(100):
+            if p.gatekeeper.held == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert p.gatekeeper.held == 1
+        await produce(kafka_bootstrap, route["input"], [(None, HO.encode(), headers)], partition=0)
+        got = await p.collect(lambda g: len([r for r in g.output if r.h("gk.conversation") == "split"]) >= 2)
+        out = [r for r in got.output if r.h("gk.conversation") == "split"]
+        assert [r.text for r in out] == [HO, RB]
+        assert got.dead == [] and p.gatekeeper.held == 0
