@@ -31,7 +31,7 @@ def split_constraint(tok: str) -> tuple[str, str]:
 class AccTables:
     """The constraint keys, set-valued keys and alias table, compiled; with a bounded memo of normalised values."""
 
-    __slots__ = ("_norm_cache", "alias_map", "known", "known_text", "set_keys")
+    __slots__ = ("_norm_cache", "_same_cache", "_split_cache", "alias_map", "known", "known_text", "set_keys")
 
     def __init__(self, known: Iterable[str], set_keys: Iterable[str], aliases: Mapping[str, Iterable[str]]) -> None:
         self.known: frozenset[str] = frozenset(known)
@@ -44,6 +44,18 @@ class AccTables:
         self.alias_map: Mapping[str, str] = amap
         self.known_text = ", ".join(sorted(self.known))
         self._norm_cache: dict[str, tuple[str, frozenset[str]]] = {}
+        self._same_cache: dict[tuple[str, str], int] = {}
+        self._split_cache: dict[str, tuple[str, str]] = {}
+
+    def split(self, tok: str) -> tuple[str, str]:
+        """:func:`split_constraint`, memoised."""
+        hit = self._split_cache.get(tok)
+        if hit is None:
+            hit = split_constraint(tok)
+            if len(self._split_cache) >= _NORM_CACHE_LIMIT:
+                self._split_cache.clear()
+            self._split_cache[tok] = hit
+        return hit
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> AccTables:
@@ -71,7 +83,18 @@ class AccTables:
 
     def same_value(self, a: str, b: str) -> int:
         """0 no match; 1 strict (equal, a 4+ character prefix, or one word set inside the other); 2 loose (a
-        shared distinctive word of 5+ characters)."""
+        shared distinctive word of 5+ characters). Memoised."""
+        if a == b:
+            return 1
+        hit = self._same_cache.get((a, b))
+        if hit is None:
+            hit = self._same(a, b)
+            if len(self._same_cache) >= _NORM_CACHE_LIMIT:
+                self._same_cache.clear()
+            self._same_cache[(a, b)] = hit
+        return hit
+
+    def _same(self, a: str, b: str) -> int:
         ja, wa = self.norm(a)
         jb, wb = self.norm(b)
         if ja == jb:
@@ -109,11 +132,12 @@ def compare(
     notes: list[Problem] = []
     exp: dict[str, list[str]] = {}
     der: dict[str, list[str]] = {}
+    split = t.split
     for tok in expected:
-        k, v = split_constraint(tok)
+        k, v = split(tok)
         exp.setdefault(k, []).append(v)
     for tok in derived:
-        k, v = split_constraint(tok)
+        k, v = split(tok)
         der.setdefault(k, []).append(v)
     for v in derived_not or ():
         der.setdefault("no", []).append(v)

@@ -343,8 +343,8 @@ def message_from_raw(raw: Mapping[str, Any], list_keys: frozenset[str] | None = 
             if type(val) is list:
                 frozen[k] = _freeze(val)
     else:
-        for k in list_keys:
-            val = frozen.get(k)
+        for k in slots.keys() & list_keys:
+            val = frozen[k]
             if type(val) is list:
                 frozen[k] = _freeze(val)
     proxy = MappingProxyType(frozen)
@@ -483,14 +483,38 @@ def _canon_fields(
     """The canonical JSON of a twin written directly (its nine keys have a fixed sorted order), or None when a
     value is not one the direct path handles."""
     try:
-        keys = sorted(slots)
-        body = ",".join([_jstr(k) + ":" + _jv(slots[k]) for k in keys])
+        body = ",".join(
+            [_jstr(k) + ":" + (_jstr(x) if type(x) is str else _jv(x)) for k in sorted(slots) for x in (slots[k],)]
+        )
         return (
             f'{{"from":{_jv(frm)},"id":{_jv(mid)},"item":{_jv(item)},"re":{_jv(re_)},"slots":{{{body}}},'
             f'"tail":{_jv(tail)},"to":{_jv(to)},"type":{_jv(typ)},"v":{_jv(v)}}}'
         )
     except (_NotPlain, TypeError):
         return None
+
+
+def _jv_spaced(v: Any) -> str:
+    """As :func:`_jv`, with json.dumps' default separators inside lists."""
+    if type(v) is str:
+        return _jstr(v)
+    if type(v) is tuple or type(v) is list:
+        return "[" + ", ".join([_jv_spaced(x) for x in v]) + "]"
+    return _jv(v)
+
+
+def twin_json(raw: Mapping[str, Any]) -> str:
+    """A parsed twin as ``json.dumps(raw, ensure_ascii=False)`` writes it (keys in the twin's order)."""
+    try:
+        slots = raw["slots"]
+        body = ", ".join([_jstr(k) + ": " + _jv_spaced(slots[k]) for k in slots])
+        return (
+            f'{{"v": {_jv(raw["v"])}, "type": {_jv(raw["type"])}, "id": {_jv(raw["id"])}, "re": {_jv(raw["re"])}, '
+            f'"from": {_jv(raw["from"])}, "to": {_jv(raw["to"])}, "item": {_jv(raw["item"])}, "slots": {{{body}}}, '
+            f'"tail": {_jv(raw["tail"])}}}'
+        )
+    except (_NotPlain, TypeError):
+        return json.dumps(raw, ensure_ascii=False)
 
 
 def canonical_message(msg: Message) -> str:

@@ -32,6 +32,7 @@ from rwcore._codec import (
     encode_fields,
     message_from_raw,
     parse_raw,
+    twin_json,
     validate_encoded,
 )
 from rwcore._codec import canonical as _canonical
@@ -130,7 +131,7 @@ def to_json(line: str, profile: str | None = None) -> str:
     raw, errors, _, _ = parse_raw(line, reference_profile(profile))
     if errors:
         raise FormError("; ".join(e.message for e in errors))
-    return json.dumps(raw, ensure_ascii=False)
+    return twin_json(raw)
 
 
 def from_json(s: str, profile: str | None = None) -> str:

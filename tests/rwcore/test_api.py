@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rwcore as rw
+from rwcore._codec import twin_json
 
 HO = (
     "RW1 HO scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 ask=PAY rb=exec sup=marlow amt=5400.00 "
@@ -500,6 +501,8 @@ def test_digest_is_sha256_of_the_canonical_json(slots: dict[str, Any], text: str
     want = json.dumps(m.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert rw.message_digest(m) == hashlib.sha256(want.encode("utf-8", "surrogatepass")).hexdigest()[:12]
     assert rw.digest(m.to_dict()) == rw.message_digest(m)
+    assert twin_json(m.to_dict()) == json.dumps(m.to_dict(), ensure_ascii=False)
     floaty = rw.Message(v="RW1", type="HO", id="a-1", from_="a", to="b", slots={**slots, "f": 1.5})
+    assert twin_json(floaty.to_dict()) == json.dumps(floaty.to_dict(), ensure_ascii=False)
     want = json.dumps(floaty.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert rw.message_digest(floaty) == hashlib.sha256(want.encode("utf-8", "surrogatepass")).hexdigest()[:12]
