@@ -28,9 +28,9 @@ from gatekeeper.policy import (
     apply,
     decide,
 )
-from gatekeeper.policy.gate import screen
+from gatekeeper.policy.decide import Prepared, prepare
 from gatekeeper.store import Store, StoreError
-from rwcore import Problem, parse_line
+from rwcore import Problem
 
 MAX_CLAIM_ROUNDS = 5
 
@@ -45,12 +45,9 @@ class Line:
     replay: bool = False  # re-decide a stored dead letter (gatekeeper replay)
 
 
-def _record_key(value: bytes, route: RoutePolicy) -> RecordKey | None:
+def _record_key(prepared: Prepared) -> RecordKey | None:
     """The (item, ask) of a line that is an HO, so its record and binding are loaded with the batch."""
-    text, _ = screen(value, route.max_line_bytes)
-    if text is None or " HO " not in text[:8]:
-        return None
-    msg = parse_line(text, route.profile).message
+    msg = None if prepared.parsed is None else prepared.parsed.message
     if msg is None or msg.type != "HO" or msg.item is None:
         return None
     return RecordKey(msg.item, str(msg.slots.get("ask")))
@@ -83,12 +80,13 @@ class Processor:
         (problem code ``queued-behind-held``): none overtakes it.
         Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later."""
         conversations = {ln.conversation for ln in lines if ln.conversation is not None}
-        keys = {k for ln in lines if (k := _record_key(ln.value, self.route)) is not None}
+        prepared = [prepare(ln.value, self.route) for ln in lines]
+        keys = {k for p in prepared if (k := _record_key(p)) is not None}
         claimed: list[BindingChange] = []
         for _ in range(MAX_CLAIM_ROUNDS):
             loaded = await self.store.load(self.route.name, conversations, keys)
             overlay = Overlay(records=loaded.records, loaded_bindings=loaded.bindings)
-            decisions, changed = self._decide_all(lines, loaded.states, overlay, now)
+            decisions, changed = self._decide_all(lines, prepared, loaded.states, overlay, now)
             changes = overlay.changes()
             conflicts = await self.store.claim(changes) if changes else []
             claimed.extend(c for c in changes if c not in conflicts)
@@ -101,6 +99,7 @@ class Processor:
     def _decide_all(
         self,
         lines: Sequence[Line],
+        prepared: Sequence[Prepared],
         states: dict[str, ConversationState],
         overlay: Overlay,
         now: float,
@@ -108,7 +107,7 @@ class Processor:
         decisions = []
         changed: set[str] = set()
         held: set[str] = set()  # conversations with a held line in this batch: their later lines queue behind it
-        for ln in lines:
+        for ln, prep in zip(lines, prepared, strict=True):
             if ln.conversation is not None and ln.conversation in held:
                 decisions.append(_queued(ln.conversation, now))
                 continue
@@ -124,6 +123,7 @@ class Processor:
                 now,
                 first_seen=ln.first_seen,
                 replay=ln.replay,
+                prepared=prep,
             )
             if d.effects and ln.conversation is not None:
                 apply(state, d, overlay)

@@ -4,7 +4,7 @@ Sans-I/O: no Kafka, no Redis, no clock. The daemon, ``gatekeeper check`` and ``g
 """
 
 from gatekeeper.policy.apply import BindingChange, Overlay, apply
-from gatekeeper.policy.decide import decide, holder_of, line_digest, rw_time
+from gatekeeper.policy.decide import Prepared, decide, holder_of, line_digest, prepare, rw_time
 from gatekeeper.policy.model import (
     AFFIRMATIVE,
     CHECK_OF_REASON,
@@ -33,6 +33,7 @@ __all__ = [
     "LineEntry",
     "Mode",
     "Overlay",
+    "Prepared",
     "ReadbackEntry",
     "Reason",
     "Record",
@@ -44,5 +45,6 @@ __all__ = [
     "decide",
     "holder_of",
     "line_digest",
+    "prepare",
     "rw_time",
 ]

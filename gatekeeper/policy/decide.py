@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from gatekeeper.policy.gate import screen
@@ -45,6 +46,7 @@ from gatekeeper.policy.state import (
 )
 from rwcore import (
     Message,
+    Parsed,
     Problem,
     dn_check,
     ho_check,
@@ -82,6 +84,40 @@ def _expired(exp: object, now_rw: str) -> bool:
     return isinstance(exp, str) and len(exp) == 14 and now_rw >= exp
 
 
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A value screened by the gate and parsed under the route's profile: computed once per line, so the batch
+    driver can read an HO's (item, ask) before the batch and ``decide`` does not parse the line again."""
+
+    text: str | None
+    gate_problems: tuple[Problem, ...]
+    parsed: Parsed | None
+
+
+def prepare(raw: bytes, route: RoutePolicy) -> Prepared:
+    text, problems = screen(raw, route.max_line_bytes)
+    if text is None:
+        return Prepared(None, problems, None)
+    return Prepared(text, (), parse_line(text, route.profile))
+
+
+_STORED: dict[tuple[str | None, str], Message] = {}
+_STORED_MAX = 20_000
+
+
+def _stored_message(text: str, route: RoutePolicy) -> Message:
+    """A line the state kept (an HO, a checked RB), parsed once per process: later replies need it again."""
+    key = (route.profile.name, text)
+    msg = _STORED.get(key)
+    if msg is None:
+        parsed = parse_line(text, route.profile)
+        assert parsed.message is not None, "a stored line no longer parses"
+        if len(_STORED) >= _STORED_MAX:
+            _STORED.clear()
+        msg = _STORED[key] = parsed.message
+    return msg
+
+
 def holder_of(conversation: str, ho_id: str) -> str:
     return f"{conversation}/{ho_id}"
 
@@ -99,8 +135,10 @@ class _Decider:
         now: float,
         first_seen: float | None,
         replay: bool,
+        prepared: Prepared | None,
     ) -> None:
         self.raw = raw
+        self.prepared = prepared
         self.conversation = conversation
         self.state = state
         self.records = records
@@ -172,11 +210,11 @@ class _Decider:
                 Reason.NO_CONVERSATION,
                 _p("no-conversation", "the record has no conversation id (the Kafka record key)", "gate"),
             )
-        text, problems = screen(self.raw, self.route.max_line_bytes)
-        if text is None:
-            return self._dead(Reason.INVALID, *problems)
-        self.text = text
-        parsed = parse_line(text, self.route.profile)
+        prepared = self.prepared or prepare(self.raw, self.route)
+        if prepared.text is None or prepared.parsed is None:
+            return self._dead(Reason.INVALID, *prepared.gate_problems)
+        self.text = prepared.text
+        parsed = prepared.parsed
         if parsed.message is None:
             return self._invalid(parsed.errors, parsed.raw)
         msg = parsed.message
@@ -664,9 +702,7 @@ class _Decider:
     def _message(self, line_id: str) -> Message:
         entry = self.state.lines[line_id]
         assert entry.text is not None, f"line {line_id} was not kept"
-        parsed = parse_line(entry.text, self.route.profile)
-        assert parsed.message is not None, f"stored line {line_id} no longer parses"
-        return parsed.message
+        return _stored_message(entry.text, self.route)
 
     def _open(self, entry: HandoffEntry) -> bool:
         if entry.superseded_by is not None:
@@ -712,9 +748,11 @@ def decide(
     *,
     first_seen: float | None = None,
     replay: bool = False,
+    prepared: Prepared | None = None,
 ) -> Decision:
     """Decide one line. ``now`` is the gatekeeper's clock (epoch seconds) at this decision; ``first_seen`` is when
     the line was first consumed (for the hold window of a reply whose handoff is unknown); ``replay`` re-decides a
     line whose stored first decision was a dead letter (``gatekeeper replay``) instead of returning that decision.
+    ``prepared`` is ``prepare(raw, route)`` when the caller already has it.
     The caller applies ``decision.effects`` with ``apply`` before deciding the next line of the conversation."""
-    return _Decider(raw, conversation, state, records, route, now, first_seen, replay).decide()
+    return _Decider(raw, conversation, state, records, route, now, first_seen, replay, prepared).decide()

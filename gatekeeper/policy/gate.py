@@ -14,6 +14,7 @@ A model reading a forwarded line must not be fooled by what it cannot see. Befor
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 from rwcore import Problem
@@ -22,10 +23,24 @@ from rwcore import Problem
 #: private use and surrogates.
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cn", "Co", "Cs"})
 _TAIL_SEPARATOR = " // "
+_ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _problem(code: str, message: str) -> Problem:
     return Problem(code=code, message=f"input: {message}", tier="input")
+
+
+def _first_refused(text: str) -> tuple[int, str] | None:
+    """The position and Unicode category of the first character the gate refuses, if any. ASCII text (the
+    common case) is searched with one regular expression; other text character by character."""
+    if text.isascii():
+        m = _ASCII_CONTROL.search(text)
+        return None if m is None else (m.start(), "Cc")
+    for pos, ch in enumerate(text):
+        category = unicodedata.category(ch)
+        if category in _REFUSED_CATEGORIES:
+            return pos, category
+    return None
 
 
 def screen(raw: bytes, max_bytes: int) -> tuple[str | None, tuple[Problem, ...]]:
@@ -39,25 +54,25 @@ def screen(raw: bytes, max_bytes: int) -> tuple[str | None, tuple[Problem, ...]]
     except UnicodeDecodeError as exc:
         return None, (_problem("input-not-utf8", f"the value is not UTF-8 (byte {exc.start}: {exc.reason})"),)
     problems: list[Problem] = []
-    for pos, ch in enumerate(text):
-        if ch in "\r\n":
+    found = _first_refused(text)
+    if found is not None:
+        pos, category = found
+        if text[pos] in "\r\n":
             problems.append(_problem("input-multiline", f"a line break at character {pos}: one line per message"))
-            break
-        if ch != " " and unicodedata.category(ch) in _REFUSED_CATEGORIES:
+        else:
             problems.append(
                 _problem(
                     "input-control-character",
-                    f"character U+{ord(ch):04X} ({unicodedata.category(ch)}) at {pos} is not allowed in a line",
+                    f"character U+{ord(text[pos]):04X} ({category}) at {pos} is not allowed in a line",
                 )
             )
-            break
     head, sep, _tail = text.partition(_TAIL_SEPARATOR)
     if not sep and text.endswith(" //"):
         head = text[:-3]
     if not head.isascii():
-        bad = next(i for i, ch in enumerate(head) if not ch.isascii())
+        at = next(i for i, ch in enumerate(head) if not ch.isascii())
         problems.append(
-            _problem("input-non-ascii", f"non-ASCII character {head[bad]!r} at {bad}: ids, names, codes are ASCII")
+            _problem("input-non-ascii", f"non-ASCII character {head[at]!r} at {at}: ids, names, codes are ASCII")
         )
     if head != head.strip(" ") or "  " in head:
         problems.append(_problem("input-spacing", "tokens are separated by single spaces, with none at either end"))
