@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import FrozenInstanceError, fields
 from itertools import repeat
 from json.encoder import encode_basestring as _jstr
 from types import MappingProxyType
@@ -29,7 +29,7 @@ from rwcore._profiles import (
     resolve_profile,
     switch_profile,
 )
-from rwcore._types import Message, Problem, _freeze
+from rwcore._types import Message, Problem, _freeze, _thaw
 
 VERSION: Final = "RW1"
 
@@ -37,25 +37,75 @@ _ANS_PASS_RE = re.compile(r"-?\d+(\.\d+)?|\d{8}")
 _CANON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-@dataclass(frozen=True, slots=True)
 class Parsed:
-    """One parsed line.
+    """One parsed line (immutable).
 
     ``message`` is the decoded line, or None when there are errors. ``raw`` is the reference-shaped JSON twin (a dict
     with ``v type id re from to item slots tail``, lists as lists), present for invalid lines too, holding whatever
-    the parser decoded before it stopped. ``profile`` is the profile that validated the line (after a ``p=`` switch).
+    the parser decoded before it stopped; for a valid line it is built on first use. ``profile`` is the profile
+    that validated the line (after a ``p=`` switch).
     """
+
+    __slots__ = ("_raw", "errors", "message", "profile", "warnings")
 
     message: Message | None
     errors: tuple[Problem, ...]
     warnings: tuple[Problem, ...]
-    raw: dict[str, Any]
     profile: Profile
+    _raw: dict[str, Any] | None
+
+    def __init__(
+        self,
+        message: Message | None,
+        errors: tuple[Problem, ...],
+        warnings: tuple[Problem, ...],
+        raw: dict[str, Any] | None,
+        profile: Profile,
+    ) -> None:
+        if raw is None and message is None:
+            raise FormError("a Parsed needs its message or its raw twin")
+        _set = object.__setattr__
+        _set(self, "message", message)
+        _set(self, "errors", errors)
+        _set(self, "warnings", warnings)
+        _set(self, "_raw", raw)
+        _set(self, "profile", profile)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    @property
+    def raw(self) -> dict[str, Any]:
+        """The reference-shaped JSON twin."""
+        raw: dict[str, Any] | None = self._raw
+        if raw is None:
+            assert self.message is not None
+            raw = self.message.to_dict()
+            object.__setattr__(self, "_raw", raw)
+        return raw
 
     @property
     def ok(self) -> bool:
         """True when the line is valid."""
         return not self.errors
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Parsed):
+            return NotImplemented
+        return (self.message, self.errors, self.warnings, self.profile) == (
+            other.message,
+            other.errors,
+            other.warnings,
+            other.profile,
+        ) and self.raw == other.raw
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Parsed(message={self.message!r}, errors={self.errors!r}, warnings={self.warnings!r})"
 
 
 def _p(errors: list[Problem], code: str, message: str, slot: str | None = None, got: str | None = None) -> None:
@@ -66,8 +116,13 @@ def _value_problem(out: list[Problem], code: str, key: str, raw: str, suffix: st
     out.append(Problem(code, f"{key}={raw}{suffix}", "form", key, prof.slot_types[key], raw))
 
 
-def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
+def parse_raw(
+    line: str, prof: Profile, frozen: bool = False
+) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
     """The parser proper: (raw JSON twin, errors, warnings, the profile that validated). Never raises on a line.
+
+    ``frozen`` lets a clean line's list values come back as tuples, ready for a Message; the twin then carries the
+    key ``"frozen": True`` (the full pass, taken for any line with a finding, always gives lists).
 
     Findings come in the reference's order: the tokens' form, the ``p=`` switch, the values in token order, the
     required slots, then the rules over the whole line. Under a named profile (or with no ``p=`` token) one pass
@@ -118,12 +173,14 @@ def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], 
         return msg, errors, warnings, prof
     if not ID_RE.match(mid):
         _p(errors, "bad-id", f"id {mid!r} must match [A-Za-z0-9._-]+", got=mid)
-    fast = _fast_body(toks, prof, tdef)
+    fast = _fast_body(toks, prof, tdef, frozen)
     if fast is not None:
         clean, fast_slots = fast
         get = clean.get
         msg["re"], msg["from"], msg["to"], msg["item"] = get("re"), get("from"), get("to"), get("item")
         msg["slots"] = fast_slots
+        if frozen:
+            msg["frozen"] = True
         return _whole_line(msg, clean, errors, warnings, prof, mtype, mid, tail)
     seen: dict[str, str] = {}
     # findings about the values come after the form findings and the p= switch: collected apart, joined below
@@ -233,11 +290,14 @@ _ONE = repeat(1)
 _split = str.split
 
 
-def _fast_body(toks: list[str], prof: Profile, tdef: TypeDef) -> tuple[dict[str, str], dict[str, Any]] | None:
+def _fast_body(
+    toks: list[str], prof: Profile, tdef: TypeDef, frozen: bool
+) -> tuple[dict[str, str], dict[str, Any]] | None:
     """The slots of a clean line, in bulk: (the raw values by key, the decoded slots), or None when the line has
     anything the full pass must report (a token that is not key=value, a duplicate, an empty value, a key that is
     unknown, malformed or not defined for the type, a p= switch, a missing required slot, a value that fails its
-    check). None leaves nothing behind; the full pass then finds everything, in the reference's order."""
+    check). None leaves nothing behind; the full pass then finds everything, in the reference's order.
+    ``frozen``: list values as tuples (for a Message) rather than lists (the JSON twin)."""
     body = toks[3:]
     try:
         seen: dict[str, str] = dict(map(_split, body, _EQ, _ONE))
@@ -252,26 +312,30 @@ def _fast_body(toks: list[str], prof: Profile, tdef: TypeDef) -> tuple[dict[str,
         or (prof.declared is None and "p" in seen)
     ):
         return None
-    slots = dict(seen)
+    valid = tdef.valid_items  # enum codes and listed agents: one set lookup per slot
+    for k in keys & tdef.simple_keys:
+        if (k, seen[k]) not in valid:
+            return None
+    slots: dict[str, Any] = dict(seen)
     for k in ENVELOPE:
         slots.pop(k, None)
     info = tdef.slot_info
     scratch: list[Problem] = []
-    for k in keys & tdef.checked:
+    for k in keys & tdef.other_checked:
         kind, data, envelope, _ = info[k]
         val = seen[k]
-        if kind == 1:
-            if val not in data:
-                return None
-        elif kind == 3:
+        if kind == 3:
             if not data[0](val):
+                return None
+        elif kind == 1:
+            if val not in data:
                 return None
         else:
             decoded = data(val, scratch)
             if scratch:
                 return None
             if not envelope:
-                slots[k] = decoded
+                slots[k] = _freeze(decoded) if frozen and type(decoded) is list else decoded
     return seen, slots
 
 
@@ -347,7 +411,11 @@ def message_from_raw(raw: Mapping[str, Any], list_keys: frozenset[str] | None = 
             val = frozen[k]
             if type(val) is list:
                 frozen[k] = _freeze(val)
-    proxy = MappingProxyType(frozen)
+    return _message(raw, MappingProxyType(frozen))
+
+
+def _message(raw: Mapping[str, Any], proxy: MappingProxyType[str, Any]) -> Message:
+    """A Message of a twin's fields and its already frozen slots."""
     if _SETTERS is None:  # pragma: no cover - Message changed shape; the generic constructor still works
         return Message(
             raw["v"], raw["type"], raw["id"], raw["from"], raw["to"], raw["re"], raw["item"], proxy, raw["tail"]
@@ -374,9 +442,15 @@ def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
     if not isinstance(line, str):
         raise FormError(f"a line is a str, not {type(line).__name__}")
     prof = profile if isinstance(profile, Profile) else resolve_profile(profile)
-    raw, errors, warnings, used = parse_raw(line, prof)
-    message = None if errors else message_from_raw(raw, used.list_keys)
-    return Parsed(message, tuple(errors), tuple(warnings), raw, used)
+    raw, errors, warnings, used = parse_raw(line, prof, True)
+    frozen = raw.pop("frozen", False)
+    if errors:
+        if frozen:  # the slots were clean, a rule over the whole line was not: back to the twin's lists
+            raw["slots"] = {k: _thaw(v) for k, v in raw["slots"].items()}
+        return Parsed(None, tuple(errors), tuple(warnings), raw, used)
+    if frozen:
+        return Parsed(_message(raw, MappingProxyType(raw["slots"])), (), tuple(warnings), None, used)
+    return Parsed(message_from_raw(raw, used.list_keys), (), tuple(warnings), raw, used)
 
 
 # ---------------------------------------------------------------- encode

@@ -99,6 +99,11 @@ class TypeDef:
     fast_keys: frozenset[str] = frozenset()
     required_set: frozenset[str] = frozenset()
     checked: frozenset[str] = frozenset()
+    #: the checks set operations do at once: every valid (key, value) pair of the enum slots and of the agent slots
+    #: of a profile that lists its agents (``simple_keys``); the other checked keys go one by one
+    valid_items: frozenset[tuple[str, str]] = frozenset()
+    simple_keys: frozenset[str] = frozenset()
+    other_checked: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -459,6 +464,13 @@ def _compile(
     ho = types["HO"]
     validators = {k: _compile_validator(k, typ, ro_enums, agents, declared) for k, typ in slots.items()}
     plans = {k: _plan(k, typ, validators[k], ro_enums) for k, typ in slots.items()}
+    # (key, value) pairs that are valid without a closer look: enum codes, and the agents a profile lists
+    simple_items: dict[str, set[tuple[str, str]]] = {}
+    for k, typ in slots.items():
+        if typ.startswith("enum:"):
+            simple_items[k] = {(k, code) for code in ro_enums.get(typ[5:], {})}
+        elif typ == "agent" and agents:
+            simple_items[k] = {(k, a) for a in agents if ID_RE.match(a) and a[-1:] != "\n"}
     typedefs: dict[str, TypeDef] = {}
     for code, tdata in types.items():
         allowed = set(tdata["required"]) | set(tdata["optional"]) | {"p"}
@@ -475,6 +487,9 @@ def _compile(
             fast_keys=frozenset(k for k in plans if k in allowed and KEY_RE.match(k)),
             required_set=frozenset(tdata["required"]),
             checked=frozenset(k for k, (kind, _) in plans.items() if kind != 0),
+            valid_items=frozenset(pair for k in simple_items for pair in simple_items[k]),
+            simple_keys=frozenset(simple_items),
+            other_checked=frozenset(k for k, (kind, _) in plans.items() if kind != 0 and k not in simple_items),
         )
     encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")

@@ -112,11 +112,21 @@ def test_one_error_type() -> None:
 def test_values_are_frozen_and_slotted() -> None:
     parsed = rw.parse_line(HO, PAY)
     result = rw.rb_check(msg(HO), msg(RB), PAY, now=NOW)
-    for value in (parsed, parsed.message, result, PAY, PAY.types["HO"], rw.Problem("x", "y")):
+    for value in (parsed.message, result, PAY, PAY.types["HO"], rw.Problem("x", "y")):
         assert dataclasses.is_dataclass(value)
         assert not hasattr(value, "__dict__")
         with pytest.raises(dataclasses.FrozenInstanceError):
             value.__setattr__(dataclasses.fields(value)[0].name, None)
+    # Parsed is a slotted class of its own (its raw twin is built on first use), frozen the same way
+    assert not hasattr(parsed, "__dict__")
+    for name in ("message", "errors", "warnings", "profile", "raw"):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(parsed, name, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del parsed.message
+    assert parsed == rw.parse_line(HO, "pay")
+    assert parsed != rw.parse_line(RB, "pay")
+    assert "scheduler-1" in repr(parsed)
 
 
 # ---------------------------------------------------------------- parse_line, encode, digest
