@@ -74,10 +74,10 @@ def screen(raw: bytes, max_bytes: int) -> tuple[str | None, tuple[Problem, ...]]
         problems.append(
             _problem("input-non-ascii", f"non-ASCII character {head[at]!r} at {at}: ids, names, codes are ASCII")
         )
+    # Other whitespace in the head is refused already: ASCII tabs and breaks are control characters, and any
+    # non-ASCII space is non-ASCII.
     if head != head.strip(" ") or "  " in head:
         problems.append(_problem("input-spacing", "tokens are separated by single spaces, with none at either end"))
-    elif any(ch.isspace() and ch != " " for ch in head):
-        problems.append(_problem("input-spacing", "only the ASCII space separates tokens"))
     if problems:
         return None, tuple(problems)
     return text, ()
