@@ -100,6 +100,12 @@ class Route(_Strict):
     )
     hold_seconds: float = Field(30.0, ge=0, description="how long a reply whose handoff is unknown is held")
     max_line_bytes: int = Field(8192, ge=64, le=1_000_000)
+    readback_timeout_seconds: float | None = Field(
+        None,
+        gt=0,
+        description="cancel (CX why=TIMEOUT) a handoff with no passing readback this long after it was forwarded; "
+        "off by default (the protocol also lets the sender re-send instead)",
+    )
 
     @property
     def name(self) -> str:
@@ -109,6 +115,18 @@ class Route(_Strict):
 class HttpSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(9108, ge=0, le=65535)
+
+
+class SweeperSettings(_Strict):
+    """The handoff lifecycle's sweeper (``gatekeeper.sweeper``): it cancels the handoffs whose time ran out."""
+
+    interval_seconds: float = Field(5.0, ge=0, description="how often the sweeper looks for deadlines (0: never)")
+    takeover_seconds: float = Field(
+        60.0,
+        gt=0,
+        description="a cancel another instance started and did not finish is taken over after this long",
+    )
+    max_per_sweep: int = Field(500, ge=1, le=100_000, description="deadlines handled per partition per sweep")
 
 
 class Settings(BaseSettings):
@@ -124,6 +142,7 @@ class Settings(BaseSettings):
     routes: list[Route] = Field(default_factory=list)
     profile_dirs: list[Path] = Field(default_factory=list, description="extra folders of profile JSON files")
     grace_seconds: float = Field(10.0, ge=0, description="on SIGTERM: how long in-flight work may drain")
+    sweeper: SweeperSettings = SweeperSettings()
     log_format: Literal["auto", "json", "text"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
