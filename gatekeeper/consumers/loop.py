@@ -126,6 +126,7 @@ def route_policy(route: Route, settings: Settings) -> RoutePolicy:
         senders=None if route.senders is None else frozenset(route.senders),
         hold_seconds=route.hold_seconds,
         max_line_bytes=route.max_line_bytes,
+        readback_timeout_seconds=route.readback_timeout_seconds,
     )
 
 

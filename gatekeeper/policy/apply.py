@@ -16,6 +16,8 @@ from gatekeeper.policy.model import (
     Clear,
     Decision,
     FeedThread,
+    GatekeeperCancel,
+    MarkOverdue,
     OpenHandoff,
     PassReadback,
     RecordReadback,
@@ -96,3 +98,9 @@ def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> Non
                 overlay.release(key, holder)
                 if ho in state.handoffs:
                     state.handoffs[ho].bound = False
+            case GatekeeperCancel(ho=ho, cx=cx, why=why, at=at):
+                entry = state.handoffs[ho]
+                entry.gk_cancel, entry.gk_cancel_why, entry.gk_cancel_at = cx, why, at
+            case MarkOverdue(ho=ho, kind=kind, at=at):
+                entry = state.handoffs[ho]
+                entry.overdue, entry.overdue_at = kind, at

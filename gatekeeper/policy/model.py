@@ -84,6 +84,7 @@ class RoutePolicy:
     senders: frozenset[str] | None = None  # sender binding: which from= may publish here; None means any
     hold_seconds: float = 30.0  # how long a reply whose handoff is unknown is held before it is refused
     max_line_bytes: int = 8192
+    readback_timeout_seconds: float | None = None  # no passing readback this long after forwarding: CX why=TIMEOUT
 
 
 class RecordView(Protocol):
@@ -159,9 +160,30 @@ class Release:
     ho: str
 
 
+@dataclass(frozen=True, slots=True)
+class GatekeeperCancel:
+    """The gatekeeper cancelled the handoff on its sender's behalf (``policy.lifecycle``): its CX ``cx`` with
+    ``why`` (``EXPIRED`` or ``TIMEOUT``), written at ``at``."""
+
+    ho: str
+    cx: str
+    why: str
+    at: float
+
+
+@dataclass(frozen=True, slots=True)
+class MarkOverdue:
+    """The handoff's expiry (``exp=``/``due=``) passed while it was open and the gatekeeper acted on it at ``at``:
+    ``kind`` is the alert it raised (``thread-orphaned`` or ``cleared-not-done``)."""
+
+    ho: str
+    kind: str
+    at: float
+
+
 Effect = (
     RememberLine | OpenHandoff | Supersede | RecordReadback | PassReadback | RefuseReadback | Clear | FeedThread | Bind
-) | Release
+) | (Release | GatekeeperCancel | MarkOverdue)
 
 
 @dataclass(frozen=True, slots=True)

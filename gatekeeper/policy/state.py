@@ -135,6 +135,18 @@ class HandoffEntry:
     superseded_by: str | None = None
     cleared_by: str | None = None  # the RB an affirmative answer cleared
     passed_rb: str | None = None  # the latest readback that passed
+    # the lifecycle (gatekeeper.policy.lifecycle): the CX the gatekeeper wrote for it, and what it raised at expiry
+    gk_cancel: str | None = None  # the id of the gatekeeper's CX
+    gk_cancel_why: str | None = None  # EXPIRED or TIMEOUT
+    gk_cancel_at: float | None = None
+    overdue: str | None = None  # the alert raised when its exp=/due= passed while open: thread-orphaned, cleared-not-done
+    overdue_at: float | None = None
+
+    @property
+    def lapsed_at(self) -> float | None:
+        """When the gatekeeper first acted on this handoff's time running out (a cancel or an alert), if it did."""
+        times = [t for t in (self.gk_cancel_at, self.overdue_at) if t is not None]
+        return min(times) if times else None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"item": self.item, "ask": self.ask, "exec": self.exec_ask}
@@ -144,11 +156,17 @@ class HandoffEntry:
             v = getattr(self, k)
             if v:
                 d[k] = v
+        if self.gk_cancel is not None:
+            d["gkcx"] = [self.gk_cancel, self.gk_cancel_why, self.gk_cancel_at]
+        if self.overdue is not None:
+            d["over"] = [self.overdue, self.overdue_at]
         return d
 
     @classmethod
     def from_dict(cls, hid: str, d: Mapping[str, Any]) -> HandoffEntry:
         rec = d.get("rec")
+        gkcx = d.get("gkcx")
+        over = d.get("over")
         return cls(
             id=hid,
             item=d["item"],
@@ -159,6 +177,11 @@ class HandoffEntry:
             superseded_by=d.get("superseded_by"),
             cleared_by=d.get("cleared_by"),
             passed_rb=d.get("passed_rb"),
+            gk_cancel=gkcx[0] if gkcx else None,
+            gk_cancel_why=gkcx[1] if gkcx else None,
+            gk_cancel_at=float(gkcx[2]) if gkcx and gkcx[2] is not None else None,
+            overdue=over[0] if over else None,
+            overdue_at=float(over[1]) if over and over[1] is not None else None,
         )
 
 
