@@ -686,6 +686,7 @@ class _Decider:
                     f"{ho.from_}->{ho.to}",
                     f"{cx.from_}->{cx.to}",
                 ),
+                raise_alert=True,  # the thread audit: a problem check_thread reports is alerted as well as refused
             )
         return self._decision(Verdict.FORWARD, None)
 

@@ -139,7 +139,7 @@ class HandoffEntry:
     gk_cancel: str | None = None  # the id of the gatekeeper's CX
     gk_cancel_why: str | None = None  # EXPIRED or TIMEOUT
     gk_cancel_at: float | None = None
-    overdue: str | None = None  # the alert raised when its exp=/due= passed while open: thread-orphaned, cleared-not-done
+    overdue: str | None = None  # raised when exp=/due= passed while open: thread-orphaned or cleared-not-done
     overdue_at: float | None = None
 
     @property
