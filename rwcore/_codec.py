@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, fields
+from itertools import repeat
 from json.encoder import encode_basestring as _jstr
 from types import MappingProxyType
 from typing import Any, Final
@@ -284,45 +285,9 @@ def parse_raw(
     return _whole_line(msg, seen, errors, warnings, prof, mtype, mid, tail)
 
 
-_MEMO_LIMIT = 65536
-
-
-def _fill(pairs: list[tuple[str, str] | None], body: list[str], prof: Profile) -> bool:
-    """Check the tokens the memo does not know, one by one, and remember the good ones. False at the first token
-    the full pass must see (not key=value, empty, an unknown or malformed key, a value that fails its check)."""
-    memo = prof.token_memo
-    if len(memo) >= _MEMO_LIMIT:
-        memo.clear()
-        prof.decoded_memo.clear()
-    fast_keys = prof.fast_keys
-    plans = prof.plans
-    scratch: list[Problem] = []
-    i = -1
-    while True:
-        try:
-            i = pairs.index(None, i + 1)
-        except ValueError:
-            return True
-        tok = body[i]
-        k, eq, val = tok.partition("=")
-        if not eq or not val or k not in fast_keys:
-            return False
-        kind, data = plans[k]
-        if kind == 1:
-            if val not in data:
-                return False
-        elif kind == 3:
-            if not data[0](val):
-                return False
-        elif kind == 2:
-            decoded = data(val, scratch)
-            if scratch:
-                return False
-            if k in prof.transform_keys:
-                prof.decoded_memo[(k, val)] = _freeze(decoded) if type(decoded) is list else decoded
-        pair = (k, val)
-        memo[tok] = pair
-        pairs[i] = pair
+_EQ = repeat("=")
+_ONE = repeat(1)
+_split = str.split
 
 
 def _fast_body(
@@ -332,37 +297,45 @@ def _fast_body(
     anything the full pass must report (a token that is not key=value, a duplicate, an empty value, a key that is
     unknown, malformed or not defined for the type, a p= switch, a missing required slot, a value that fails its
     check). None leaves nothing behind; the full pass then finds everything, in the reference's order.
-    ``frozen``: list values as tuples (for a Message) rather than lists (the JSON twin).
-
-    Each token is looked up in the profile's memo of tokens already found valid (agents, codes, dates and
-    references repeat from line to line); only the others are checked, and remembered."""
+    ``frozen``: list values as tuples (for a Message) rather than lists (the JSON twin)."""
     body = toks[3:]
-    pairs: list[tuple[str, str] | None] = list(map(prof.token_memo.get, body))
-    if None in pairs and not _fill(pairs, body, prof):
-        return None
-    seen: dict[str, str] = dict(pairs)  # type: ignore[arg-type]
+    try:
+        seen: dict[str, str] = dict(map(_split, body, _EQ, _ONE))
+    except ValueError:
+        return None  # a token without "="
     keys = seen.keys()
     if (
         len(seen) != len(body)
         or not keys <= tdef.fast_keys
+        or "" in seen.values()
         or not tdef.required_set <= keys
         or (prof.declared is None and "p" in seen)
     ):
         return None
+    valid = tdef.valid_items  # enum codes and listed agents: one set lookup per slot
+    for k in keys & tdef.simple_keys:
+        if (k, seen[k]) not in valid:
+            return None
     slots: dict[str, Any] = dict(seen)
     for k in ENVELOPE:
         slots.pop(k, None)
-    transform = keys & prof.transform_keys
-    if transform:
-        memo = prof.decoded_memo
-        for k in transform:
-            val = seen[k]
-            decoded = memo.get((k, val))
-            if decoded is None:  # the memo was cleared since this token was remembered
-                decoded = prof.plans[k][1](val, [])
-                decoded = _freeze(decoded) if type(decoded) is list else decoded
-                memo[(k, val)] = decoded
-            slots[k] = decoded if frozen else _thaw(decoded)
+    info = tdef.slot_info
+    scratch: list[Problem] = []
+    for k in keys & tdef.other_checked:
+        kind, data, envelope, _ = info[k]
+        val = seen[k]
+        if kind == 3:
+            if not data[0](val):
+                return None
+        elif kind == 1:
+            if val not in data:
+                return None
+        else:
+            decoded = data(val, scratch)
+            if scratch:
+                return None
+            if not envelope:
+                slots[k] = _freeze(decoded) if frozen and type(decoded) is list else decoded
     return seen, slots
 
 

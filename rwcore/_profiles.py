@@ -140,16 +140,6 @@ class Profile:
     acc_tables: AccTables
     #: the slots whose decoded value is a list
     list_keys: frozenset[str]
-    #: per slot, how it is decoded (kind, data) as in TypeDef.slot_info
-    plans: Mapping[str, tuple[int, Any]]
-    #: the keys a clean line may carry under some type (known, well formed), and those whose value decodes to
-    #: something other than the string written (lists, integers, booleans)
-    fast_keys: frozenset[str]
-    transform_keys: frozenset[str]
-    #: memos the parser fills (bounded): a token known valid -> (key, value); (key, value) -> decoded, frozen.
-    #: Validity of a token depends only on the profile, so a token checked once is not checked again.
-    token_memo: dict[str, tuple[str, str]] = field(default_factory=dict, repr=False)
-    decoded_memo: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False)
 
     @property
     def is_core(self) -> bool:
@@ -530,9 +520,6 @@ def _compile(
         ans_text="/".join(ans) if ans else "",
         acc_tables=AccTables(ckeys, cset, aliases),
         list_keys=frozenset(k for k, typ in slots.items() if typ.startswith("list:")),
-        plans=MappingProxyType(plans),
-        fast_keys=frozenset(k for k in slots if KEY_RE.match(k)),
-        transform_keys=frozenset(k for k, (kind, _) in plans.items() if kind == 2 and k not in ENVELOPE),
     )
 
 

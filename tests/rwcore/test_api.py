@@ -516,20 +516,3 @@ def test_digest_is_sha256_of_the_canonical_json(slots: dict[str, Any], text: str
     assert twin_json(floaty.to_dict()) == json.dumps(floaty.to_dict(), ensure_ascii=False)
     want = json.dumps(floaty.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert rw.message_digest(floaty) == hashlib.sha256(want.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-
-
-def test_the_token_memo_never_changes_a_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The parser remembers tokens it found valid; a full memo is emptied, and a decoded value missing from it is
-    decoded again. None of it shows in the result."""
-    from rwcore import _codec
-
-    monkeypatch.setattr(_codec, "_MEMO_LIMIT", 3)
-    pay = rw.get_profile("pay")
-    lines = [HO, RB, DN, HO.replace("rb=exec", "rb=exec+keep keep=human"), HO + " flag=FX+DUP n=3", RB]
-    for line in lines * 2:
-        assert rw.parse(line, "pay") == ref.parse(line, "pay")
-        parsed = rw.parse_line(line, pay)
-        assert parsed.raw == ref.parse(line, "pay")[0]
-        pay.decoded_memo.clear()
-        assert rw.parse_line(line, pay) == parsed
-    assert len(pay.token_memo) <= 3 + 20
