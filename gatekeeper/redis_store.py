@@ -7,6 +7,20 @@ Key layout (``<p>`` is ``redis.key_prefix``; the part in braces is the Redis Clu
     <p>:bind:{<item>}:<ask>             the exec binding of that record: "<conversation>/<HO id>", no TTL
     <p>:recidx:{<item>}                 a set of the asks that have a record for <item> (``records get ITEM``)
 
+The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partition ``<n>`` (decimal)::
+
+    <p>:due:{<route>/#<n>}              ZSET: open handoffs with a pending deadline, score = that deadline (epoch)
+    <p>:open:{<route>/#<n>}             ZSET: every open handoff, score = when it was forwarded (epoch)
+    <p>:lapsed:{<route>/#<n>}           ZSET: handoffs the gatekeeper cancelled or alerted when their time ran out,
+                                        score = when; kept after they close, for ``retention_seconds``
+    <p>:cancel:{<route>/<conversation>}:<HO id>
+                                        HASH: the cancel intent of one handoff (``store.CancelIntent``), with the
+                                        conversation's TTL (``open_retention_seconds``)
+
+  Members of the three indexes are the JSON array ``["<conversation>","<HO id>"]``. The three keys of one partition
+  share a slot (one hash tag), so a bucket is never split across nodes; partitions spread over slots, and a sweeper
+  reads only the buckets of the partitions it holds. The cancel intent shares its conversation's slot.
+
 - A conversation's state lives in one slot, so a cluster keeps a thread on one node.
 - A record, its binding and its item's index share the item's slot, so a record is written together with its index
   entry by one Lua script, and ``records get ITEM`` reads the index and then the records (MGET, one slot) without
@@ -47,7 +61,8 @@ from redis.asyncio import Redis
 
 from gatekeeper.config import ConfigError, RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
-from gatekeeper.store import Loaded, RecordExists, StoreError
+from gatekeeper.policy.lifecycle import IndexEntry
+from gatekeeper.store import CancelIntent, DueView, Indexed, IndexKind, Loaded, RecordExists, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +96,24 @@ end
 return 0
 """
 
+#: Record a cancel intent unless one exists. KEYS[1]: the intent hash. ARGV[1]: TTL seconds, then field, value...
+#: Returns nil when recorded, else the existing intent's fields (HGETALL).
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('HGETALL', KEYS[1]) end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+return false
+"""
+
+#: Take a pending intent over. KEYS[1]: the intent hash. ARGV[1]: the token seen, then field, value... to set.
+#: Returns 1 when taken, 0 when the token moved on (another sweeper took it) or the intent is done or gone.
+_TAKE_OVER = """
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'done') == '1' then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+"""
+
 #: The errors of redis-py that mean "the store is not usable right now" (connection, timeout, server answers).
 _REDIS_ERRORS: tuple[type[BaseException], ...] = (redis_exc.RedisError, OSError)
 
@@ -88,6 +121,24 @@ _REDIS_ERRORS: tuple[type[BaseException], ...] = (redis_exc.RedisError, OSError)
 def escape_tag(value: str) -> str:
     """Escape a value for use inside a hash tag: ``%``, ``{`` and ``}`` are percent-encoded."""
     return value.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
+
+
+def unescape_tag(value: str) -> str:
+    """The inverse of ``escape_tag`` (and of the route's ``/`` escape)."""
+    return value.replace("%2F", "/").replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+
+
+def _glob_escape(value: str) -> str:
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in value)
+
+
+def _member(conversation: str, ho: str) -> str:
+    return json.dumps([conversation, ho], separators=(",", ":"), ensure_ascii=False)
+
+
+def _unmember(raw: bytes | str) -> tuple[str, str]:
+    conv, ho = json.loads(raw)
+    return str(conv), str(ho)
 
 
 def _compact(data: Any) -> str:
@@ -124,6 +175,32 @@ class Keys:
 
     def index(self, item: str) -> str:
         return f"{self.prefix}:recidx:{{{escape_tag(item)}}}"
+
+    @staticmethod
+    def route_tag(route: str) -> str:
+        return escape_tag(route).replace("/", "%2F")
+
+    def lifecycle(self, kind: str, route: str, partition: int) -> str:
+        """One of a partition's lifecycle indexes: ``due``, ``open`` or ``lapsed``."""
+        return f"{self.prefix}:{kind}:{{{self.route_tag(route)}/#{partition}}}"
+
+    def lifecycle_pattern(self, kind: str, route: str | None) -> str:
+        """A SCAN pattern for the lifecycle indexes of one kind (of one route, or all)."""
+        tag = "*" if route is None else _glob_escape(self.route_tag(route))
+        return f"{_glob_escape(self.prefix)}:{kind}:{{{tag}/#*}}"
+
+    def parse_lifecycle(self, key: str) -> tuple[str, int] | None:
+        """The (route, partition) of a lifecycle index key, or None."""
+        _head, sep, rest = key.partition("{")
+        if not sep or not rest.endswith("}"):
+            return None
+        route_tag, sep, part = rest[:-1].rpartition("/#")
+        if not sep or not part.isdigit():
+            return None
+        return unescape_tag(route_tag), int(part)
+
+    def cancel(self, route: str, conversation: str, ho: str) -> str:
+        return f"{self.prefix}:cancel:{{{self.route_tag(route)}/{escape_tag(conversation)}}}:{ho}"
 
 
 def client_from_settings(
@@ -166,6 +243,8 @@ class RedisStore:
         self._redis: Any = client if client is not None else client_from_settings(settings)
         self._cas = self._redis.register_script(_CAS)
         self._put = self._redis.register_script(_PUT)
+        self._claim_cancel = self._redis.register_script(_CLAIM)
+        self._take_over = self._redis.register_script(_TAKE_OVER)
         self._where = redacted_url(settings.url)
 
     # ------------------------------------------------------------ plumbing
@@ -227,17 +306,150 @@ class RedisStore:
                 loaded.bindings[k] = _text(raw)
         return loaded
 
-    async def save(self, route: str, states: Mapping[str, ConversationState]) -> None:
-        """One pipelined round trip: SET each state with its TTL (longer while a handoff is open)."""
-        if not states:
+    async def save(
+        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+    ) -> None:
+        """One pipelined round trip: the lifecycle index changes (``deadlines``), then SET each state with its TTL
+        (longer while a handoff is open). The index goes first: a state written means its index entries were sent
+        before it on the same connection; an entry left behind by a failed write is harmless (the sweeper finds the
+        handoff closed and drops it) and a batch retried after a failure writes every open entry again."""
+        if not states and not deadlines:
             return
         pipe = self._redis.pipeline(transaction=False)
+        self._queue_index(pipe, route, deadlines)
         for conv, state in states.items():
             pipe.set(self.keys.conv(route, conv), _compact(state.to_dict()), ex=self.ttl_for(state))
         try:
             await pipe.execute()
         except _REDIS_ERRORS as exc:
             raise self._error("save", exc) from exc
+
+    def _queue_index(self, pipe: Any, route: str, entries: Sequence[IndexEntry]) -> None:
+        """ZADD/ZREM per partition's index, one command per index and kind of change."""
+        adds: dict[str, dict[str, float]] = {}
+        rems: dict[str, list[str]] = {}
+        for e in entries:
+            member = _member(e.conversation, e.ho)
+            due, opened = (
+                self.keys.lifecycle("due", route, e.partition),
+                self.keys.lifecycle("open", route, e.partition),
+            )
+            if e.open and e.due_at is not None:
+                adds.setdefault(due, {})[member] = e.due_at
+            else:
+                rems.setdefault(due, []).append(member)
+            if e.open:
+                adds.setdefault(opened, {})[member] = e.opened_at if e.opened_at is not None else 0.0
+            else:
+                rems.setdefault(opened, []).append(member)
+            if e.lapsed_at is not None:
+                adds.setdefault(self.keys.lifecycle("lapsed", route, e.partition), {})[member] = e.lapsed_at
+        for key, members in rems.items():
+            pipe.zrem(key, *members)
+        for key, scores in adds.items():
+            pipe.zadd(key, {m: _finite(t) for m, t in scores.items()})
+
+    # ------------------------------------------------------------ the lifecycle (LifecycleStore)
+
+    async def due_view(
+        self, route: str, partitions: Collection[int], now: float, limit: int, *, forget_lapsed_before: float | None
+    ) -> dict[int, DueView]:
+        """One pipelined round trip over the partitions' indexes (see ``LifecycleStore``)."""
+        parts = sorted(set(partitions))
+        if not parts:
+            return {}
+        pipe = self._redis.pipeline(transaction=False)
+        for p in parts:
+            pipe.zrangebyscore(self.keys.lifecycle("due", route, p), "-inf", now, start=0, num=limit, withscores=True)
+            pipe.zcard(self.keys.lifecycle("open", route, p))
+            pipe.zrange(self.keys.lifecycle("open", route, p), 0, 0, withscores=True)
+            if forget_lapsed_before is not None:
+                pipe.zremrangebyscore(self.keys.lifecycle("lapsed", route, p), "-inf", f"({forget_lapsed_before}")
+        try:
+            results = await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("due_view", exc) from exc
+        out: dict[int, DueView] = {}
+        step = 4 if forget_lapsed_before is not None else 3
+        for i, p in enumerate(parts):
+            due, count, oldest = results[i * step : i * step + 3]
+            items = [Indexed(p, *_unmember(m), float(t)) for m, t in due]
+            first = [Indexed(p, *_unmember(m), float(t)) for m, t in oldest]
+            out[p] = DueView(due=items, open_count=int(count), oldest=first[0] if first else None)
+        return out
+
+    async def index(self, route: str | None, kind: IndexKind) -> list[tuple[str, Indexed]]:
+        """Every member of one index (SCAN over the partitions' keys; an operator's command, not the daemon's)."""
+        out: list[tuple[str, Indexed]] = []
+        try:
+            pattern = self.keys.lifecycle_pattern(kind, route)
+            keys = sorted({_text(k) async for k in self._redis.scan_iter(match=pattern, count=500)})
+            for key in keys:
+                where = self.keys.parse_lifecycle(key)
+                if where is None or (route is not None and where[0] != route):
+                    continue
+                members = await self._redis.zrange(key, 0, -1, withscores=True)
+                out.extend((where[0], Indexed(where[1], *_unmember(m), float(t))) for m, t in members)
+        except _REDIS_ERRORS as exc:
+            raise self._error("index", exc) from exc
+        return out
+
+    async def intents(self, route: str, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], CancelIntent]:
+        pairs = list(keys)
+        if not pairs:
+            return {}
+        pipe = self._redis.pipeline(transaction=False)
+        for conv, ho in pairs:
+            pipe.hgetall(self.keys.cancel(route, conv, ho))
+        try:
+            results = await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("intents", exc) from exc
+        out = {}
+        for pair, raw in zip(pairs, results, strict=True):
+            if raw:
+                out[pair] = self._decode_intent(self.keys.cancel(route, *pair), raw)
+        return out
+
+    async def claim_cancel(self, route: str, conversation: str, ho: str, intent: CancelIntent) -> CancelIntent | None:
+        key = self.keys.cancel(route, conversation, ho)
+        args: list[Any] = [self.settings.open_retention_seconds]
+        for k, v in intent.fields().items():
+            args.extend((k, v))
+        try:
+            res = await self._claim_cancel(keys=[key], args=args)
+        except _REDIS_ERRORS as exc:
+            raise self._error("claim_cancel", exc) from exc
+        if not res:
+            return None
+        return self._decode_intent(key, dict(zip(res[::2], res[1::2], strict=True)))
+
+    async def take_over_cancel(
+        self, route: str, conversation: str, ho: str, seen_token: int, owner: str, at: float
+    ) -> CancelIntent | None:
+        key = self.keys.cancel(route, conversation, ho)
+        new_token = seen_token + 1
+        args = [json.dumps(seen_token), "owner", owner, "token", json.dumps(new_token), "at", json.dumps(at)]
+        try:
+            if not int(await self._take_over(keys=[key], args=args)):
+                return None
+            raw = await self._redis.hgetall(key)
+        except _REDIS_ERRORS as exc:
+            raise self._error("take_over_cancel", exc) from exc
+        return self._decode_intent(key, raw) if raw else None
+
+    async def finish_cancel(self, route: str, conversation: str, ho: str, published: int) -> None:
+        key = self.keys.cancel(route, conversation, ho)
+        try:
+            await self._redis.hset(key, mapping={"done": "1", "published": json.dumps(published)})
+        except _REDIS_ERRORS as exc:
+            raise self._error("finish_cancel", exc) from exc
+
+    def _decode_intent(self, key: str, raw: Mapping[Any, Any]) -> CancelIntent:
+        try:
+            return CancelIntent.from_fields({_text(k): _text(v) for k, v in raw.items()})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"redis {self._where}: the cancel intent at {key} cannot be read: {exc}") from exc
 
     def ttl_for(self, state: ConversationState) -> int:
         if state.has_open_handoffs():
@@ -346,6 +558,13 @@ class RedisStore:
             return Record.from_dict(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"redis {self._where}: the record at {key} cannot be read: {exc}") from exc
+
+
+def _finite(t: float) -> float | str:
+    """A score Redis accepts: ``inf`` is written as ``+inf``."""
+    if t == float("inf"):
+        return "+inf"
+    return t
 
 
 def _text(raw: bytes | str) -> str:

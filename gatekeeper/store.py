@@ -2,15 +2,21 @@
 ``gatekeeper check``, and (in ``gatekeeper.redis_store``) the Redis store the daemon uses.
 
 The Protocol is batch-shaped on purpose: one call loads everything a batch needs, one call writes what it changed.
+
+``LifecycleStore`` adds what the handoff lifecycle's sweeper needs (``gatekeeper.sweeper``): the deadline indexes,
+bucketed by input partition, and the cancel intents that make one cancel per handoff. ``save`` writes a batch's
+index changes (``policy.lifecycle.IndexEntry``) in the same round trip as the states.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, Protocol
 
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
+from gatekeeper.policy.lifecycle import IndexEntry
 
 
 class StoreError(Exception):
@@ -30,6 +36,78 @@ class Loaded:
     bindings: dict[RecordKey, str] = field(default_factory=dict)
 
 
+IndexKind = Literal["due", "open", "lapsed"]
+INDEX_KINDS: tuple[IndexKind, ...] = ("due", "open", "lapsed")
+
+
+@dataclass(frozen=True, slots=True)
+class Indexed:
+    """One member of a lifecycle index: a handoff of a conversation, and its score (epoch seconds: the next deadline,
+    when it was forwarded, or when the gatekeeper acted on it)."""
+
+    partition: int
+    conversation: str
+    ho: str
+    score: float
+
+
+@dataclass(frozen=True, slots=True)
+class DueView:
+    """What one sweep of one (route, partition) reads in one round trip: the handoffs whose deadline passed (earliest
+    first), how many handoffs are open, and the oldest open one."""
+
+    due: list[Indexed]
+    open_count: int
+    oldest: Indexed | None
+
+
+@dataclass(frozen=True, slots=True)
+class CancelIntent:
+    """A cancel the sweeper started, recorded before its CX is published and marked done once it is acknowledged.
+
+    ``line`` is the exact CX; ``topic``/``partition`` where it goes; ``offset`` the end of that partition before it
+    was published (recovery looks for the line from there). ``owner`` is the sweeper holding it, ``token`` a fencing
+    number that grows with every takeover, ``at`` when it was claimed or taken over (the sweeper's clock).
+    """
+
+    cx: str
+    line: str
+    why: str
+    topic: str
+    partition: int
+    offset: int
+    owner: str
+    token: int
+    at: float
+    done: bool = False
+    published: int | None = None  # the offset the CX was acknowledged at (or found at)
+
+    def fields(self) -> dict[str, str]:
+        """As flat string fields (a Redis hash)."""
+        out = {k: json.dumps(v) if not isinstance(v, str) else v for k, v in asdict(self).items() if v is not None}
+        out["done"] = "1" if self.done else "0"
+        return out
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, str]) -> CancelIntent:
+        def num(k: str) -> Any:
+            return json.loads(d[k])
+
+        return cls(
+            cx=d["cx"],
+            line=d["line"],
+            why=d["why"],
+            topic=d["topic"],
+            partition=int(num("partition")),
+            offset=int(num("offset")),
+            owner=d["owner"],
+            token=int(num("token")),
+            at=float(num("at")),
+            done=d.get("done") == "1",
+            published=int(num("published")) if d.get("published") not in (None, "null") else None,
+        )
+
+
 class Store(Protocol):
     async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
         """One round trip: the states of ``conversations`` on ``route``, and the records and bindings of ``keys``."""
@@ -40,8 +118,12 @@ class Store(Protocol):
         Returns the changes that did not apply: another handoff changed that binding first."""
         ...
 
-    async def save(self, route: str, states: Mapping[str, ConversationState]) -> None:
-        """One round trip: write the states of the conversations a batch changed."""
+    async def save(
+        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+    ) -> None:
+        """One round trip: write the states of the conversations a batch changed, and the lifecycle index entries
+        of their handoffs (``deadlines``: an open entry is added or moved, a closed one leaves the open and deadline
+        indexes; an entry with ``lapsed_at`` is in the lapsed index)."""
         ...
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:
@@ -59,6 +141,40 @@ class Store(Protocol):
         ...
 
 
+class LifecycleStore(Store, Protocol):
+    """The Store plus what the sweeper needs. ``RedisStore`` and ``MemoryStore`` implement it."""
+
+    async def due_view(
+        self, route: str, partitions: Collection[int], now: float, limit: int, *, forget_lapsed_before: float | None
+    ) -> dict[int, DueView]:
+        """One round trip: per partition, the handoffs whose deadline is at or before ``now`` (at most ``limit``),
+        the open count and the oldest open handoff. Lapsed entries older than ``forget_lapsed_before`` are dropped."""
+        ...
+
+    async def index(self, route: str | None, kind: IndexKind) -> list[tuple[str, Indexed]]:
+        """Every member of one index, of one route or all (``gatekeeper handoffs list``): (route, member)."""
+        ...
+
+    async def intents(self, route: str, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], CancelIntent]:
+        """One round trip: the cancel intents of these (conversation, handoff) pairs that exist."""
+        ...
+
+    async def claim_cancel(self, route: str, conversation: str, ho: str, intent: CancelIntent) -> CancelIntent | None:
+        """Record ``intent`` unless one exists (atomically). None: recorded; else the intent that was there."""
+        ...
+
+    async def take_over_cancel(
+        self, route: str, conversation: str, ho: str, seen_token: int, owner: str, at: float
+    ) -> CancelIntent | None:
+        """Take a pending intent over: only if its token still is ``seen_token`` (nobody took it meanwhile) and it
+        is not done. Returns the intent as taken (owner, token + 1, at), or None when another sweeper got there."""
+        ...
+
+    async def finish_cancel(self, route: str, conversation: str, ho: str, published: int) -> None:
+        """Mark the intent done: its CX is on the topic at offset ``published``."""
+        ...
+
+
 class MemoryStore:
     """The Store in a process's memory: for unit tests, ``gatekeeper check`` and dry runs. States are kept as their
     serialised form, so a test sees exactly what the Redis store would round-trip."""
@@ -67,6 +183,8 @@ class MemoryStore:
         self._states: dict[tuple[str, str], dict[str, object]] = {}
         self._records: dict[RecordKey, Record] = {}
         self._bindings: dict[RecordKey, str] = {}
+        self._index: dict[tuple[str, int, IndexKind], dict[tuple[str, str], float]] = {}
+        self._intents: dict[tuple[str, str, str], CancelIntent] = {}
 
     async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
         loaded = Loaded()
@@ -93,9 +211,77 @@ class MemoryStore:
                 self._bindings[ch.key] = ch.after
         return conflicts
 
-    async def save(self, route: str, states: Mapping[str, ConversationState]) -> None:
+    async def save(
+        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+    ) -> None:
         for conv, state in states.items():
             self._states[(route, conv)] = state.to_dict()
+        for e in deadlines:
+            member = (e.conversation, e.ho)
+            due = self._index.setdefault((route, e.partition, "due"), {})
+            opened = self._index.setdefault((route, e.partition, "open"), {})
+            if e.open and e.due_at is not None:
+                due[member] = e.due_at
+            else:
+                due.pop(member, None)
+            if e.open:
+                opened[member] = e.opened_at if e.opened_at is not None else 0.0
+            else:
+                opened.pop(member, None)
+            if e.lapsed_at is not None:
+                self._index.setdefault((route, e.partition, "lapsed"), {})[member] = e.lapsed_at
+
+    async def due_view(
+        self, route: str, partitions: Collection[int], now: float, limit: int, *, forget_lapsed_before: float | None
+    ) -> dict[int, DueView]:
+        out: dict[int, DueView] = {}
+        for p in partitions:
+            due = self._index.get((route, p, "due"), {})
+            opened = self._index.get((route, p, "open"), {})
+            lapsed = self._index.get((route, p, "lapsed"), {})
+            if forget_lapsed_before is not None:
+                for m in [m for m, t in lapsed.items() if t < forget_lapsed_before]:
+                    del lapsed[m]
+            ready = sorted((t, m) for m, t in due.items() if t <= now)[:limit]
+            oldest = min(((t, m) for m, t in opened.items()), default=None)
+            out[p] = DueView(
+                due=[Indexed(p, m[0], m[1], t) for t, m in ready],
+                open_count=len(opened),
+                oldest=None if oldest is None else Indexed(p, oldest[1][0], oldest[1][1], oldest[0]),
+            )
+        return out
+
+    async def index(self, route: str | None, kind: IndexKind) -> list[tuple[str, Indexed]]:
+        out: list[tuple[str, Indexed]] = []
+        for (r, p, k), members in sorted(self._index.items()):
+            if k == kind and (route is None or r == route):
+                out.extend((r, Indexed(p, m[0], m[1], t)) for m, t in sorted(members.items(), key=lambda kv: kv[1]))
+        return out
+
+    async def intents(self, route: str, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], CancelIntent]:
+        return {k: i for k in keys if (i := self._intents.get((route, *k))) is not None}
+
+    async def claim_cancel(self, route: str, conversation: str, ho: str, intent: CancelIntent) -> CancelIntent | None:
+        existing = self._intents.get((route, conversation, ho))
+        if existing is not None:
+            return existing
+        self._intents[(route, conversation, ho)] = intent
+        return None
+
+    async def take_over_cancel(
+        self, route: str, conversation: str, ho: str, seen_token: int, owner: str, at: float
+    ) -> CancelIntent | None:
+        cur = self._intents.get((route, conversation, ho))
+        if cur is None or cur.token != seen_token or cur.done:
+            return None
+        new = replace(cur, owner=owner, token=cur.token + 1, at=at)
+        self._intents[(route, conversation, ho)] = new
+        return new
+
+    async def finish_cancel(self, route: str, conversation: str, ho: str, published: int) -> None:
+        cur = self._intents.get((route, conversation, ho))
+        if cur is not None:
+            self._intents[(route, conversation, ho)] = replace(cur, done=True, published=published)
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:
         if record.key in self._records and not supersede:
