@@ -282,9 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     a = ap.parse_args(argv)
     if a.quick:
-        n, repeats, sizes, ref_sizes = 100, 3, (1000, 10_000), (1000,)
+        n, repeats, sizes, ref_sizes = 50, 5, (1000, 10_000), (1000,)
     else:
-        n, repeats, sizes, ref_sizes = 400, 5, (1000, 4000, 10_000, 100_000), (1000, 4000)
+        n, repeats, sizes, ref_sizes = 100, 15, (1000, 4000, 10_000, 100_000), (1000, 4000)
 
     print(
         f"rwcore vs rogerwilco {getattr(ref, '__version__', '0.3.0')} (reference), profile {PROFILE}, "
