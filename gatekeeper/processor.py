@@ -9,6 +9,11 @@ Order of writes, and why:
 2. save the conversation states (with each line's first decision) before any outcome is produced, so a crash
    after this point reprocesses the lines to the same stored verdicts instead of deciding them again later;
 3. the caller produces the outcomes, then commits the offsets.
+
+The lifecycle's indexes (``policy.lifecycle``: each open handoff's next deadline, when it was forwarded) are written
+in the same round trip as the states, for the conversations of lines that carry their input ``partition``: every
+open handoff's entry again (idempotent, and it repairs an index a failed write left behind when the batch is
+retried), and the handoffs the batch closed leave the open and deadline indexes.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from gatekeeper.policy import (
     decide,
 )
 from gatekeeper.policy.decide import Prepared, prepare
+from gatekeeper.policy.lifecycle import index_changes, index_entries
 from gatekeeper.store import Store, StoreError
 from rwcore import Problem
 
@@ -43,6 +49,7 @@ class Line:
     value: bytes
     first_seen: float | None = None  # when it was first consumed (the hold window of a reply)
     replay: bool = False  # re-decide a stored dead letter (gatekeeper replay)
+    partition: int | None = None  # the input partition: the bucket of the lifecycle indexes (None: not indexed)
 
 
 def _record_key(prepared: Prepared) -> RecordKey | None:
@@ -82,9 +89,14 @@ class Processor:
         conversations = {ln.conversation for ln in lines if ln.conversation is not None}
         prepared = [prepare(ln.value, self.route) for ln in lines]
         keys = {k for p in prepared if (k := _record_key(p)) is not None}
+        partitions = {
+            ln.conversation: ln.partition for ln in lines if ln.conversation is not None and ln.partition is not None
+        }
+        rt = self.route.readback_timeout_seconds
         claimed: list[BindingChange] = []
         for _ in range(MAX_CLAIM_ROUNDS):
             loaded = await self.store.load(self.route.name, conversations, keys)
+            before = {c: index_entries(loaded.states[c], c, p, rt) for c, p in partitions.items()}
             overlay = Overlay(records=loaded.records, loaded_bindings=loaded.bindings)
             decisions, changed = self._decide_all(lines, prepared, loaded.states, overlay, now)
             changes = overlay.changes()
@@ -92,7 +104,14 @@ class Processor:
             claimed.extend(c for c in changes if c not in conflicts)
             if not conflicts:
                 await self._release_unused(claimed, overlay)
-                await self.store.save(self.route.name, {c: loaded.states[c] for c in changed})
+                states = {c: loaded.states[c] for c in changed}
+                deadlines = [
+                    e for c, p in partitions.items() for e in index_changes(loaded.states[c], c, p, before[c], rt)
+                ]
+                if deadlines:
+                    await self.store.save(self.route.name, states, deadlines)
+                else:
+                    await self.store.save(self.route.name, states)
                 return decisions
         raise StoreError(f"exec bindings kept changing under this batch after {MAX_CLAIM_ROUNDS} rounds")
 

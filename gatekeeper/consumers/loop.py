@@ -544,7 +544,13 @@ class Gatekeeper:
                 continue
             rt = self._routes[name]
             lines = [
-                Line(b.lines[i].conversation, b.lines[i].source.value, first_seen=b.lines[i].first_seen) for i in idxs
+                Line(
+                    b.lines[i].conversation,
+                    b.lines[i].source.value,
+                    first_seen=b.lines[i].first_seen,
+                    partition=b.lines[i].source.partition,
+                )
+                for i in idxs
             ]
             started = time.perf_counter()
             decisions = await rt.processor.process(lines, now)
