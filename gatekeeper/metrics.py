@@ -29,6 +29,18 @@ metric                                         type       labels / meaning
 ``gatekeeper_assigned_partitions``             gauge      partitions assigned to this instance
 ``gatekeeper_ready``                           gauge      1 when Kafka and Redis answer and the group is joined
 ``gatekeeper_info``                            gauge      version: always 1
+``gatekeeper_open_handoffs``                   gauge      route: open handoffs on the input partitions this instance
+                                                          holds (sum over instances for the route's total)
+``gatekeeper_oldest_open_handoff_seconds``     gauge      route: age of the oldest of them (max over instances)
+``gatekeeper_handoffs_expired_total``          counter    route, reason (exp, due, readback): handoffs whose time
+                                                          ran out while open (cancelled or alerted)
+``gatekeeper_cancels_total``                   counter    route, why (EXPIRED, TIMEOUT): CX lines the gatekeeper
+                                                          published on a sender's behalf
+``gatekeeper_handoff_problems_total``          counter    route, code: the thread audit's problems (``thread-closed-
+                                                          twice``, ``thread-done-after-cancel``, ``thread-cancel-
+                                                          wrong-agent``, ``thread-cancel-no-handoff``,
+                                                          ``thread-orphaned``, ``cleared-not-done``)
+``gatekeeper_sweep_seconds``                   histogram  one sweep of the partitions this instance holds
 =============================================  =========  ==========================================================
 """
 
@@ -42,6 +54,18 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from gatekeeper import __version__
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: The codes of ``gatekeeper_handoff_problems_total`` (a closed set): what ``check_thread`` calls a problem, and the
+#: gatekeeper's ``cleared-not-done``.
+HANDOFF_PROBLEM_CODES = frozenset(
+    {
+        "thread-closed-twice",
+        "thread-done-after-cancel",
+        "thread-cancel-wrong-agent",
+        "thread-cancel-no-handoff",
+        "thread-orphaned",
+        "cleared-not-done",
+    }
+)
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 
 
@@ -94,6 +118,27 @@ class Metrics:
         self.ready = Gauge("gatekeeper_ready", "1 when ready.", registry=r)
         self.info = Gauge("gatekeeper_info", "The gatekeeper's version.", ["version"], registry=r)
         self.info.labels(version=__version__).set(1)
+        self.open_handoffs = Gauge(
+            "gatekeeper_open_handoffs", "Open handoffs on the partitions this instance holds.", ["route"], registry=r
+        )
+        self.oldest_open = Gauge(
+            "gatekeeper_oldest_open_handoff_seconds",
+            "Age of the oldest open handoff on the partitions this instance holds.",
+            ["route"],
+            registry=r,
+        )
+        self.expired = Counter(
+            "gatekeeper_handoffs_expired", "Handoffs whose time ran out while open.", ["route", "reason"], registry=r
+        )
+        self.cancels = Counter(
+            "gatekeeper_cancels", "CX lines the gatekeeper published for a sender.", ["route", "why"], registry=r
+        )
+        self.handoff_problems = Counter(
+            "gatekeeper_handoff_problems", "The thread audit's problems.", ["route", "code"], registry=r
+        )
+        self.sweep_seconds = Histogram(
+            "gatekeeper_sweep_seconds", "One sweep of the partitions held.", buckets=LATENCY_BUCKETS, registry=r
+        )
 
     def forget_partition(self, topic: str, partition: int) -> None:
         """A revoked partition's gauges go away (they would freeze at their last value otherwise)."""
@@ -106,4 +151,4 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-__all__ = ["Metrics"]
+__all__ = ["HANDOFF_PROBLEM_CODES", "Metrics"]
