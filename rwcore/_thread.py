@@ -100,9 +100,10 @@ class _Handoff:
     item: str | None
     exp: str | None
     due: str | None
-    closes: list[tuple[str, str]]  # (type, id) of each DN/UN/FL from the receiver, in order
-    cancels: list[str]  # ids of each CX naming it, in order
-    wrong: list[tuple[int, str, str, str]]  # (line, CX id, from, to) of cancels not from sender to receiver
+    # tuples, not lists: most HOs get one close and no cancel, and the shared empty tuple costs no allocation
+    closes: tuple[tuple[str, str], ...] = ()  # (type, id) of each DN/UN/FL from the receiver, in order
+    cancels: tuple[str, ...] = ()  # ids of each CX naming it, in order
+    wrong: tuple[tuple[int, str, str, str], ...] = ()  # (line, CX id, from, to) of each CX not sender -> receiver
     acked: bool = False  # some cancel was acknowledged with AN val=Y from the receiver
     ran: tuple[str, str] | None = None  # (DN id, out) of the first DN after the first CX with out != NOOP
 
@@ -144,8 +145,8 @@ def _view(h: _Handoff) -> HandoffView:
         exp=h.exp,
         due=h.due,
         line_no=h.line_no,
-        closes=tuple(h.closes),
-        cancels=tuple(h.cancels),
+        closes=h.closes,
+        cancels=h.cancels,
         acked=h.acked,
         closed=h.closed,
         cancelled=bool(h.cancels),
@@ -245,7 +246,7 @@ class ThreadTracker:
 
     def __init__(self) -> None:
         self._hos: list[_Handoff] = []  # every HO, in line order
-        self._by_id: dict[str, list[_Handoff]] = {}  # HO id -> the HOs with that id (usually one)
+        self._by_id: dict[str, tuple[_Handoff, ...]] = {}  # HO id -> the HOs with that id (usually one)
         self._open: dict[int, _Handoff] = {}  # index in _hos -> HO not yet closed; insertion order is line order
         self._cx_wait: dict[str, list[_Handoff]] = {}  # CX id -> HOs it cancels that no AN val=Y acknowledged yet
         self._cxs: list[tuple[int, str, str | None]] = []  # every CX: (line, id, re), for the no-HO check
@@ -283,9 +284,9 @@ class ThreadTracker:
                 if msg.from_ != h.receiver:
                     continue
                 if not apply:
-                    h = _replace(h, closes=[*h.closes, (t, msg.id)])
+                    h = _replace(h, closes=(*h.closes, (t, msg.id)))
                 else:
-                    h.closes.append((t, msg.id))
+                    h.closes = (*h.closes, (t, msg.id))
                     self._close(h)
                 if len(h.closes) > 1:
                     problems.append(_p_closed_twice(h))
@@ -302,9 +303,9 @@ class ThreadTracker:
                 if msg.from_ != h.sender or msg.to != h.receiver:
                     problems.append(_p_wrong_agent(h, n, msg.id, msg.from_, msg.to))
                     if apply:
-                        h.wrong.append((n, msg.id, msg.from_, msg.to))
+                        h.wrong = (*h.wrong, (n, msg.id, msg.from_, msg.to))
                 if apply:
-                    h.cancels.append(msg.id)
+                    h.cancels = (*h.cancels, msg.id)
                     if not h.acked:
                         self._cx_wait.setdefault(msg.id, []).append(h)
         elif apply and t == "AN" and re_ is not None and str(msg.slots.get("val")) == "Y":
@@ -335,13 +336,10 @@ class ThreadTracker:
                 item=msg.item,
                 exp=_opt_str(msg.slots.get("exp")),
                 due=_opt_str(msg.slots.get("due")),
-                closes=[],
-                cancels=[],
-                wrong=[],
             )
             self._open[h.idx] = h
             self._hos.append(h)
-            self._by_id.setdefault(msg.id, []).append(h)
+            self._by_id[msg.id] = (*self._by_id.get(msg.id, ()), h)
             self._shadowed.discard(msg.id)
         elif msg.id in self._by_id:
             self._shadowed.add(msg.id)
@@ -471,16 +469,16 @@ class ThreadTracker:
                     item=item,
                     exp=exp,
                     due=due,
-                    closes=[(str(a), str(b)) for a, b in closes or ()],
-                    cancels=[str(c) for c in cancels or ()],
-                    wrong=[(int(k), str(i), str(f), str(to)) for k, i, f, to in wrong or ()],
+                    closes=tuple((str(a), str(b)) for a, b in closes or ()),
+                    cancels=tuple(str(c) for c in cancels or ()),
+                    wrong=tuple((int(k), str(i), str(f), str(to)) for k, i, f, to in wrong or ()),
                     acked=bool(acked),
                     ran=(str(ran[0]), str(ran[1])) if ran else None,
                 )
                 if not h.closed:
                     t._open[h.idx] = h
                 t._hos.append(h)
-                t._by_id.setdefault(h.id, []).append(h)
+                t._by_id[h.id] = (*t._by_id.get(h.id, ()), h)
                 if not h.acked:
                     for cx_id in h.cancels:
                         t._cx_wait.setdefault(cx_id, []).append(h)
