@@ -17,7 +17,7 @@ from typing import Any, Final
 from rwcore._acc import RB_LEVELS, compare, split_constraint
 from rwcore._codec import VERSION, encode_fields, message_digest, message_from_raw, validate_encoded
 from rwcore._errors import FormError
-from rwcore._profiles import TIME_RE, Profile, get_profile, resolve_profile, switch_profile
+from rwcore._profiles import TIME_RE, Profile, get_profile, reference_profile, resolve_profile
 from rwcore._types import CheckResult, Message, Problem
 
 DEFAULT_RB: Final = ("item", "ask", "due")
@@ -435,7 +435,7 @@ def encoding_profile(profile: Profile | str | None, slots: Mapping[str, Any], st
     if not isinstance(name, str):
         raise FormError(f"unknown profile {name!r} (profile names are lowercase letters, digits, - and _)")
     if strict or profile is None or profile == "":
-        return switch_profile(name, get_profile(None).dirs)
+        return reference_profile(name)
     return get_profile(name)
 
 

@@ -434,6 +434,23 @@ def _message(raw: Mapping[str, Any], proxy: MappingProxyType[str, Any]) -> Messa
     return m
 
 
+def parse_message(
+    line: str, prof: Profile
+) -> tuple[Message | None, dict[str, Any], list[Problem], list[Problem], Profile]:
+    """A line to (its Message or None, its twin when invalid or when it was built anyway, errors, warnings, the
+    profile that validated). A clean line's Message is built straight from the parser (no twin, no copy): the twin
+    returned is then empty."""
+    raw, errors, warnings, used = parse_raw(line, prof, True)
+    frozen = raw.pop("frozen", False)
+    if errors:
+        if frozen:  # the slots were clean, a rule over the whole line was not: back to the twin's lists
+            raw["slots"] = {k: _thaw(v) for k, v in raw["slots"].items()}
+        return None, raw, errors, warnings, used
+    if frozen:
+        return _message(raw, MappingProxyType(raw["slots"])), {}, errors, warnings, used
+    return message_from_raw(raw, used.list_keys), raw, errors, warnings, used
+
+
 def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
     """Parse one RW1 line under a profile (a Profile, a name, or None for the core with the ``p=`` switch).
 
@@ -442,15 +459,8 @@ def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
     if not isinstance(line, str):
         raise FormError(f"a line is a str, not {type(line).__name__}")
     prof = profile if isinstance(profile, Profile) else resolve_profile(profile)
-    raw, errors, warnings, used = parse_raw(line, prof, True)
-    frozen = raw.pop("frozen", False)
-    if errors:
-        if frozen:  # the slots were clean, a rule over the whole line was not: back to the twin's lists
-            raw["slots"] = {k: _thaw(v) for k, v in raw["slots"].items()}
-        return Parsed(None, tuple(errors), tuple(warnings), raw, used)
-    if frozen:
-        return Parsed(_message(raw, MappingProxyType(raw["slots"])), (), tuple(warnings), None, used)
-    return Parsed(message_from_raw(raw, used.list_keys), (), tuple(warnings), raw, used)
+    message, raw, errors, warnings, used = parse_message(line, prof)
+    return Parsed(message, tuple(errors), tuple(warnings), raw or None, used)
 
 
 # ---------------------------------------------------------------- encode
@@ -607,11 +617,3 @@ def message_digest(msg: Message) -> str:
 def digest_raw(msg: Mapping[str, Any]) -> str:
     """``h=`` of a JSON twin given as a dict."""
     return _digest_text(canonical(msg))
-
-
-def digest_parsed(raw: Mapping[str, Any]) -> str:
-    """``h=`` of a twin the parser built (its nine keys, plain values): written directly."""
-    text = _canon_fields(
-        raw["v"], raw["type"], raw["id"], raw["re"], raw["from"], raw["to"], raw["item"], raw["slots"], raw["tail"]
-    )
-    return _digest_text(text if text is not None else canonical(raw))

@@ -27,10 +27,10 @@ from rwcore._checks import (
 from rwcore._checks import ho_check as _ho_check
 from rwcore._codec import (
     VERSION,
-    digest_parsed,
     digest_raw,
     encode_fields,
-    message_from_raw,
+    message_digest,
+    parse_message,
     parse_raw,
     twin_json,
     validate_encoded,
@@ -151,10 +151,10 @@ def canonical(msg: dict[str, Any]) -> str:
 def digest(line_or_msg: str | dict[str, Any], profile: str | None = None) -> str:
     """Tier-2 integrity digest: the first 12 hex characters of SHA-256 over the canonical JSON form."""
     if isinstance(line_or_msg, str):
-        raw, errors, _, _ = parse_raw(line_or_msg, reference_profile(profile))
-        if errors:
+        message, _, errors, _, _ = parse_message(line_or_msg, reference_profile(profile))
+        if message is None:
             raise FormError("; ".join(e.message for e in errors))
-        return digest_parsed(raw)
+        return message_digest(message)
     return digest_raw(line_or_msg)
 
 
@@ -182,12 +182,10 @@ def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[
     msgs: list[Message | None] = []
     problems: list[Problem] = []
     for label, line in pairs:
-        raw, errors, _, used = parse_raw(line, prof)
+        message, _, errors, _, _ = parse_message(line, prof)
         if errors:
-            msgs.append(None)
             problems += [_invalid(label, e) for e in errors]
-        else:
-            msgs.append(message_from_raw(raw, used.list_keys))
+        msgs.append(message)
     return prof, msgs, problems
 
 
@@ -241,10 +239,9 @@ def check_dn_lines(ho_line: str, dn_line: str, profile: str | None = None, rb_li
         return CheckResult(tuple(found))
     plan_rb: Message | None = None
     if rb_line:
-        raw, errors, _, used = parse_raw(rb_line, prof)
-        if errors:
+        rb, _, errors, _, _ = parse_message(rb_line, prof)
+        if rb is None:
             return CheckResult((*found, *(_invalid("RB", e) for e in errors)))
-        rb = message_from_raw(raw, used.list_keys)
         if rb.type != "RB":
             wrong = Problem("wrong-type", f"third line is {rb.type}, expected RB", "form", None, "RB", rb.type)
             return CheckResult((*found, wrong))
@@ -278,8 +275,8 @@ def make_rb(
 ) -> str:
     """A correct readback line for an HO, as a code-side receiver sends it (raises :class:`FormError`)."""
     prof = reference_profile(profile)
-    raw, errors, _, used = parse_raw(ho_line, prof)
-    if errors:
+    ho, _, errors, _, _ = parse_message(ho_line, prof)
+    if ho is None:
         raise FormError("; ".join(e.message for e in errors))
-    twin = readback_twin(message_from_raw(raw, used.list_keys), rb_id, prof, with_hash, eta, acc, do)
+    twin = readback_twin(ho, rb_id, prof, with_hash, eta, acc, do)
     return encode(twin, profile)
