@@ -8,8 +8,8 @@ Exit codes (the same for every command)::
     3  a service is unavailable: Redis cannot be reached or answered with an error (retry later)
 
 Errors are printed as ``gatekeeper: error: <what>`` on stderr, never as a traceback: ``cli_errors()`` maps the
-errors a command can meet (ConfigError, RecordsError, StoreError, rwcore's FormError, redis-py's errors) to a line
-and an exit code.
+errors a command can meet (ConfigError, RecordsError, StoreError, rwcore's FormError, redis-py's errors, and
+``gatekeeper.admin``'s KafkaUnavailable (exit 3) and TopicError (exit 2)) to a line and an exit code.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from redis import exceptions as redis_exc
 
+from gatekeeper.admin import KafkaUnavailable, TopicError
 from gatekeeper.config import CONFIG_ENV, ConfigError, Settings, load_settings
 from gatekeeper.records import RecordsError
 from gatekeeper.store import StoreError
@@ -76,6 +77,10 @@ def cli_errors() -> Iterator[None]:
         fail(str(exc), EXIT_UNAVAILABLE)
     except redis_exc.RedisError as exc:
         fail(f"redis: {type(exc).__name__}: {exc}", EXIT_UNAVAILABLE)
+    except KafkaUnavailable as exc:
+        fail(str(exc), EXIT_UNAVAILABLE)
+    except TopicError as exc:
+        fail(str(exc), EXIT_USAGE)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

@@ -1,0 +1,318 @@
+"""A two-phase act tool for agent builders: prepare (state what will run), then commit (run exactly that).
+
+The seed's ``examples/payment.py`` pattern as a reusable helper. The tool that acts is split in two:
+
+- ``prepare(ho_line, resolve=...)`` resolves every value the act will use (the resolver may look values up, such as
+  the account on file), freezes them under a token with an expiry, and returns the readback line that states them:
+  ``RB`` with ``h=`` (the handoff's digest), ``exp=`` (the end of the statement's window) and the execution slots as
+  they will be executed. Nothing has happened yet. The readback goes to the sender (through the gatekeeper, which
+  checks it against the handoff and the approved record).
+- ``commit(token, confirmed)`` runs the executor with the frozen values only, and only for a confirmed, unexpired
+  token; it returns the done report ``DN`` built from what the executor says it executed (not from what was meant),
+  so the done check compares the act with the plan.
+- ``cancel(cx_line)`` abandons what was prepared for that handoff and answers the cancel with ``AN val=Y``. If the
+  act already ran, it raises ``AlreadyExecuted`` carrying the done report: the truthful answer to a late cancel.
+
+    from gatekeeper.twophase import TwoPhaseTool
+
+    def pay(values):                       # your bank call; return what was actually executed (or None: as frozen)
+        receipt = bank.pay(**values)
+        return {"amt": receipt.amount, "acct": receipt.account}
+
+    tool = TwoPhaseTool("payer", pay, profile="pay", resolve=lambda ho: {"acct": accounts_on_file[ho.slots["sup"]]})
+    statement = tool.prepare(ho_line)      # send statement.line (the RB); keep statement.token
+    ...                                    # the sender's AN val=Y to that RB arrives
+    dn_line = tool.commit(statement.token, confirmed=True)
+
+Errors (``TwoPhaseError`` is their root)::
+
+    TwoPhaseError
+     ├── Refused           (also a ValueError) a line the tool does not take: not an HO/CX, not addressed to it,
+     │                      invalid, or an execution value that cannot be stated
+     ├── CommitRefused     (also a PermissionError) no confirmation, an unknown or spent token, or an expired one
+     └── AlreadyExecuted   a cancel after the act ran; ``.done_report`` is the DN that was returned by commit
+
+An executor that raises does not leave the token to be tried again (the act may have half run): ``commit`` returns a
+failure report, ``FL ... why=ERR``, naming the exception's type (never its text, which may carry values).
+
+The tool is safe to share between threads; it keeps its pending statements in memory (a process restart forgets
+them, which is safe: an unknown token never commits).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import secrets
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from rwcore import FormError, Message, Profile, encode_message, get_profile, make_readback, parse_line
+
+#: What a resolver returns: the values the act will use, by slot (missing execution slots come from the handoff).
+Resolver = Callable[[Message], Mapping[str, str]]
+#: The executor: runs the act with the frozen values; returns what it executed (None: exactly the frozen values).
+Executor = Callable[[Mapping[str, str]], Mapping[str, str] | None]
+
+DEFAULT_TTL_SECONDS = 300.0
+
+
+class TwoPhaseError(Exception):
+    """The root of the tool's errors."""
+
+
+class Refused(TwoPhaseError, ValueError):
+    """A line the tool does not take (not an HO or CX, not addressed to this agent, invalid)."""
+
+
+class CommitRefused(TwoPhaseError, PermissionError):
+    """``commit`` without a confirmation, for an unknown or spent token, or after the statement expired."""
+
+
+class AlreadyExecuted(TwoPhaseError):
+    """A cancel arrived after the act ran: answer with the done report instead."""
+
+    def __init__(self, message: str, done_report: str) -> None:
+        super().__init__(message)
+        self.done_report = done_report
+
+
+def _rw_time(epoch: float) -> str:
+    return time.strftime("%Y%m%dT%H%MZ", time.gmtime(epoch))
+
+
+def _epoch(rw: str) -> float:
+    import calendar
+
+    return float(calendar.timegm(time.strptime(rw, "%Y%m%dT%H%MZ")))
+
+
+def _show(v: object) -> str:
+    if isinstance(v, tuple | list):
+        return "+".join(str(x) for x in v)
+    return str(v)
+
+
+@dataclass(frozen=True, slots=True)
+class Statement:
+    """What ``prepare`` froze: the token, the readback line that states it, and the values."""
+
+    token: str
+    line: str  # the RB: send it to the handoff's sender
+    exp: str  # YYYYMMDDTHHMMZ, UTC: the token cannot be committed at or after this minute
+    values: Mapping[str, str]  # the frozen execution values
+    handoff: str  # the HO's id
+    conversation: str | None = None
+    ho: Message | None = field(default=None, repr=False, compare=False)
+
+
+class TwoPhaseTool:
+    """A two-phase act tool for the agent ``agent``: see the module docstring.
+
+    ``profile`` is the route's profile (a name or a ``Profile``); ``resolve`` the default resolver (``prepare`` may
+    give its own); ``ttl_seconds`` how long a statement stays committable (never past the handoff's own ``exp=``);
+    ``next_id`` makes the tool's message ids (default ``<agent>-1``, ``<agent>-2``...: give your agent's own counter
+    if it writes other lines too); ``clock`` and ``token`` are for tests.
+    """
+
+    def __init__(
+        self,
+        agent: str,
+        execute: Executor,
+        *,
+        profile: str | Profile = "pay",
+        resolve: Resolver | None = None,
+        ttl_seconds: float = DEFAULT_TTL_SECONDS,
+        next_id: Callable[[], str] | None = None,
+        clock: Callable[[], float] = time.time,
+        token: Callable[[], str] | None = None,
+    ) -> None:
+        if ttl_seconds < 60:
+            raise ValueError("ttl_seconds: at least 60 (exp= has a resolution of one minute)")
+        self.agent = agent
+        self.profile = profile if isinstance(profile, Profile) else get_profile(profile)
+        self._execute = execute
+        self._resolve = resolve
+        self._ttl = ttl_seconds
+        self._clock = clock
+        counter = itertools.count(1)
+        self._next_id = next_id if next_id is not None else (lambda: f"{agent}-{next(counter)}")
+        self._token = token if token is not None else (lambda: secrets.token_hex(8))
+        self._lock = threading.Lock()
+        self._pending: dict[str, Statement] = {}
+        self._done: dict[tuple[str | None, str], str] = {}  # (conversation, HO id) -> the DN commit returned
+
+    # ------------------------------------------------------------ phase 1
+
+    def prepare(self, ho_line: str, resolve: Resolver | None = None, *, conversation: str | None = None) -> Statement:
+        """Resolve the values the act will use, freeze them under a new token and return the statement (its
+        ``line`` is the RB to send). ``conversation`` scopes the handoff id (ids are unique per conversation)."""
+        ho = self._parse(ho_line, "HO")
+        if ho.to != self.agent:
+            raise Refused(f"refused: {ho.id} is addressed to {ho.to}, not {self.agent}")
+        ask = str(ho.slots.get("ask"))
+        exec_slots = self.profile.exec_slots(ask)
+        resolver = resolve if resolve is not None else self._resolve
+        resolved = dict(resolver(ho)) if resolver is not None else {}
+        values: dict[str, str] = {}
+        for k in exec_slots:
+            if k in resolved:
+                values[k] = str(resolved[k])
+            elif k in ho.slots:
+                values[k] = _show(ho.slots[k])
+        values.update({k: str(v) for k, v in resolved.items() if k not in values})
+        missing = [k for k in exec_slots if k not in values and _asks_exec(ho)]
+        if missing:
+            raise Refused(f"refused: cannot state {'+'.join(missing)} for {ho.id} (neither the HO nor the resolver)")
+        exp = self._expiry(ho)
+        rb_id = self._next_id()
+        try:
+            base = make_readback(ho, rb_id, self.profile)
+            slots: dict[str, Any] = dict(base.slots)
+            slots.update(values)
+            slots["exp"] = exp
+            rb = Message(
+                v=base.v, type="RB", id=rb_id, from_=self.agent, to=ho.from_, re=ho.id, item=ho.item, slots=slots
+            )
+            line = encode_message(rb, self.profile)
+        except FormError as exc:
+            raise Refused(f"refused: the statement for {ho.id} would not be a valid line: {exc}") from None
+        statement = Statement(
+            token=self._token(),
+            line=line,
+            exp=exp,
+            values=MappingProxyType(dict(values)),
+            handoff=ho.id,
+            conversation=conversation,
+            ho=ho,
+        )
+        with self._lock:
+            self._pending[statement.token] = statement
+        return statement
+
+    def _expiry(self, ho: Message) -> str:
+        deadline = math.floor((self._clock() + self._ttl) / 60) * 60
+        ho_exp = ho.slots.get("exp")
+        if isinstance(ho_exp, str) and len(ho_exp) == 14:
+            with contextlib.suppress(ValueError):
+                deadline = min(deadline, int(_epoch(ho_exp)))
+        return _rw_time(deadline)
+
+    # ------------------------------------------------------------ phase 2
+
+    def commit(self, token: str, confirmed: bool) -> str:
+        """Execute the frozen values of ``token``, only when ``confirmed`` and not expired; return the done report
+        (DN) of what the executor executed, or a failure report (FL why=ERR) when it raised. The token is spent
+        either way. Raises ``CommitRefused`` (nothing runs) otherwise."""
+        if not confirmed:
+            raise CommitRefused("no confirmation for this token: nothing is executed")
+        with self._lock:
+            statement = self._pending.pop(token, None)
+        if statement is None:
+            raise CommitRefused("unknown or spent token: nothing is executed (prepare again)")
+        if self._clock() >= _epoch(statement.exp):
+            raise CommitRefused(f"the statement expired at {statement.exp} before it was confirmed: prepare again")
+        ho = statement.ho
+        assert ho is not None
+        try:
+            executed = self._execute(statement.values)
+        except Exception as exc:
+            return self._line(
+                "FL",
+                ho,
+                {"why": "ERR"},
+                tail=f"the executor raised {type(exc).__name__}; check the act before retrying",
+            )
+        done: dict[str, str] = dict(statement.values)
+        if executed is not None:
+            done.update({k: str(v) for k, v in executed.items()})
+        line = self._line("DN", ho, {"out": "OK", **done})
+        with self._lock:
+            self._done[(statement.conversation, statement.handoff)] = line
+        return line
+
+    # ------------------------------------------------------------ cancel
+
+    def cancel(self, cx_line: str, *, conversation: str | None = None) -> str:
+        """Abandon every statement prepared for the handoff ``cx_line`` cancels, and return the ``AN val=Y`` that
+        acknowledges it. Raises ``AlreadyExecuted`` (with the done report) when the act already ran."""
+        cx = self._parse(cx_line, "CX")
+        if cx.to != self.agent:
+            raise Refused(f"refused: {cx.id} is addressed to {cx.to}, not {self.agent}")
+        handoff = cx.re or ""
+        with self._lock:
+            done = self._done.get((conversation, handoff))
+            doomed = [t for t, s in self._pending.items() if s.handoff == handoff and s.conversation == conversation]
+            for t in doomed:
+                del self._pending[t]
+        if done is not None:
+            raise AlreadyExecuted(f"{handoff} was already executed: answer the cancel with the done report", done)
+        tail = "statement abandoned; nothing executed" if doomed else "nothing was prepared; nothing executed"
+        an = Message(
+            v="RW1",
+            type="AN",
+            id=self._next_id(),
+            from_=self.agent,
+            to=cx.from_,
+            re=cx.id,
+            slots=self._p({"val": "Y"}),
+            tail=tail,
+        )
+        return encode_message(an, self.profile)
+
+    def pending(self) -> list[Statement]:
+        """The statements prepared and not yet committed or abandoned."""
+        with self._lock:
+            return list(self._pending.values())
+
+    # ------------------------------------------------------------ helpers
+
+    def _p(self, slots: dict[str, Any]) -> dict[str, Any]:
+        return slots if self.profile.is_core else {"p": self.profile.name, **slots}
+
+    def _parse(self, line: str, want: str) -> Message:
+        parsed = parse_line(line, self.profile)
+        if parsed.message is None:
+            reasons = "; ".join(e.message for e in parsed.errors) or "not a valid line"
+            raise Refused(f"refused: {reasons}")
+        if parsed.message.type != want:
+            raise Refused(f"refused: expected a {want} line, got {parsed.message.type}")
+        return parsed.message
+
+    def _line(self, type_: str, ho: Message, slots: dict[str, Any], tail: str | None = None) -> str:
+        msg = Message(
+            v="RW1",
+            type=type_,
+            id=self._next_id(),
+            from_=self.agent,
+            to=ho.from_,
+            re=ho.id,
+            item=ho.item,
+            slots=self._p(slots),
+            tail=tail,
+        )
+        return encode_message(msg, self.profile)
+
+
+def _asks_exec(ho: Message) -> bool:
+    rb = ho.slots.get("rb") or ()
+    levels = rb if isinstance(rb, tuple) else (rb,)
+    return any(str(x).lower() == "exec" for x in levels)
+
+
+__all__ = [
+    "DEFAULT_TTL_SECONDS",
+    "AlreadyExecuted",
+    "CommitRefused",
+    "Executor",
+    "Refused",
+    "Resolver",
+    "Statement",
+    "TwoPhaseError",
+    "TwoPhaseTool",
+]
