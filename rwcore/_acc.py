@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
+from rwcore._errors import problem
 from rwcore._types import Problem
 
 RB_LEVELS: Final = frozenset({"echo", "all", "acc", "plan", "exec"})
@@ -117,7 +118,7 @@ def _c(
     expected: str | None = None,
     got: str | None = None,
 ) -> None:
-    out.append(Problem(code, message, "comprehension", slot, expected, got))
+    out.append(problem(code, message, "comprehension", slot, expected, got))
 
 
 def compare(
@@ -142,10 +143,11 @@ def compare(
     for v in derived_not or ():
         der.setdefault("no", []).append(v)
     known = t.known
-    for k in [*exp, *der]:
-        if k not in known:
-            msg = f"key {k} is not in the closed constraint set; not compared (use one of {t.known_text})"
-            _c(notes, "acc-unknown-key", msg, slot=k)
+    if not (exp.keys() <= known and der.keys() <= known):
+        for k in [*exp, *der]:
+            if k not in known:
+                msg = f"key {k} is not in the closed constraint set; not compared (use one of {t.known_text})"
+                _c(notes, "acc-unknown-key", msg, slot=k)
     same = t.same_value
     set_keys = t.set_keys
     for k, vs in exp.items():
@@ -158,7 +160,7 @@ def compare(
             continue
         if k in set_keys:
             for v in vs:
-                best = max((same(v, d), d) for d in dvs)
+                best = (same(v, dvs[0]), dvs[0]) if len(dvs) == 1 else max((same(v, d), d) for d in dvs)
                 if best[0] == 0:
                     _c(problems, "acc-gap", f"tier4 comprehension: gap, receiver did not derive {k}:{v}", k, v)
                 elif best[0] == 2:
@@ -171,9 +173,9 @@ def compare(
                         best[1],
                     )
             for d in dvs:
-                if not any(same(v, d) for v in vs):
+                if not (same(vs[0], d) if len(vs) == 1 else any(same(v, d) for v in vs)):
                     _c(notes, "acc-assumption", f"assumption: receiver added {k}:{d}; confirm or correct", k, None, d)
-        elif not any(same(vs[0], d) == 1 for d in dvs):
+        elif not (same(vs[0], dvs[0]) == 1 if len(dvs) == 1 else any(same(vs[0], d) == 1 for d in dvs)):
             want, got = "/".join(vs), "/".join(dvs)
             msg = f"tier4 comprehension: contradiction on {k}: sender {want} vs receiver {got}"
             _c(problems, "acc-contradiction", msg, k, want, got)

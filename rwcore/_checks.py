@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from rwcore._acc import RB_LEVELS, compare, split_constraint
 from rwcore._codec import VERSION, encode_fields, message_digest, message_from_raw, validate_encoded
-from rwcore._errors import FormError
+from rwcore._errors import FormError, problem
 from rwcore._profiles import TIME_RE, Profile, get_profile, reference_profile, resolve_profile
 from rwcore._types import CheckResult, Message, Problem
 
@@ -64,7 +64,7 @@ def _pb(
     got: Any = None,
 ) -> None:
     out.append(
-        Problem(
+        problem(
             code, message, tier, slot, None if expected is None else show(expected), None if got is None else show(got)
         )
     )

@@ -18,7 +18,7 @@ from json.encoder import encode_basestring as _jstr
 from types import MappingProxyType
 from typing import Any, Final
 
-from rwcore._errors import FormError
+from rwcore._errors import FormError, problem
 from rwcore._profiles import (
     ENVELOPE,
     ID_RE,
@@ -109,11 +109,11 @@ class Parsed:
 
 
 def _p(errors: list[Problem], code: str, message: str, slot: str | None = None, got: str | None = None) -> None:
-    errors.append(Problem(code, message, "form", slot, None, got))
+    errors.append(problem(code, message, "form", slot, None, got))
 
 
 def _value_problem(out: list[Problem], code: str, key: str, raw: str, suffix: str, prof: Profile) -> None:
-    out.append(Problem(code, f"{key}={raw}{suffix}", "form", key, prof.slot_types[key], raw))
+    out.append(problem(code, f"{key}={raw}{suffix}", "form", key, prof.slot_types[key], raw))
 
 
 def parse_raw(

@@ -13,8 +13,11 @@ where it was found, and a message worded exactly as the reference implementation
 
 from __future__ import annotations
 
+from dataclasses import fields
 from types import MappingProxyType
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
+
+from rwcore._types import Problem
 
 
 class FormError(ValueError):
@@ -127,5 +130,35 @@ CHECK_CODES: Final = _table(
 
 #: The whole closed set: every code any rwcore function puts in a Problem.
 PROBLEM_CODES: Final = MappingProxyType({**PARSE_CODES, **CHECK_CODES})
+
+
+def _problem_setters() -> tuple[Any, ...] | None:
+    names = ("code", "message", "tier", "slot", "expected", "got")
+    if tuple(f.name for f in fields(Problem)) != names:  # pragma: no cover - Problem changed shape
+        return None
+    return tuple(Problem.__dict__[n].__set__ for n in names)
+
+
+_PSET = _problem_setters()
+_new = object.__new__
+
+
+def problem(
+    code: str, message: str, tier: str | None, slot: str | None, expected: str | None, got: str | None
+) -> Problem:
+    """``Problem(code, message, tier, slot, expected, got)``, built without the generic frozen-dataclass __init__
+    (the hot paths make many)."""
+    if _PSET is None:  # pragma: no cover
+        return Problem(code, message, tier, slot, expected, got)
+    p = _new(Problem)
+    s_code, s_message, s_tier, s_slot, s_expected, s_got = _PSET
+    s_code(p, code)
+    s_message(p, message)
+    s_tier(p, tier)
+    s_slot(p, slot)
+    s_expected(p, expected)
+    s_got(p, got)
+    return p
+
 
 __all__ = ["CHECK_CODES", "PARSE_CODES", "PROBLEM_CODES", "CodeInfo", "FormError"]

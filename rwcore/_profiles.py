@@ -28,7 +28,7 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from rwcore._acc import AccTables
-from rwcore._errors import FormError
+from rwcore._errors import FormError, problem
 from rwcore._types import Problem
 
 #: Environment variable naming extra profile folders, ``os.pathsep``-separated.
@@ -166,7 +166,7 @@ class Profile:
 
 
 def _err(errors: list[Problem], code: str, message: str, key: str, expected: str, got: str) -> None:
-    errors.append(Problem(code, message, "form", key, expected, got))
+    errors.append(problem(code, message, "form", key, expected, got))
 
 
 def _compile_validator(
