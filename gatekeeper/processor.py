@@ -102,7 +102,8 @@ class Processor:
             changes = overlay.changes()
             conflicts = await self.store.claim(changes) if changes else []
             claimed.extend(c for c in changes if c not in conflicts)
-            if not conflicts:
+            # a release that finds the binding no longer the handoff's has nothing to release: not a conflict
+            if not any(c.after is not None for c in conflicts):
                 await self._release_unused(claimed, overlay)
                 states = {c: loaded.states[c] for c in changed}
                 deadlines = [

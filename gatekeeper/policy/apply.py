@@ -45,6 +45,7 @@ class Overlay:
     records: Mapping[RecordKey, Record] = field(default_factory=dict)
     loaded_bindings: Mapping[RecordKey, str] = field(default_factory=dict)
     _bindings: dict[RecordKey, str | None] = field(default_factory=dict)
+    _released: dict[RecordKey, str] = field(default_factory=dict)  # released without being loaded: from this holder
 
     def record(self, key: RecordKey) -> Record | None:
         return self.records.get(key)
@@ -60,11 +61,16 @@ class Overlay:
     def release(self, key: RecordKey, holder: str) -> None:
         if self.binding(key) == holder:
             self._bindings[key] = None
+        elif key not in self.loaded_bindings and key not in self._bindings:
+            # a binding the batch did not load (a reply in a later batch than its HO): released by compare-and-set
+            # from its holder, which changes nothing when another handoff holds it
+            self._bindings[key] = None
+            self._released[key] = holder
 
     def changes(self) -> list[BindingChange]:
         out = []
         for key, after in self._bindings.items():
-            before = self.loaded_bindings.get(key)
+            before = self._released.get(key, self.loaded_bindings.get(key))
             if before != after:
                 out.append(BindingChange(key, before, after))
         return out
