@@ -238,7 +238,7 @@ def parse_raw(
             if not data[0](val):
                 _value_problem(v_errors, data[1], k, val, data[2], prof)
             decoded = val
-        else:
+        else:  # 2 and 4: the validator
             decoded = data(val, v_errors)
         if envelope:
             msg[k] = decoded
@@ -324,7 +324,9 @@ def _fast_body(
     for k in keys & tdef.other_checked:
         kind, data, envelope, _ = info[k]
         val = seen[k]
-        if kind == 3:
+        if kind == 4:
+            slots[k] = (tuple if frozen else list)(filter(None, val.split("+")))
+        elif kind == 3:
             if not data[0](val):
                 return None
         elif kind == 1:

@@ -73,6 +73,8 @@ _PATTERN_TYPES: Final = {
 def _plan(key: str, typ: str, validator: Validator, enums: Mapping[str, Mapping[str, str]]) -> tuple[int, Any]:
     if typ in ("ref", "token"):
         return 0, None
+    if typ in ("list:ref", "list:token"):
+        return 4, validator  # strings as written, joined with +: no check beyond the split
     if typ.startswith("enum:"):
         return 1, enums.get(typ[5:], {})
     pattern = _PATTERN_TYPES.get(typ)
@@ -92,7 +94,8 @@ class TypeDef:
     allowed: frozenset[str]
     #: per slot, how the parser decodes it on this type: (kind, data, is an envelope slot, allowed on this type);
     #: kind 0 takes the value as written, 1 checks it against an enum (data: the codes), 2 calls a validator
-    #: (data), 3 matches a pattern (data: match function, problem code, message suffix)
+    #: (data), 3 matches a pattern (data: match function, problem code, message suffix), 4 splits a list of
+    #: strings as written (data: its validator, which the full pass calls)
     slot_info: Mapping[str, SlotPlan] = field(default_factory=dict)
     #: the parser's fast path: the keys it may meet on this type without a finding (known, well formed, allowed),
     #: the required ones as a set, and the known keys whose value needs a check (kind other than 0)
