@@ -28,6 +28,11 @@ to ``grace_seconds``; then it is cancelled. Either way the acknowledged offsets 
 stops, and the producer, the store and the HTTP server are closed. A second signal skips the grace period. Held lines
 are not waited for: their offsets are not committed, so the next run consumes them again.
 
+**The sweeper** (``gatekeeper.sweeper``, the handoff lifecycle) runs beside the worker as a background task: every
+``sweeper.interval_seconds`` it sweeps the deadline indexes of the input partitions this instance holds, under the
+batch lock (a batch and a sweep never interleave; a revocation waits for the sweep). It stops the same two-stage way:
+no new sweep once stopping, the one in progress drains up to ``grace_seconds``, then is cancelled.
+
 **Exactly-once** (``kafka.transactional``): a batch's outcomes and its offsets are one Kafka transaction
 (``send_offsets_to_transaction``); the consumer reads ``read_committed``.
 
@@ -68,10 +73,11 @@ from gatekeeper.consumers.kafka import (
 from gatekeeper.consumers.outcomes import Outcome, Source, Targets, build
 from gatekeeper.http import HttpServer
 from gatekeeper.masking import mask_line
-from gatekeeper.metrics import Metrics
+from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import Decision, Mode, RoutePolicy, Verdict
 from gatekeeper.processor import QUEUED, Line, Processor
-from gatekeeper.store import Store, StoreError
+from gatekeeper.store import LifecycleStore, Store, StoreError
+from gatekeeper.sweeper import KafkaPublisher, Sweeper, SweepReport, SweepRoute
 from rwcore import get_profile
 
 log = logging.getLogger(__name__)
@@ -277,6 +283,9 @@ class Gatekeeper:
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics, self.readiness) if http else None
+        self._sweep_task: asyncio.Task[None] | None = None
+        self._publisher: KafkaPublisher | None = None
+        self._sweeper = self._make_sweeper()
 
     # ------------------------------------------------------------------------------------------------ public
 
@@ -294,6 +303,8 @@ class Gatekeeper:
             if self._work is not None and not self._work.done():
                 log.warning("second stop request: cancelling the in-flight batch")
                 self._work.cancel()
+            if self._sweep_task is not None and not self._sweep_task.done():
+                self._sweep_task.cancel()
             return
         log.info("stopping: intake stopped, draining", extra={"grace_seconds": self.settings.grace_seconds})
         self._stop.set()
@@ -333,6 +344,8 @@ class Gatekeeper:
             if not await self._startup():
                 return
             self._work = asyncio.create_task(self._work_loop(), name="gatekeeper-work")
+            if self._sweeper is not None:
+                self._sweep_task = asyncio.create_task(self._sweep_loop(), name="gatekeeper-sweeper")
             stopped = asyncio.create_task(self._stop.wait())
             try:
                 await asyncio.wait({self._work, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -349,6 +362,7 @@ class Gatekeeper:
                     self._work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await self._work
+                await self._stop_sweeper()
         finally:
             await asyncio.shield(self._shutdown())
 
@@ -806,6 +820,10 @@ class Gatekeeper:
                 m.dead_letters.labels(route=name, reason=reason).inc()
             if d.alerts:
                 m.alerts.labels(route=name, reason=reason).inc()
+            if not d.repeated:
+                for pr in d.problems:
+                    if pr.code in HANDOFF_PROBLEM_CODES:
+                        m.handoff_problems.labels(route=name, code=pr.code).inc()
             if dead or d.alerts:
                 self._log_decision(p, d, rt, dry)
         self._gauge_held()
@@ -1028,6 +1046,83 @@ class Gatekeeper:
     def _update_ready(self) -> None:
         self.metrics.ready.set(1 if self.readiness()[0] else 0)
 
+    # ------------------------------------------------------------------------------------------------ the sweeper
+
+    @property
+    def sweeper(self) -> Sweeper | None:
+        """The handoff lifecycle's sweeper (None: ``sweeper.interval_seconds`` is 0, or the store has no indexes)."""
+        return self._sweeper
+
+    def _make_sweeper(self) -> Sweeper | None:
+        sw = self.settings.sweeper
+        if sw.interval_seconds <= 0:
+            return None
+        if not hasattr(self._store, "due_view"):
+            log.warning("the store keeps no lifecycle indexes: no sweeper (handoffs are not cancelled at expiry)")
+            return None
+        routes = [
+            SweepRoute(
+                rt.policy, rt.config.output, rt.config.alerts, dry_run=rt.targets.dry_run, sensitive=rt.sensitive
+            )
+            for rt in self._routes.values()
+        ]
+        self._publisher = KafkaPublisher(self.settings.kafka, self._ensure_producer, on_failure=self._reset_producer)
+        store: LifecycleStore = self._store  # type: ignore[assignment]  # checked above
+        return Sweeper(
+            store,
+            routes,
+            self._publisher,
+            clock=self._clock,
+            metrics=self.metrics,
+            takeover_seconds=sw.takeover_seconds,
+            max_per_sweep=sw.max_per_sweep,
+            retention_seconds=self.settings.redis.retention_seconds,
+            open_retention_seconds=self.settings.redis.open_retention_seconds,
+        )
+
+    async def _sweep_loop(self) -> None:
+        """Every ``sweeper.interval_seconds``: one sweep of the partitions this instance holds."""
+        interval = self.settings.sweeper.interval_seconds
+        while not self._stop.is_set():
+            await self._sleep(interval)
+            if self._stop.is_set():
+                return
+            await self.sweep_now()
+
+    async def sweep_now(self) -> SweepReport | None:
+        """One sweep now, between batches (under the batch lock: a conversation's state has one writer at a time).
+        None when there is no sweeper, the instance is not consuming yet, or the sweep failed (logged, counted, and
+        tried again at the next interval)."""
+        if self._sweeper is None or self._consumer is None or not self._started:
+            return None
+        async with self._lock:
+            owned = [(topic, partition) for topic, partition in self._assigned if topic in self._routes]
+            try:
+                return await self._sweeper.sweep(owned, now=self._clock())
+            except StoreError as exc:
+                self.metrics.redis_errors.inc()
+                log.warning("sweep failed: redis unavailable; tried again later", extra={"error": _describe(exc)})
+            except (KafkaError, TimeoutError) as exc:
+                self.metrics.kafka_errors.labels(operation="sweep").inc()
+                log.warning("sweep failed: kafka unavailable; tried again later", extra={"error": _describe(exc)})
+            except Exception:
+                log.exception("the sweep failed; tried again later")
+        return None
+
+    async def _stop_sweeper(self) -> None:
+        """The sweeper's two-stage stop: the stop event ends its loop between sweeps; a sweep in progress drains up
+        to ``grace_seconds``, then is cancelled (safe at any point: the cancel intents of ``gatekeeper.sweeper``)."""
+        task, self._sweep_task = self._sweep_task, None
+        if task is None:
+            return
+        if not task.done():
+            done, _ = await asyncio.wait({task}, timeout=self.settings.grace_seconds)
+            if not done:
+                log.warning("grace period over: cancelling the sweep in progress")
+                task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
     # ------------------------------------------------------------------------------------------------ shutdown
 
     async def _shutdown(self) -> None:
@@ -1039,6 +1134,8 @@ class Gatekeeper:
                     await self._commit()
         except Exception as exc:
             log.warning("final commit failed", extra={"error": _describe(exc)})
+        if self._publisher is not None:
+            await self._publisher.close()
         await self._close_kafka()
         if self._owns_store and self._store is not None:
             with contextlib.suppress(Exception):
