@@ -64,12 +64,11 @@ class Parsed:
     ) -> None:
         if raw is None and message is None:
             raise FormError("a Parsed needs its message or its raw twin")
-        _set = object.__setattr__
-        _set(self, "message", message)
-        _set(self, "errors", errors)
-        _set(self, "warnings", warnings)
-        _set(self, "_raw", raw)
-        _set(self, "profile", profile)
+        _P_MESSAGE(self, message)
+        _P_ERRORS(self, errors)
+        _P_WARNINGS(self, warnings)
+        _P_RAW(self, raw)
+        _P_PROFILE(self, profile)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -106,6 +105,13 @@ class Parsed:
 
     def __repr__(self) -> str:
         return f"Parsed(message={self.message!r}, errors={self.errors!r}, warnings={self.warnings!r})"
+
+
+_P_MESSAGE = Parsed.__dict__["message"].__set__
+_P_ERRORS = Parsed.__dict__["errors"].__set__
+_P_WARNINGS = Parsed.__dict__["warnings"].__set__
+_P_RAW = Parsed.__dict__["_raw"].__set__
+_P_PROFILE = Parsed.__dict__["profile"].__set__
 
 
 def _p(errors: list[Problem], code: str, message: str, slot: str | None = None, got: str | None = None) -> None:
@@ -462,7 +468,7 @@ def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
         raise FormError(f"a line is a str, not {type(line).__name__}")
     prof = profile if isinstance(profile, Profile) else resolve_profile(profile)
     message, raw, errors, warnings, used = parse_message(line, prof)
-    return Parsed(message, tuple(errors), tuple(warnings), raw or None, used)
+    return Parsed(message, tuple(errors) if errors else (), tuple(warnings) if warnings else (), raw or None, used)
 
 
 # ---------------------------------------------------------------- encode
