@@ -1,0 +1,831 @@
+"""``gatekeeper replay``: re-drive a dead-letter topic once what held its lines has changed.
+
+An operator loads the approval that was missing (``gatekeeper records load``), then replays: every dead letter in the
+chosen range is decided again, with ``replay=True``, against the records and the conversation's state as they are now
+and at the current time, through the same ``Processor`` and store as the daemon (so the conversation's state changes
+exactly as if the daemon had decided the line now). Then:
+
+- a line that passes now is forwarded to its route's output topic, with the headers a forwarded line carries plus
+  ``gk.replayed.from.topic``, ``gk.replayed.from.partition``, ``gk.replayed.from.offset`` (the dead letter it came
+  from), ``gk.replayed.at`` and ``gk.attempt`` (one more than the dead letter's); a done report that passes with an
+  alert is forwarded flagged and its alert is raised;
+- a line that still fails is left where it is, or, with ``requeue_failed``, dead-lettered again (attempt raised, the
+  same ``gk.replayed.from.*`` headers; its alert, if it had one, is not raised twice);
+- a line an earlier replay already forwarded (its stored decision is no longer a dead letter) is skipped: replaying
+  the same range twice forwards nothing twice.
+
+What the rules forbid stays held, because the decision is the daemon's: a handoff past its ``exp=`` (``expired``), a
+clearance of a readback that failed (``refused-handoff`` / ``clearance``), a handoff whose approval is now bound to
+another (``record-used``). Replay never holds a line: a reply whose handoff is still unknown stays dead-lettered.
+
+The dead-letter topic is read by a plain consumer with manual assignment (no consumer group, nothing committed; the
+daemon's group is never touched), from the offsets found by time (``since``) up to the end offsets seen when the
+replay started (``until`` bounds it further), so records a requeue appends are never read again in the same run.
+
+**Nothing is lost.** Before a chunk of lines is decided, a marker per line is written to Redis
+(``<prefix>:replaying:{<route>/<conversation>}:<line digest>``); it is deleted once the chunk's outcomes are
+acknowledged. If a replay dies in between (the state says forwarded, the record was never produced), the next replay
+finds the marker and forwards the line again (at-least-once, like the daemon).
+
+**A dry run changes nothing anywhere**: states, records and bindings are read from Redis once and changed only in
+memory (``DryRunStore``), no marker is written and nothing is produced. The report says what would happen.
+
+Dead letters that cannot be replayed are counted as skipped with the reason: not a gatekeeper dead letter (no
+``gk.original.topic``), an input topic no configured route reads, ``outcome-too-large`` (the output topic could not
+hold the forwarded record), or a value that was omitted to fit the dead-letter topic.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import re
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+from gatekeeper.admin import DEFAULT_TIMEOUT, KafkaUnavailable, TopicError, plain_consumer, topic_partitions
+from gatekeeper.config import ConfigError, Route, Settings
+from gatekeeper.consumers.outcomes import (
+    OUTCOME_TOO_LARGE,
+    Outcome,
+    OutcomeKind,
+    Source,
+    Targets,
+    build,
+    fit,
+    iso,
+)
+from gatekeeper.policy import (
+    BindingChange,
+    ConversationState,
+    Decision,
+    Record,
+    RecordKey,
+    Verdict,
+    line_digest,
+)
+from gatekeeper.policy.lifecycle import IndexEntry
+from gatekeeper.processor import Line, Processor
+from gatekeeper.store import Loaded, Store, StoreError
+from rwcore import Problem
+
+CHUNK = 100  # dead letters decided per batch (one Redis load and one save each)
+REPLAYED_HEADERS = ("gk.replayed.from.topic", "gk.replayed.from.partition", "gk.replayed.from.offset", "gk.replayed.at")
+
+
+class ReplayError(Exception):
+    """The replay cannot start: no such route or topic, bad options. Nothing was changed."""
+
+
+# ---------------------------------------------------------------- time options
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_when(text: str, now: float) -> float:
+    """A time option as epoch seconds: relative to ``now`` (``90s``, ``15m``, ``2h``, ``3d``, ``1w``: that long
+    ago), ISO-8601 (``2026-10-01T09:00:00Z``, ``2026-10-01T09:00``, ``2026-10-01``; UTC unless an offset is given)
+    or RW1's ``20261001T0900Z``. Raises ``ValueError`` with an example."""
+    value = text.strip()
+    m = _RELATIVE.match(value.lower())
+    if m:
+        return now - float(m.group(1)) * _UNITS[m.group(2)]
+    if re.fullmatch(r"\d{8}T\d{4}Z", value):
+        return datetime.strptime(value, "%Y%m%dT%H%MZ").replace(tzinfo=UTC).timestamp()
+    try:
+        dt = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{text!r}: expected a time like 2h, 30m, 2d (that long ago), 2026-10-01T09:00:00Z or 20261001T0900Z"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.timestamp()
+
+
+# ---------------------------------------------------------------- the report
+
+
+class Status(enum.StrEnum):
+    FORWARDED = "forwarded"  # passes now: forwarded to its output topic
+    ALERTED = "alerted"  # passes now with an alert (a done report): forwarded flagged, alert raised
+    STILL_FAILING = "still-failing"  # left on the dead-letter topic
+    REQUEUED = "requeued"  # still failing, dead-lettered again with the attempt raised
+    ALREADY_FORWARDED = "already-forwarded"  # an earlier replay forwarded it
+    SKIPPED = "skipped"  # cannot be replayed (see ``note``)
+
+    @property
+    def passed(self) -> bool:
+        return self in (Status.FORWARDED, Status.ALERTED)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayedLine:
+    """One dead letter and what the replay did with it."""
+
+    topic: str  # the dead-letter record's coordinates
+    partition: int
+    offset: int
+    status: Status
+    route: str | None = None
+    conversation: str | None = None
+    id: str | None = None
+    type: str | None = None
+    was: str | None = None  # the reason it was dead-lettered
+    reason: str | None = None  # the reason it still fails (or the alert's reason)
+    problems: tuple[Problem, ...] = ()
+    note: str | None = None
+    output: tuple[str, int, int] | None = None  # where it was produced (topic, partition, offset)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        d["problems"] = [p.to_dict() for p in self.problems]
+        d["output"] = (
+            None
+            if self.output is None
+            else {"topic": self.output[0], "partition": self.output[1], "offset": self.output[2]}
+        )
+        return d
+
+
+@dataclass(slots=True)
+class ReplayReport:
+    topic: str
+    dry_run: bool
+    requeue_failed: bool
+    lines: list[ReplayedLine] = field(default_factory=list)
+    read: int = 0  # dead letters read in the range
+    filtered: int = 0  # read but not selected (--reason, --conversation, another route)
+    limited: bool = False  # --limit stopped the replay early
+
+    def count(self, status: Status) -> int:
+        return sum(1 for ln in self.lines if ln.status is status)
+
+    @property
+    def passed(self) -> int:
+        return sum(1 for ln in self.lines if ln.status.passed)
+
+    @property
+    def failing(self) -> int:
+        return self.count(Status.STILL_FAILING) + self.count(Status.REQUEUED)
+
+    def failing_by_reason(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for ln in self.lines:
+            if ln.status in (Status.STILL_FAILING, Status.REQUEUED):
+                key = ln.reason or "?"
+                out[key] = out.get(key, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    def skipped_by_note(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for ln in self.lines:
+            if ln.status is Status.SKIPPED:
+                out[ln.note or "?"] = out.get(ln.note or "?", 0) + 1
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "dry_run": self.dry_run,
+            "requeue_failed": self.requeue_failed,
+            "read": self.read,
+            "filtered": self.filtered,
+            "limited": self.limited,
+            "passed": self.passed,
+            "forwarded": self.count(Status.FORWARDED),
+            "alerted": self.count(Status.ALERTED),
+            "still_failing": self.count(Status.STILL_FAILING),
+            "requeued": self.count(Status.REQUEUED),
+            "already_forwarded": self.count(Status.ALREADY_FORWARDED),
+            "skipped": self.count(Status.SKIPPED),
+            "failing_by_reason": self.failing_by_reason(),
+            "lines": [ln.to_dict() for ln in self.lines],
+        }
+
+
+# ---------------------------------------------------------------- the dry run's store
+
+
+class DryRunStore:
+    """A ``Store`` that reads through to another once per conversation and record, and keeps every change in
+    memory: a dry run decides exactly as a real replay would and writes nothing anywhere."""
+
+    def __init__(self, inner: Store) -> None:
+        self.inner = inner
+        self._states: dict[tuple[str, str], dict[str, Any]] = {}
+        self._records: dict[RecordKey, Record | None] = {}
+        self._bindings: dict[RecordKey, str | None] = {}
+
+    async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
+        convs = [c for c in conversations if (route, c) not in self._states]
+        rkeys = [k for k in keys if k not in self._records]
+        if convs or rkeys:
+            got = await self.inner.load(route, convs, rkeys)
+            for c in convs:
+                self._states[(route, c)] = got.states.get(c, ConversationState()).to_dict()
+            for k in rkeys:
+                self._records[k] = got.records.get(k)
+                self._bindings[k] = got.bindings.get(k)
+        out = Loaded()
+        for c in conversations:
+            out.states[c] = ConversationState.from_dict(self._states[(route, c)])
+        for k in keys:
+            rec, bound = self._records.get(k), self._bindings.get(k)
+            if rec is not None:
+                out.records[k] = rec
+            if bound is not None:
+                out.bindings[k] = bound
+        return out
+
+    async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
+        conflicts = []
+        for ch in changes:
+            current = self._bindings.get(ch.key)
+            if current != ch.before and current != ch.after:
+                conflicts.append(ch)
+            else:
+                self._bindings[ch.key] = ch.after
+        return conflicts
+
+    async def save(
+        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+    ) -> None:
+        for conv, state in states.items():
+            self._states[(route, conv)] = state.to_dict()
+
+    async def put_record(self, record: Record, *, supersede: bool = False) -> None:
+        raise StoreError("a dry run does not load records")
+
+    async def get_records(self, item: str, ask: str | None = None) -> list[Record]:
+        return await self.inner.get_records(item, ask)
+
+    async def delete_records(self, item: str, ask: str | None = None) -> int:
+        raise StoreError("a dry run does not delete records")
+
+    async def binding(self, key: RecordKey) -> str | None:
+        if key in self._bindings:
+            return self._bindings[key]
+        return await self.inner.binding(key)
+
+    async def ping(self) -> bool:
+        return await self.inner.ping()
+
+
+# ---------------------------------------------------------------- the in-flight markers
+
+
+class Markers:
+    """The lines a replay decided but whose outcome is not acknowledged yet (see the module docstring)."""
+
+    async def begin(self, keys: Sequence[str]) -> set[str]:
+        """Mark ``keys``; returns those that were already marked (an earlier replay did not finish them)."""
+        raise NotImplementedError
+
+    async def end(self, keys: Sequence[str]) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+    def key(self, route: str, conversation: str, value: bytes) -> str:
+        return f"{route}/{conversation}/{line_digest(value)}"
+
+
+class MemoryMarkers(Markers):
+    def __init__(self) -> None:
+        self.marked: set[str] = set()
+
+    async def begin(self, keys: Sequence[str]) -> set[str]:
+        before = {k for k in keys if k in self.marked}
+        self.marked.update(keys)
+        return before
+
+    async def end(self, keys: Sequence[str]) -> None:
+        self.marked.difference_update(keys)
+
+
+class RedisMarkers(Markers):
+    """Markers in Redis, in the conversation's hash-tag slot, expiring with the open-conversation retention."""
+
+    def __init__(self, settings: Settings) -> None:
+        from gatekeeper.redis_store import Keys, client_from_settings
+
+        self._keys = Keys(settings.redis.key_prefix)
+        self._prefix = settings.redis.key_prefix
+        self._ttl = settings.redis.open_retention_seconds
+        self._redis: Any = client_from_settings(settings.redis)
+
+    def key(self, route: str, conversation: str, value: bytes) -> str:
+        conv = self._keys.conv(route, conversation)
+        tag = conv[len(f"{self._prefix}:conv:") :]
+        return f"{self._prefix}:replaying:{tag}:{line_digest(value)}"
+
+    async def begin(self, keys: Sequence[str]) -> set[str]:
+        if not keys:
+            return set()
+        pipe = self._redis.pipeline(transaction=False)
+        for k in keys:
+            pipe.set(k, b"1", ex=self._ttl, get=True)
+        try:
+            results = await pipe.execute()
+        except Exception as exc:
+            raise StoreError(f"redis: marking the replayed lines failed: {type(exc).__name__}: {exc}") from exc
+        return {k for k, old in zip(keys, results, strict=True) if old is not None}
+
+    async def end(self, keys: Sequence[str]) -> None:
+        if not keys:
+            return
+        try:
+            await self._redis.delete(*keys)
+        except Exception as exc:
+            raise StoreError(f"redis: clearing the replay markers failed: {type(exc).__name__}: {exc}") from exc
+
+    async def close(self) -> None:
+        try:
+            await self._redis.aclose()
+        except Exception:  # closing a broken connection is not worth an error
+            return
+
+
+# ---------------------------------------------------------------- the replay
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which dead letters to replay."""
+
+    since: float | None = None  # dead-lettered at or after (epoch seconds; the dead-letter record's timestamp)
+    until: float | None = None  # dead-lettered at or before
+    reasons: frozenset[str] | None = None  # only these gk.reason codes
+    conversation: str | None = None
+    limit: int | None = None  # at most this many dead letters replayed
+
+
+@dataclass(slots=True)
+class _Item:
+    dlq: tuple[str, int, int]
+    record: Any
+    headers: dict[str, bytes]
+    route: Route | None
+    conversation: str | None
+    was: str | None
+
+
+def _header(headers: Mapping[str, bytes], name: str) -> str | None:
+    v = headers.get(name)
+    if v is None:
+        return None
+    try:
+        return v.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+class Replayer:
+    """Replays dead letters. ``store`` defaults to a ``RedisStore`` of the settings (closed at the end);
+    ``markers`` to ``RedisMarkers`` (``MemoryMarkers`` with an injected store)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        store: Store | None = None,
+        markers: Markers | None = None,
+        clock: Callable[[], float] = time.time,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> None:
+        self.settings = settings
+        self._store = store
+        self._markers = markers
+        self._clock = clock
+        self._timeout = timeout
+
+    def source_topic(self, route: str | None, from_topic: str | None) -> tuple[str, Route | None]:
+        """The dead-letter topic to read, and the route it is limited to (``--route``)."""
+        if (route is None) == (from_topic is None):
+            raise ReplayError("give exactly one of --route ROUTE or --from-topic TOPIC")
+        if route is not None:
+            r = self.settings.route(route)  # ConfigError: unknown route, with the known ones
+            return r.dead_letter, r
+        assert from_topic is not None
+        return from_topic, None
+
+    async def run(
+        self,
+        *,
+        route: str | None = None,
+        from_topic: str | None = None,
+        selection: Selection = Selection(),
+        dry_run: bool = False,
+        requeue_failed: bool = False,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> ReplayReport:
+        """Replay the selected dead letters. ``progress(done, total)`` is called as records are read (``total`` is
+        the number of records in the offset range). Raises ``ReplayError`` / ``ConfigError`` before anything is
+        changed, ``KafkaUnavailable`` / ``StoreError`` when a service fails (what was acknowledged stays done; run
+        it again to finish)."""
+        if not self.settings.routes:
+            raise ConfigError("routes: no route configured; there is nothing to replay into")
+        topic, only = self.source_topic(route, from_topic)
+        report = ReplayReport(topic=topic, dry_run=dry_run, requeue_failed=requeue_failed)
+        from gatekeeper.consumers.loop import route_policy
+        from gatekeeper.redis_store import RedisStore
+
+        owned_store = self._store is None
+        real_store: Any = self._store if self._store is not None else RedisStore(self.settings.redis)
+        markers = self._markers
+        owned_markers = False
+        if markers is None and not dry_run:
+            markers = MemoryMarkers() if self._store is not None else RedisMarkers(self.settings)
+            owned_markers = self._store is None
+        store: Store = DryRunStore(real_store) if dry_run else cast(Store, real_store)
+        processors = {r.input: Processor(store, route_policy(r, self.settings)) for r in self.settings.routes}
+        producer = None
+        try:
+            await real_store.ping()
+            async with plain_consumer(self.settings.kafka, self._timeout) as consumer:
+                ranges = await self._ranges(consumer, topic, selection)
+                total = sum(end - start for start, end in ranges.values())
+                if progress is not None:
+                    progress(0, total)
+                if not dry_run and total:
+                    producer = await self._producer()
+                limits = await self._limits() if producer is not None else {}
+                done = 0
+                async for chunk in self._read(consumer, topic, ranges):
+                    items: list[_Item] = []
+                    for rec in chunk:
+                        done += 1
+                        report.read += 1
+                        if report.limited:
+                            continue
+                        item = self._item(topic, rec, only, report)
+                        if item is None:
+                            continue
+                        if not self._selected(item, selection):
+                            report.filtered += 1
+                            continue
+                        if selection.limit is not None and self._counted(report, items) >= selection.limit:
+                            report.limited = True
+                            continue
+                        items.append(item)
+                    await self._replay_items(
+                        items, processors, producer, markers, limits, report, dry_run, requeue_failed
+                    )
+                    if progress is not None:
+                        progress(done, total)
+                    if report.limited:
+                        break
+        finally:
+            if producer is not None:
+                with contextlib.suppress(Exception):  # the outcomes were awaited already
+                    await producer.stop()
+            if markers is not None and owned_markers:
+                await markers.close()
+            if owned_store:
+                await real_store.close()
+        return report
+
+    @staticmethod
+    def _counted(report: ReplayReport, pending: Sequence[_Item]) -> int:
+        return sum(1 for ln in report.lines if ln.status is not Status.SKIPPED) + len(pending)
+
+    # ------------------------------------------------------------ reading
+
+    async def _ranges(self, consumer: Any, topic: str, sel: Selection) -> dict[Any, tuple[int, int]]:
+        """Per partition: the first offset to read and the end (exclusive), fixed when the replay starts."""
+        from aiokafka import TopicPartition
+
+        from gatekeeper.admin import _bounded
+
+        kafka = self.settings.kafka
+        try:
+            parts = await topic_partitions(consumer, kafka, topic, self._timeout)
+        except TopicError as exc:
+            raise ReplayError(str(exc)) from None
+        tps = [TopicPartition(topic, p) for p in parts]
+        first = await _bounded(consumer.beginning_offsets(tps), self._timeout, kafka, "reading offsets")
+        end = await _bounded(consumer.end_offsets(tps), self._timeout, kafka, "reading offsets")
+        ranges = {tp: (int(first[tp]), int(end[tp])) for tp in tps}
+        if sel.since is not None:
+            found = await _bounded(
+                consumer.offsets_for_times({tp: int(sel.since * 1000) for tp in tps}),
+                self._timeout,
+                kafka,
+                "finding offsets by time",
+            )
+            ranges = {tp: ((found[tp].offset if found.get(tp) is not None else e), e) for tp, (s, e) in ranges.items()}
+        if sel.until is not None:
+            found = await _bounded(
+                consumer.offsets_for_times({tp: int(sel.until * 1000) + 1 for tp in tps}),
+                self._timeout,
+                kafka,
+                "finding offsets by time",
+            )
+            ranges = {
+                tp: (s, min(e, found[tp].offset) if found.get(tp) is not None else e) for tp, (s, e) in ranges.items()
+            }
+        return {tp: (s, max(s, e)) for tp, (s, e) in ranges.items()}
+
+    async def _read(self, consumer: Any, topic: str, ranges: Mapping[Any, tuple[int, int]]) -> Any:
+        """The records of the ranges, partition by partition, in chunks of up to ``CHUNK``."""
+        from gatekeeper.admin import _bounded
+
+        kafka = self.settings.kafka
+        for tp, (start, end) in sorted(ranges.items(), key=lambda kv: kv[0].partition):
+            if start >= end:
+                continue
+            consumer.assign([tp])
+            consumer.seek(tp, start)
+            position = start
+            while position < end:
+                batch = await _bounded(
+                    consumer.getmany(tp, timeout_ms=int(self._timeout * 1000), max_records=CHUNK),
+                    self._timeout + 5,
+                    kafka,
+                    "reading the dead-letter topic",
+                )
+                records = [r for r in batch.get(tp, []) if r.offset < end]
+                if not batch.get(tp):
+                    raise KafkaUnavailable(
+                        f"kafka at {kafka.bootstrap_servers}: no records from {topic}[{tp.partition}] at offset "
+                        f"{position} within {self._timeout:g}s (the range ends at {end})"
+                    )
+                position = batch[tp][-1].offset + 1
+                if records:
+                    yield records
+
+    def _item(self, topic: str, rec: Any, only: Route | None, report: ReplayReport) -> _Item | None:
+        headers = {str(k): bytes(v) if v is not None else b"" for k, v in (rec.headers or ())}
+        coords = (topic, rec.partition, rec.offset)
+        was = _header(headers, "gk.reason")
+        original = _header(headers, "gk.original.topic")
+
+        def skip(note: str, route: str | None = None) -> None:
+            report.lines.append(ReplayedLine(*coords, status=Status.SKIPPED, route=route, was=was, note=note))
+
+        if original is None:
+            skip("not a gatekeeper dead letter (no gk.original.topic)")
+            return None
+        if only is not None and original != only.input:
+            report.filtered += 1  # another route's dead letter on a shared topic
+            return None
+        try:
+            route = self.settings.route(original)
+        except ConfigError:
+            skip(f"no configured route reads {original}")
+            return None
+        if was == OUTCOME_TOO_LARGE:
+            skip("outcome-too-large: its output topic cannot hold the forwarded record", route.input)
+            return None
+        if "gk.value.omitted" in headers:
+            skip("its value was omitted to fit the dead-letter topic; re-send it from the input", route.input)
+            return None
+        from gatekeeper.consumers.loop import conversation_of
+
+        conversation = conversation_of(rec.key, headers.items(), route.conversation_header)
+        if conversation is None:
+            conversation = _header(headers, "gk.conversation")
+        return _Item(coords, rec, headers, route, conversation, was)
+
+    @staticmethod
+    def _selected(item: _Item, sel: Selection) -> bool:
+        if sel.reasons is not None and (item.was or "") not in sel.reasons:
+            return False
+        if sel.since is not None and item.record.timestamp is not None and item.record.timestamp < sel.since * 1000:
+            return False
+        if sel.until is not None and item.record.timestamp is not None and item.record.timestamp > sel.until * 1000:
+            return False
+        return sel.conversation is None or item.conversation == sel.conversation
+
+    # ------------------------------------------------------------ deciding and producing
+
+    async def _replay_items(
+        self,
+        items: Sequence[_Item],
+        processors: Mapping[str, Processor],
+        producer: Any,
+        markers: Markers | None,
+        limits: Mapping[str, int],
+        report: ReplayReport,
+        dry_run: bool,
+        requeue_failed: bool,
+    ) -> None:
+        """Decide the items (grouped by route, in order) and produce their outcomes."""
+        groups: list[list[_Item]] = []
+        for it in items:
+            if groups and groups[-1][0].route is it.route:
+                groups[-1].append(it)
+            else:
+                groups.append([it])
+        for group in groups:
+            route = group[0].route
+            assert route is not None
+            keyed = [(it, it.conversation) for it in group if it.conversation is not None]
+            marks = [markers.key(route.input, c, it.record.value or b"") for it, c in keyed] if markers else []
+            unfinished: set[str] = set()
+            if markers is not None:
+                unfinished = await markers.begin(marks)
+            mark_of = {id(it): m for (it, _), m in zip(keyed, marks, strict=False)}
+            now = self._clock()
+            lines = [
+                Line(
+                    it.conversation,
+                    it.record.value or b"",
+                    first_seen=0.0,
+                    replay=True,
+                    partition=_int(_header(it.headers, "gk.original.partition"), 0),
+                )
+                for it in group
+            ]
+            decisions = await processors[route.input].process(lines, now)
+            sends: list[tuple[int, Outcome]] = []
+            results: list[ReplayedLine] = []
+            for it, d in zip(group, decisions, strict=True):
+                resend = mark_of.get(id(it)) in unfinished
+                line, outcomes = self._outcome(it, d, now, dry_run, requeue_failed, resend)
+                results.append(line)
+                for o in outcomes:
+                    fitted = fit(o, limits.get(o.topic, 1_048_576) - 512)
+                    if fitted is not None:
+                        if fitted.level:
+                            fitted = dataclasses.replace(fitted, headers=fitted.headers + _replayed(it, now))
+                        sends.append((len(results) - 1, fitted))
+            if producer is not None and sends:
+                acks = await self._send(producer, [o for _, o in sends])
+                for (i, o), meta in zip(sends, acks, strict=True):
+                    if o.kind is not OutcomeKind.ALERT:
+                        results[i] = dataclasses.replace(results[i], output=(o.topic, meta.partition, meta.offset))
+            if markers is not None:
+                await markers.end(marks)
+            report.lines.extend(results)
+
+    def _outcome(
+        self, it: _Item, d: Decision, now: float, dry_run: bool, requeue: bool, resend: bool
+    ) -> tuple[ReplayedLine, list[Outcome]]:
+        assert it.route is not None
+        msg = d.message
+        base = ReplayedLine(
+            *it.dlq,
+            status=Status.STILL_FAILING,
+            route=it.route.input,
+            conversation=it.conversation,
+            id=msg.id if msg is not None else None,
+            type=msg.type if msg is not None else None,
+            was=it.was,
+        )
+        if d.repeated and d.forwarded and not resend:
+            return dataclasses.replace(base, status=Status.ALREADY_FORWARDED, note="an earlier replay forwarded it"), []
+        if d.verdict is Verdict.HOLD:
+            return dataclasses.replace(base, reason="unknown-handoff", problems=d.problems), []
+        source = self._source(it)
+        targets = Targets(
+            it.route.output, it.route.dead_letter, it.route.alerts, it.route.input, it.route.mode == "dry-run"
+        )
+        from gatekeeper.consumers.loop import route_policy
+
+        sensitive = frozenset(route_policy(it.route, self.settings).profile.sensitive)
+        if d.verdict is Verdict.DEAD_LETTER:
+            reason = d.reason.value if d.reason is not None else None
+            line = dataclasses.replace(base, reason=reason, problems=d.problems)
+            if not requeue:
+                return line, []
+            built = build(
+                dataclasses.replace(d, raise_alert=False),
+                source,
+                targets,
+                conversation=it.conversation,
+                sensitive=sensitive,
+                now=now,
+            )
+            outcomes = [] if dry_run else [_with_replayed(o, it, now) for o in built]
+            return dataclasses.replace(line, status=Status.REQUEUED), outcomes
+        status = Status.ALERTED if d.alerts else Status.FORWARDED
+        reason = d.reason.value if d.reason is not None and d.alerts else None
+        note = "re-sent: an earlier replay did not finish" if d.repeated else None
+        line = dataclasses.replace(base, status=status, reason=reason, problems=d.problems, note=note)
+        if dry_run:
+            return line, []
+        built = build(d, source, targets, conversation=it.conversation, sensitive=sensitive, now=now)
+        return line, [_with_replayed(o, it, now) for o in built]
+
+    @staticmethod
+    def _source(it: _Item) -> Source:
+        h = it.headers
+        rec = it.record
+        ts = _int(_header(h, "gk.original.timestamp"), -1)
+        return Source(
+            topic=_header(h, "gk.original.topic") or "",
+            partition=_int(_header(h, "gk.original.partition"), -1),
+            offset=_int(_header(h, "gk.original.offset"), -1),
+            value=rec.value or b"",
+            key=rec.key,
+            timestamp=None if ts < 0 else ts,
+            headers=tuple(h.items()),
+        )
+
+    async def _producer(self) -> Any:
+        from gatekeeper.admin import _bounded
+        from gatekeeper.consumers.kafka import make_producer
+
+        producer = make_producer(self.settings.kafka)
+        try:
+            await _bounded(producer.start(), self._timeout, self.settings.kafka, "starting the producer")
+        except BaseException:
+            with contextlib.suppress(Exception):  # it never started
+                await producer.stop()
+            raise
+        return producer
+
+    async def _limits(self) -> dict[str, int]:
+        from gatekeeper.consumers.kafka import topic_limits
+
+        topics = {t for r in self.settings.routes for t in (r.output, r.dead_letter, r.alerts)}
+        return await topic_limits(self.settings.kafka, topics)
+
+    async def _send(self, producer: Any, outcomes: Sequence[Outcome]) -> list[Any]:
+        import asyncio
+
+        from gatekeeper.admin import _bounded
+
+        futures = [await producer.send(o.topic, o.value, key=o.key, headers=list(o.headers)) for o in outcomes]
+        timeout = self.settings.kafka.request_timeout_ms / 1000
+        result: list[Any] = await _bounded(asyncio.gather(*futures), timeout, self.settings.kafka, "producing")
+        return result
+
+
+def _replayed(it: _Item, now: float) -> tuple[tuple[str, bytes], ...]:
+    topic, partition, offset = it.dlq
+    return (
+        ("gk.replayed.from.topic", topic.encode()),
+        ("gk.replayed.from.partition", str(partition).encode()),
+        ("gk.replayed.from.offset", str(offset).encode()),
+        ("gk.replayed.at", iso(now).encode()),
+    )
+
+
+def _with_replayed(o: Outcome, it: _Item, now: float) -> Outcome:
+    """The replay's headers on an outcome: where it was replayed from, and (on a forwarded record; a dead letter
+    has it already) ``gk.attempt``, one more than the dead letter's."""
+    extra = _replayed(it, now)
+    if o.kind is OutcomeKind.OUTPUT:
+        attempt = Source(topic="", partition=0, offset=0, value=b"", headers=tuple(it.headers.items())).attempt
+        extra = (*extra, ("gk.attempt", str(attempt).encode()))
+    return dataclasses.replace(o, headers=o.headers + extra)
+
+
+def summary_rows(report: ReplayReport) -> list[tuple[str, int]]:
+    """The summary table's rows: passed, then still failing by reason, then the rest."""
+    verb = "would be " if report.dry_run else ""
+    rows: list[tuple[str, int]] = [
+        (f"passed: {verb}forwarded", report.count(Status.FORWARDED)),
+        (f"passed: {verb}forwarded with an alert", report.count(Status.ALERTED)),
+    ]
+    left = "requeued" if report.requeue_failed else "left on the dead-letter topic"
+    for reason, n in report.failing_by_reason().items():
+        rows.append((f"still failing ({left}): {reason}", n))
+    if report.count(Status.ALREADY_FORWARDED):
+        rows.append(("already forwarded by an earlier replay", report.count(Status.ALREADY_FORWARDED)))
+    for note, n in report.skipped_by_note().items():
+        rows.append((f"skipped: {note}", n))
+    if report.filtered:
+        rows.append(("not selected (--reason, --conversation, another route)", report.filtered))
+    return rows
+
+
+def replayed_headers(headers: Iterable[tuple[str, bytes]]) -> dict[str, str]:
+    """The ``gk.replayed.*`` headers of a record, decoded (for display and tests)."""
+    return {k: v.decode("utf-8", "replace") for k, v in headers if k.startswith("gk.replayed.")}
+
+
+__all__ = [
+    "REPLAYED_HEADERS",
+    "DryRunStore",
+    "Markers",
+    "MemoryMarkers",
+    "RedisMarkers",
+    "ReplayError",
+    "ReplayReport",
+    "ReplayedLine",
+    "Replayer",
+    "Selection",
+    "Status",
+    "parse_when",
+    "replayed_headers",
+    "summary_rows",
+]

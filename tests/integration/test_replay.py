@@ -1,0 +1,184 @@
+"""``gatekeeper replay`` through the real broker and Redis: what a record that landed late releases, once; what the
+rules forbid stays held; a dry run changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gatekeeper.cli import app
+from gatekeeper.policy import Record
+from gatekeeper.replay import RedisMarkers, Replayer, Selection, Status
+from tests.integration._pipeline import Collected, Pipeline, TopicFactory
+from tests.policy.world import AN, DN, HO, RB, RECORD
+
+pytestmark = pytest.mark.integration
+
+LOOKALIKE = "40-12-88/61102983"
+
+
+def _n(conversation: str, n: int) -> Any:
+    return lambda got: got.count(conversation) >= n
+
+
+def _config(p: Pipeline, tmp_path: Path) -> Path:
+    """The pipeline's settings as a YAML file, for the command line."""
+    path = tmp_path / "gk.yaml"
+    path.write_text(yaml.safe_dump(json.loads(p.settings.model_dump_json())))
+    return path
+
+
+async def _cli(*args: str) -> Any:
+    """The command line, in a thread (it runs its own event loop)."""
+    return await asyncio.to_thread(CliRunner().invoke, app, list(args))
+
+
+async def test_a_handoff_held_for_its_approval_is_forwarded_once_the_record_lands(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object, tmp_path: Path
+) -> None:
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        route = p.route()
+        await p.send("late", HO)
+        got = await p.collect(_n("late", 1))
+        (dl,) = got.of("dead", "late")
+        assert dl.h("gk.reason") == "no-record" and dl.h("gk.attempt") == "1"
+
+        await p.store.put_record(RECORD)  # the approval lands
+        first = await Replayer(p.settings).run(route=route.input)
+        assert (first.count(Status.FORWARDED), first.failing, first.read) == (1, 0, 1)
+        (line,) = first.lines
+        assert (line.conversation, line.id, line.was) == ("late", "scheduler-1", "no-record")
+        assert line.output is not None and line.output[0] == route.output
+
+        got = await p.collect(lambda g: len(g.of("output", "late")) >= 1)
+        (fwd,) = got.of("output", "late")
+        assert fwd.value == HO.encode() and fwd.key == b"late"
+        assert fwd.h("gk.verdict") == "forward" and fwd.h("gk.attempt") == "2"
+        assert (fwd.h("gk.replayed.from.topic"), fwd.h("gk.replayed.from.partition")) == (route.dead_letter, "0")
+        assert fwd.h("gk.replayed.from.offset") == str(dl.offset) and fwd.h("gk.replayed.at")
+        assert (fwd.h("gk.original.topic"), fwd.h("gk.original.offset")) == (route.input, "0")
+
+        # the same range again: the stored decision is a forward now, so nothing is forwarded twice (command line)
+        config = _config(p, tmp_path)
+        again = await _cli("replay", "--route", route.input, "--json", "--config", str(config))
+        assert again.exit_code == 0, again.output
+        doc = json.loads(again.stdout)
+        assert (doc["forwarded"], doc["already_forwarded"], doc["still_failing"]) == (0, 1, 0)
+
+        # the conversation goes on through the daemon from the state the replay left: the readback finds its handoff
+        await p.send("late", RB, AN, DN)
+        got = await p.collect(lambda g: len(g.of("output", "late")) >= 4)
+        await p.collector.settle()
+        assert [r.text for r in got.of("output", "late")] == [HO, RB, AN, DN]
+        assert len(got.of("dead", "late")) == 1 and got.of("alerts", "late") == []
+
+        # a replay that died between saving the state and producing left its marker: the next one re-sends the line
+        markers = RedisMarkers(p.settings)
+        await markers.begin([markers.key(route.input, "late", HO.encode())])
+        await markers.close()
+        resent = await Replayer(p.settings).run(route=route.input)
+        assert [(ln.status, ln.note) for ln in resent.lines] == [
+            (Status.FORWARDED, "re-sent: an earlier replay did not finish")
+        ]
+        last = await Replayer(p.settings).run(route=route.input)
+        assert [ln.status for ln in last.lines] == [Status.ALREADY_FORWARDED]
+
+
+async def test_a_dry_run_changes_nothing_and_the_forbidden_stays_held(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: Any, tmp_path: Path
+) -> None:
+    exp_soon = time.strftime("%Y%m%dT%H%MZ", time.gmtime(time.time() + 600))
+    item_b, item_c = "inv:MD-2026-058", "inv:MD-2026-059"
+    ho_b = HO.replace(RECORD.item, item_b)
+    expiring = HO.replace(RECORD.item, item_c).replace("rb=exec", f"rb=exec exp={exp_soon}")
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        route = p.route()
+        # no record yet: three handoffs are held for theirs (one expires within the hour; two share one approval)
+        await p.send("expiring", expiring)
+        await p.send("first", ho_b)
+        await p.send("second", ho_b)
+        await p.collect(lambda g: len(g.dead) >= 3)
+        # a readback with a lookalike account, and the clearance of it
+        await p.store.put_record(RECORD)
+        await p.send("tool", HO, RB.replace("40-12-88/61102938", LOOKALIKE), AN)
+        await p.collect(lambda g: len(g.dead) >= 5)
+        for item in (item_b, item_c):  # the approvals land
+            await p.store.put_record(Record(item, "PAY", {**RECORD.values, "item": item}))
+
+        keys = sorted([k async for k in redis_client.scan_iter(match=f"{p.settings.redis.key_prefix}:*")])
+        before = {k: await redis_client.dump(k) for k in keys}
+        config = _config(p, tmp_path)
+        dry = await _cli("replay", "-r", route.input, "--dry-run", "--json", "--config", str(config))
+        assert dry.exit_code == 1, dry.output  # some lines would still fail
+        doc = json.loads(dry.stdout)
+        assert doc["dry_run"] is True and doc["forwarded"] == 2  # 'expiring' (not yet expired) and 'first'
+        after = {k: await redis_client.dump(k) for k in keys}
+        assert after == before
+        assert sorted([k async for k in redis_client.scan_iter(match=f"{p.settings.redis.key_prefix}:*")]) == keys
+        got: Collected = await p.collector.settle(1.0)
+        assert [r.text for r in got.output if r.key != b"tool"] == []
+
+        report = await Replayer(p.settings, clock=lambda: time.time() + 3600).run(
+            route=route.input, requeue_failed=True
+        )
+        status = {(ln.conversation, ln.id): (ln.status, ln.reason) for ln in report.lines}
+        assert status[("expiring", "scheduler-1")] == (Status.REQUEUED, "expired")
+        assert status[("first", "scheduler-1")] == (Status.FORWARDED, None)
+        assert status[("second", "scheduler-1")] == (Status.REQUEUED, "record-used")
+        assert status[("tool", "payer-1")] == (Status.REQUEUED, "check-rb")
+        assert status[("tool", "scheduler-2")] == (Status.REQUEUED, "refused-handoff")
+        got = await p.collect(lambda g: len(g.dead) >= 9)
+        requeued = [r for r in got.dead if r.h("gk.replayed.from.topic") == route.dead_letter]
+        assert sorted((r.key, r.h("gk.reason"), r.h("gk.attempt")) for r in requeued) == [
+            (b"expiring", "expired", "2"),
+            (b"second", "record-used", "2"),
+            (b"tool", "check-rb", "2"),
+            (b"tool", "refused-handoff", "2"),
+        ]
+        assert [r.key for r in got.output if r.h("gk.replayed.from.topic")] == [b"first"]
+
+        # only what is selected: the requeued copy (its reason is record-used now; the original's was no-record)
+        narrowed = await Replayer(p.settings).run(
+            route=route.input, selection=Selection(reasons=frozenset({"record-used"}), conversation="second")
+        )
+        assert [(ln.conversation, ln.was, ln.status, ln.reason) for ln in narrowed.lines] == [
+            ("second", "record-used", Status.STILL_FAILING, "record-used")
+        ]
+        assert (narrowed.read, narrowed.filtered) == (9, 8)
+
+
+async def test_replay_errors_are_one_line(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    route = {
+        "input": "in",
+        "output": "out",
+        "dead_letter": await topic_factory(1),
+        "alerts": "alerts",
+        "profile": "pay",
+    }
+    config = tmp_path / "gk.yaml"
+    settings = {"kafka": {"bootstrap_servers": kafka_bootstrap}, "redis": {"url": redis_url}, "routes": [route]}
+    config.write_text(yaml.safe_dump(settings))
+
+    def one_line(result: Any) -> bool:
+        return len(result.stderr.strip().splitlines()) == 1
+
+    unknown = await _cli("replay", "-r", "nope", "-c", str(config))
+    assert one_line(unknown) and unknown.exit_code == 2 and "unknown route 'nope'" in unknown.stderr
+    missing = await _cli("replay", "--from-topic", "gk-no-such-topic", "--timeout", "1", "-c", str(config))
+    assert one_line(missing) and missing.exit_code == 2 and "gk-no-such-topic does not exist" in missing.stderr
+    both = await _cli("replay", "-r", "in", "--from-topic", "x", "-c", str(config))
+    assert one_line(both) and both.exit_code == 2 and "exactly one of" in both.stderr
+    bad_time = await _cli("replay", "-r", "in", "--since", "yesterday", "-c", str(config))
+    assert one_line(bad_time) and bad_time.exit_code == 2 and "2h" in bad_time.stderr
+    empty = await _cli("replay", "-r", "in", "-c", str(config))
+    assert empty.exit_code == 0, empty.output
+    assert "0 dead letter(s) read" in empty.stdout
