@@ -1,0 +1,181 @@
+"""The two-phase act tool: prepare states exactly what will run, commit runs only that, cancel abandons it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+
+import pytest
+
+import rwcore as rw
+from gatekeeper.twophase import AlreadyExecuted, CommitRefused, Refused, TwoPhaseTool
+from tests.policy.world import HO, NOW, epoch
+
+ACCT = "40-12-88/61102938"
+LOOKALIKE = "40-12-88/61102983"
+CX = "RW1 CX scheduler-3 re=scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 why=REVOKED"
+CHECK_AT = "20261001T0901Z"  # rwcore's checks take the time the sender checks at
+
+
+class Bank:
+    def __init__(self, executed: Mapping[str, str] | None = None, fail: bool = False) -> None:
+        self.calls: list[dict[str, str]] = []
+        self.executed = executed
+        self.fail = fail
+
+    def __call__(self, values: Mapping[str, str]) -> Mapping[str, str] | None:
+        self.calls.append(dict(values))
+        if self.fail:
+            raise TimeoutError("the bank did not answer; acct 40-12-88/61102938")
+        return self.executed
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def tool(bank: Bank, clock: Clock | None = None, **kw: object) -> TwoPhaseTool:
+    return TwoPhaseTool("payer", bank, profile="pay", clock=clock or Clock(NOW), **kw)  # type: ignore[arg-type]
+
+
+def test_prepare_states_the_values_with_the_digest_and_an_expiry_and_runs_nothing() -> None:
+    bank = Bank()
+    st = tool(bank).prepare(HO)
+    assert bank.calls == []
+    msg = rw.parse_line(st.line, "pay").message
+    assert msg is not None and msg.type == "RB" and msg.re == "scheduler-1" and msg.to == "scheduler"
+    assert msg.slots["h"] == rw.digest(HO, "pay") and msg.slots["exp"] == st.exp == "20261001T0905Z"
+    assert dict(st.values) == {
+        "sup": "marlow",
+        "amt": "5400.00",
+        "cur": "GBP",
+        "kind": "GROSS",
+        "acct": ACCT,
+        "paid": "20261002",
+        "ref": "MD-2026-057",
+        "apref": "FD-0929",
+    }
+    assert rw.check_rb_full(HO, st.line, "pay", now=CHECK_AT) == ([], [])
+
+
+def test_commit_executes_the_frozen_values_once_and_reports_what_ran() -> None:
+    bank = Bank()
+    t = tool(bank, Clock(time.time()))  # check_dn checks the statement's exp= against the real time
+    st = t.prepare(HO)
+    dn = t.commit(st.token, confirmed=True)
+    assert bank.calls == [dict(st.values)]
+    assert rw.check_dn(HO, dn, "pay", rb_line=st.line) == ([], [])
+    with pytest.raises(CommitRefused, match="spent"):
+        t.commit(st.token, confirmed=True)
+    assert len(bank.calls) == 1 and t.pending() == []
+
+
+def test_the_done_report_is_built_from_what_the_executor_executed() -> None:
+    t = tool(Bank(executed={"amt": "5100.00"}), Clock(time.time()))
+    st = t.prepare(HO)
+    dn = t.commit(st.token, confirmed=True)
+    assert "amt=5100.00" in dn
+    problems, _ = rw.check_dn(HO, dn, "pay", rb_line=st.line)
+    assert problems == ["executed: amt mismatch: plan 5400.00 vs DN 5100.00"]
+
+
+def test_a_resolved_lookalike_is_stated_so_the_check_can_stop_it() -> None:
+    st = tool(Bank(), resolve=lambda ho: {"acct": LOOKALIKE}).prepare(HO)
+    assert f"acct={LOOKALIKE}" in st.line
+    problems, _ = rw.check_rb_full(HO, st.line, "pay", now=CHECK_AT)
+    assert problems == [f"tier5 execution: acct mismatch: HO {ACCT} vs RB {LOOKALIKE}"]
+
+
+def test_a_resolver_given_to_prepare_fills_what_the_handoff_does_not_carry() -> None:
+    without_acct = HO.replace(f" acct={ACCT}", "")
+    t = tool(Bank())
+    with pytest.raises(Refused, match="cannot state acct"):
+        t.prepare(without_acct)
+    st = t.prepare(without_acct, resolve=lambda ho: {"acct": ACCT})
+    assert st.values["acct"] == ACCT and f"acct={ACCT}" in st.line
+
+
+def test_commit_refuses_without_confirmation_an_unknown_token_and_after_expiry() -> None:
+    bank = Bank()
+    clock = Clock(NOW)
+    t = tool(bank, clock)
+    st = t.prepare(HO)
+    with pytest.raises(CommitRefused, match="no confirmation"):
+        t.commit(st.token, confirmed=False)
+    with pytest.raises(CommitRefused, match="unknown"):
+        t.commit("not-a-token", confirmed=True)
+    clock.now = epoch(st.exp)  # the minute the statement ends
+    with pytest.raises(CommitRefused, match="expired"):
+        t.commit(st.token, confirmed=True)
+    assert bank.calls == []
+    with pytest.raises(CommitRefused, match="unknown"):  # an expired token is dropped
+        t.commit(st.token, confirmed=True)
+
+
+def test_a_statement_never_outlives_its_handoff() -> None:
+    st = tool(Bank()).prepare(HO.replace("rb=exec", "rb=exec exp=20261001T0902Z"))
+    assert st.exp == "20261001T0902Z"
+
+
+def test_cancel_abandons_what_was_prepared_and_acknowledges() -> None:
+    bank = Bank()
+    t = tool(bank)
+    st = t.prepare(HO, conversation="c1")
+    other = t.prepare(HO, conversation="c2")  # the same handoff id in another conversation is not touched
+    ack = t.cancel(CX, conversation="c1")
+    an = rw.parse_line(ack, "pay").message
+    assert an is not None and (an.type, an.re, an.to, an.slots["val"]) == ("AN", "scheduler-3", "scheduler", "Y")
+    assert an.tail == "statement abandoned; nothing executed"
+    with pytest.raises(CommitRefused):
+        t.commit(st.token, confirmed=True)
+    assert [s.token for s in t.pending()] == [other.token]
+    assert bank.calls == []
+    # the flow closes: every handoff ended (the seed's --cancel example)
+    assert rw.check_thread([HO, st.line, CX, ack], "pay", CHECK_AT)[0] == []
+
+
+def test_a_cancel_after_the_act_answers_with_the_done_report() -> None:
+    t = tool(Bank())
+    st = t.prepare(HO)
+    dn = t.commit(st.token, confirmed=True)
+    with pytest.raises(AlreadyExecuted) as info:
+        t.cancel(CX)
+    assert info.value.done_report == dn
+
+
+def test_an_executor_that_raises_spends_the_token_and_reports_a_failure_without_values() -> None:
+    bank = Bank(fail=True)
+    t = tool(bank)
+    st = t.prepare(HO)
+    fl = t.commit(st.token, confirmed=True)
+    msg = rw.parse_line(fl, "pay").message
+    assert msg is not None and (msg.type, msg.re, msg.slots["why"]) == ("FL", "scheduler-1", "ERR")
+    assert "TimeoutError" in (msg.tail or "") and ACCT not in fl
+    with pytest.raises(CommitRefused):
+        t.commit(st.token, confirmed=True)
+    assert len(bank.calls) == 1
+
+
+def test_lines_the_tool_does_not_take_are_refused() -> None:
+    t = tool(Bank())
+    with pytest.raises(Refused, match="addressed to payer"):
+        TwoPhaseTool("desk", Bank(), profile="pay").prepare(HO)
+    with pytest.raises(Refused, match="expected a HO"):
+        t.prepare(CX)
+    with pytest.raises(Refused, match="expected a CX"):
+        t.cancel(HO)
+    with pytest.raises(Refused):
+        t.prepare("RW1 HO nonsense")
+    with pytest.raises(ValueError, match="ttl_seconds"):
+        TwoPhaseTool("payer", Bank(), ttl_seconds=5)
+
+
+def test_ids_come_from_the_agents_counter() -> None:
+    ids = iter(["payer-7", "payer-8"])
+    t = tool(Bank(), next_id=lambda: next(ids))
+    st = t.prepare(HO)
+    assert st.line.startswith("RW1 RB payer-7 ") and t.commit(st.token, True).startswith("RW1 DN payer-8 ")
