@@ -457,8 +457,8 @@ class Replayer:
         processors = {r.input: Processor(store, route_policy(r, self.settings)) for r in self.settings.routes}
         producer = None
         try:
-            await real_store.ping()
             async with plain_consumer(self.settings.kafka, self._timeout) as consumer:
+                await real_store.ping()
                 ranges = await self._ranges(consumer, topic, selection)
                 total = sum(end - start for start, end in ranges.values())
                 if progress is not None:
