@@ -600,6 +600,8 @@ def get_profile(name: str | None, extra_dirs: Sequence[str | Path] = ()) -> Prof
         hit = _NAMED.get(name)
         if hit is not None:
             return hit
+    elif isinstance(extra_dirs, str | Path):
+        extra_dirs = (extra_dirs,)  # one folder given bare
     dirs = tuple(str(d) for d in extra_dirs) + _env_dirs() if extra_dirs else _env_dirs()
     if not name:
         prof = _cached("core", dirs)

@@ -310,3 +310,9 @@ def test_unknown_slot_type_is_a_parse_error(tmp_path: Path) -> None:
     prof = rw.get_profile("odd", extra_dirs=[tmp_path])
     parsed = rw.parse_line("RW1 HO a-1 p=odd from=a to=b item=x:1 ask=DRAFT zz=red", prof)
     assert [(e.code, e.message) for e in parsed.errors] == [("bad-slot-type", "zz: unknown slot type colour in spec")]
+
+
+def test_one_folder_given_bare(tmp_path: Path) -> None:
+    _write(tmp_path, ACME)
+    assert rw.get_profile("acme", extra_dirs=tmp_path) is rw.get_profile("acme", extra_dirs=[tmp_path])  # type: ignore[arg-type]
+    assert rw.get_profile("acme", extra_dirs=str(tmp_path)) is rw.get_profile("acme", extra_dirs=[str(tmp_path)])
