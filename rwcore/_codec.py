@@ -183,6 +183,10 @@ def parse_raw(
     if fast is not None:
         clean, fast_slots = fast
         get = clean.get
+        pv = get("p")
+        if pv is not None and pv != prof.declared:  # (under the core, a p= line takes the full pass)
+            text = f"message names profile p={pv} but validation used profile {prof.declared}"
+            _p(warnings, "profile-mismatch", text, slot="p", got=pv)
         msg["re"], msg["from"], msg["to"], msg["item"] = get("re"), get("from"), get("to"), get("item")
         msg["slots"] = fast_slots
         if frozen:

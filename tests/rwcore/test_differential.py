@@ -610,3 +610,27 @@ def test_profile_errors_match() -> None:
         assert _outcome(lambda n=name: rw.load_profile(n)) == _outcome(lambda n=name: ref.load_profile(n))
         with contextlib.suppress(rw.FormError, ref.FormError):
             assert rw.legend(name or None) == ref.legend(name or None)
+
+
+_CLEAN = {
+    None: "RW1 HO a-1 from=a to=b item=x:1 ask=DRAFT pri=2 keep=a+b rb=acc+pri",
+    "pay": "RW1 AN payer-2 re=scheduler-1 from=payer to=scheduler item=inv:1 val=APPROVE amt=5.00 cur=GBP flag=FX",
+    "clin": "RW1 ST extractor-8 from=extractor to=record item=meas:bp act=OBS pol=POS cert=CERT subj=PT time=CUR "
+    "res=148/88 freq=OD+PRN",
+    "deploy": "RW1 HO release-1 from=release to=operator item=svc:api ask=DEPLOY env=PROD ver=v2 down=Y",
+    "pform": "RW1 HO TRI-1 from=TRI to=STR item=pensive:1 ask=SCORE4 stall=19d imp=8 asg=TRI",
+}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+@pytest.mark.parametrize("p", [None, "same", "pay", "clin", "core", "nope", "Bad"])
+def test_clean_lines_and_the_profile_switch(profile: str | None, p: str | None) -> None:
+    """Clean lines take the parser's fast path; a p= on them, matching or not, must say what the full pass says."""
+    line = _CLEAN[profile]
+    if p is not None:
+        line += f" p={profile if p == 'same' else p}" if (p != "same" or profile) else ""
+    for arg in {profile, None}:
+        assert rw.parse(line, arg) == ref.parse(line, arg)
+        parsed = rw.parse_line(line, arg)
+        want = ref.parse(line, arg)
+        assert (parsed.raw, [e.message for e in parsed.errors], [w.message for w in parsed.warnings]) == want
