@@ -487,24 +487,30 @@ def _show_encoded(v: Any) -> str:
 
 
 def encode_fields(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> str:
-    """Tokens of a JSON twin in the reference's order: envelope, the profile's slot order, then any other keys."""
-    toks = [VERSION, str(msg["type"]), str(msg["id"])]
-    for k in ENVELOPE:
-        val = msg.get(k)
-        if val is not None and val != "":
-            toks.append(f"{k}={val}")
+    """Tokens of a JSON twin in the reference's order: envelope, the profile's slot order, then any other keys.
+    A slot whose value is None or "" is left out."""
+    get = msg.get
+    re_, frm, to, item = get("re"), get("from"), get("to"), get("item")
+    head = f"{VERSION} {msg['type']} {msg['id']}"
+    if re_ is not None and re_ != "":
+        head += f" re={re_}"
+    if frm is not None and frm != "":
+        head += f" from={frm}"
+    if to is not None and to != "":
+        head += f" to={to}"
+    if item is not None and item != "":
+        head += f" item={item}"
     order_set = prof.encode_order_set
     keys = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
-    keys += [k for k in slots if k not in order_set]
-    for k in keys:
-        val = slots[k]
-        if type(val) is str:
-            if val:
-                toks.append(f"{k}={val}")
-        elif val is not None and val != "":
-            toks.append(f"{k}={_show_encoded(val)}")
-    line = " ".join(toks)
-    tail = msg.get("tail")
+    if len(keys) != len(slots):
+        keys += [k for k in slots if k not in order_set]
+    toks = [
+        f"{k}={v}" if type(v) is str else f"{k}={_show_encoded(v)}"
+        for k in keys
+        if (v := slots[k]) is not None and v != ""
+    ]
+    line = f"{head} {' '.join(toks)}" if toks else head
+    tail = get("tail")
     if tail:
         line += " // " + str(tail).replace("\n", " ")
     return line
