@@ -1,7 +1,7 @@
 # rogerwilco gatekeeper: the developer and CI entry points. Every target sets up what it needs on a fresh
 # machine: the venv (reinstalled when pyproject.toml changes) and the local Kafka + Redis (deploy/local/stack.sh).
 #
-#   make run        start the services, then run against them (for now: deploy/local/smoke.py)
+#   make run        start the services, then the demo: the real gatekeeper, agents, verdicts, a replay
 #   make test       ruff check, ruff format --check, mypy, then pytest against the real services
 #   make venv       create .venv and install the project with its dev extra
 #   make services   start Kafka and Redis (prints GK_KAFKA_BOOTSTRAP / GK_REDIS_URL)
@@ -68,6 +68,6 @@ typecheck: venv
 test: venv lint typecheck services
 	@$(WITH_STACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
-# Until the daemon exists, `run` proves the services with a round trip; then it will start the gatekeeper.
+# The newcomer's path: `gatekeeper demo` (gatekeeper/demo.py, config/samples/) on the local services.
 run: venv services
-	@$(WITH_STACK_ENV) $(BIN)/python deploy/local/smoke.py
+	@$(WITH_STACK_ENV) $(BIN)/gatekeeper demo
