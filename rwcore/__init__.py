@@ -15,6 +15,8 @@ Plus the closing rule over a conversation (:class:`ThreadTracker`, :func:`thread
 One error type: :class:`FormError` (a ``ValueError``).
 """
 
+from types import MappingProxyType
+
 from rwcore._checks import acc_check, dn_check, ho_check, make_readback, now_utc, rb_check
 from rwcore._codec import VERSION, Parsed, encode_message, message_digest, parse_line
 from rwcore._compat import (
@@ -38,14 +40,17 @@ from rwcore._compat import (
     to_json,
     validate,
 )
-from rwcore._errors import CHECK_CODES, PARSE_CODES, PROBLEM_CODES, CodeInfo, FormError
+from rwcore._errors import CHECK_CODES, PARSE_CODES, CodeInfo, FormError
 from rwcore._legend import legend
 from rwcore._profiles import PROFILE_PATH_ENV, Profile, TypeDef, clear_profile_cache, get_profile
 
 # the other half of rwcore (thread tracking, translation rules): rwcore/_thread.py, rwcore/_translation.py
-from rwcore._thread import HandoffView, ThreadTracker, check_thread, thread_check
-from rwcore._translation import translation_check
+from rwcore._thread import THREAD_CODES, HandoffView, ThreadTracker, check_thread, thread_check
+from rwcore._translation import TRANSLATION_CODES, translation_check
 from rwcore._types import CheckResult, Message, Problem, SlotValue
+
+#: Every stable problem code rwcore produces: the parser's, the checks', the closing rule's, the translation rules'.
+PROBLEM_CODES = MappingProxyType({**PARSE_CODES, **CHECK_CODES, **THREAD_CODES, **TRANSLATION_CODES})
 
 __all__ = [
     "CHECK_CODES",
@@ -53,6 +58,8 @@ __all__ = [
     "PROBLEM_CODES",
     "PROFILES",
     "PROFILE_PATH_ENV",
+    "THREAD_CODES",
+    "TRANSLATION_CODES",
     "VERSION",
     "CheckResult",
     "CodeInfo",

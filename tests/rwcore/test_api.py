@@ -58,7 +58,8 @@ def msg(line: str, profile: rw.Profile | str | None = PAY) -> rw.Message:
 
 def test_all_is_pinned() -> None:
     assert rw.__all__ == [
-        "CHECK_CODES", "PARSE_CODES", "PROBLEM_CODES", "PROFILES", "PROFILE_PATH_ENV", "VERSION", "CheckResult",
+        "CHECK_CODES", "PARSE_CODES", "PROBLEM_CODES", "PROFILES", "PROFILE_PATH_ENV", "THREAD_CODES",
+        "TRANSLATION_CODES", "VERSION", "CheckResult",
         "CodeInfo", "FormError", "HandoffView", "Message", "Parsed", "Problem", "Profile", "SlotValue",
         "ThreadTracker", "TypeDef", "acc_check", "canonical", "check_dn", "check_dn_lines", "check_ho",
         "check_ho_lines", "check_rb", "check_rb_full", "check_rb_lines", "check_thread", "clear_profile_cache",
@@ -414,7 +415,9 @@ def test_every_problem_code_is_reachable(tmp_path: Path) -> None:
     check_codes = _check_codes()
     assert parse_codes == set(rw.PARSE_CODES)
     assert check_codes == set(rw.CHECK_CODES)
-    assert set(rw.PROBLEM_CODES) == set(rw.PARSE_CODES) | set(rw.CHECK_CODES)
+    assert set(rw.PROBLEM_CODES) == set(rw.PARSE_CODES) | set(rw.CHECK_CODES) | set(rw.THREAD_CODES) | set(
+        rw.TRANSLATION_CODES
+    )
     for code, info in rw.PROBLEM_CODES.items():
         assert info.kind in ("error", "warning", "problem", "note"), code
         assert info.tier in (
@@ -427,6 +430,8 @@ def test_every_problem_code_is_reachable(tmp_path: Path) -> None:
             "execution",
             "expiry",
             "executed",
+            "thread",
+            "translation",
         ), code
 
 
