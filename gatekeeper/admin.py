@@ -124,7 +124,8 @@ async def plain_consumer(
     kafka: KafkaSettings, timeout: float = DEFAULT_TIMEOUT, group_id: str | None = None
 ) -> AsyncIterator[AIOKafkaConsumer]:
     """A consumer outside any group (``group_id=None``: manual assignment, nothing committed) or, with
-    ``group_id``, one that only reads that group's committed offsets (it never subscribes, so it never joins)."""
+    ``group_id``, one that only reads that group's committed offsets (it never subscribes, so it never joins).
+    ``read_committed`` when the deployment is transactional."""
     from aiokafka import AIOKafkaConsumer
 
     from gatekeeper.consumers.kafka import client_kwargs
@@ -133,7 +134,13 @@ async def plain_consumer(
     kw = client_kwargs(kafka)
     kw["client_id"] = f"{kafka.client_id}-ops"
     consumer = AIOKafkaConsumer(
-        **kw, group_id=group_id, enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=500
+        **kw,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_poll_records=500,
+        # exactly-once deployments write their outcomes in transactions: never read an aborted one
+        isolation_level="read_committed" if kafka.transactional else "read_uncommitted",
     )
     try:
         await _bounded(consumer.start(), timeout, kafka, "connecting")

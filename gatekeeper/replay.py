@@ -552,8 +552,10 @@ class Replayer:
                 continue
             consumer.assign([tp])
             consumer.seek(tp, start)
-            position = start
-            while position < end:
+            while True:
+                position = await consumer.position(tp)
+                if position >= end:
+                    break
                 batch = await _bounded(
                     consumer.getmany(tp, timeout_ms=int(self._timeout * 1000), max_records=CHUNK),
                     self._timeout + 5,
@@ -561,14 +563,13 @@ class Replayer:
                     "reading the dead-letter topic",
                 )
                 records = [r for r in batch.get(tp, []) if r.offset < end]
-                if not batch.get(tp):
+                if records:
+                    yield records
+                elif await consumer.position(tp) == position:  # nothing, not even a transaction marker, in time
                     raise KafkaUnavailable(
                         f"kafka at {kafka.bootstrap_servers}: no records from {topic}[{tp.partition}] at offset "
                         f"{position} within {self._timeout:g}s (the range ends at {end})"
                     )
-                position = batch[tp][-1].offset + 1
-                if records:
-                    yield records
 
     def _item(self, topic: str, rec: Any, only: Route | None, report: ReplayReport) -> _Item | None:
         headers = {str(k): bytes(v) if v is not None else b"" for k, v in (rec.headers or ())}
@@ -743,7 +744,9 @@ class Replayer:
         from gatekeeper.admin import _bounded
         from gatekeeper.consumers.kafka import make_producer
 
-        producer = make_producer(self.settings.kafka)
+        # idempotent, never transactional: the daemon's transactional id is its own (sharing it would fence it), and
+        # records outside a transaction are visible to read_committed consumers
+        producer = make_producer(self.settings.kafka, transactional_id=None)
         try:
             await _bounded(producer.start(), self._timeout, self.settings.kafka, "starting the producer")
         except BaseException:

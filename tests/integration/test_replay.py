@@ -182,3 +182,19 @@ async def test_replay_errors_are_one_line(
     empty = await _cli("replay", "-r", "in", "-c", str(config))
     assert empty.exit_code == 0, empty.output
     assert "0 dead letter(s) read" in empty.stdout
+
+
+async def test_replay_reads_a_transactional_dead_letter_topic(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    """Exactly-once deployments write dead letters in transactions: the commit markers between them are skipped, and
+    only committed records are read."""
+    kafka = {"transactional": True, "transactional_id": f"gk-test-replay-{time.time_ns()}"}
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, kafka=kafka) as p:
+        await p.send("tx", HO)
+        await p.collect(_n("tx", 1))
+        await p.store.put_record(RECORD)
+        report = await Replayer(p.settings, timeout=5.0).run(route=p.route().input)
+        assert [(ln.conversation, ln.status) for ln in report.lines] == [("tx", Status.FORWARDED)]
+        got = await p.collect(lambda g: len(g.of("output", "tx")) >= 1)
+        assert got.of("output", "tx")[0].h("gk.replayed.from.offset") == "0"
