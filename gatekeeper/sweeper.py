@@ -312,7 +312,10 @@ class Sweeper:
         """Act on everything due for one handoff (at most a readback cancel, then its expiry). True: state changed."""
         changed = False
         rt_seconds = rt.policy.readback_timeout_seconds
-        while (o := overdue(state, e.ho, now, rt_seconds)) is not None:
+        for _ in range(3):  # a readback cancel, then the expiry; never more (each round consumes a deadline)
+            o = overdue(state, e.ho, now, rt_seconds)
+            if o is None:
+                break
             if o.action is Action.CANCEL:
                 try:
                     await self._cancel(rt, e, state, o, now, intent, report)
