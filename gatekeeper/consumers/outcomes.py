@@ -47,7 +47,7 @@ level 4 without its value). Nothing is trimmed from the value of a record that f
 Alerts (``ALERT``) are JSON objects on the route's alerts topic::
 
     {"alert": "check-dn", "verdict": "alert", "route": "agents.pay", "conversation": "c-17",
-     "id": "payer-2", "type": "DN", "from": "payer", "to": "scheduler", "item": "inv:MD-2026-057",
+     "id": "payer-2", "type": "DN", "re": "scheduler-1", "from": "payer", "to": "scheduler", "item": "inv:MD-2026-057",
      "line": "RW1 DN payer-2 ... acct=****2938 ...", "problems": [{"code": "amt-mismatch", ...}],
      "original": {"topic": "agents.pay", "partition": 0, "offset": 41, "timestamp": 1790845200000},
      "decided_at": "2026-10-01T09:00:00.000Z", "at": "2026-10-01T09:00:00.120Z", "repeated": false,
@@ -299,6 +299,7 @@ def _alert(
         "conversation": conversation,
         "id": msg.id if msg is not None else None,
         "type": msg.type if msg is not None else None,
+        "re": msg.re if msg is not None else None,  # for DN, UN, FL and CX: the handoff the alert is about
         "from": msg.from_ if msg is not None else None,
         "to": msg.to if msg is not None else None,
         "item": msg.item if msg is not None else None,
