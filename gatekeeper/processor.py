@@ -11,9 +11,10 @@ Order of writes, and why:
 3. the caller produces the outcomes, then commits the offsets.
 
 The lifecycle's indexes (``policy.lifecycle``: each open handoff's next deadline, when it was forwarded) are written
-in the same round trip as the states, for the conversations of lines that carry their input ``partition``: every
-open handoff's entry again (idempotent, and it repairs an index a failed write left behind when the batch is
-retried), and the handoffs the batch closed leave the open and deadline indexes.
+in the same round trip as the states, for the conversations of lines that carry their input ``partition``: the
+entries that changed, and the handoffs the batch closed leave the open and deadline indexes. A conversation whose
+lines all repeat their stored decisions (a batch retried after a failed write) gets every open entry written again
+(idempotent), which repairs what that write may have left out.
 """
 
 from __future__ import annotations
@@ -106,8 +107,12 @@ class Processor:
             if not any(c.after is not None for c in conflicts):
                 await self._release_unused(claimed, overlay)
                 states = {c: loaded.states[c] for c in changed}
+                # a conversation the batch changed: what changed; one it did not (its lines repeated, as after a
+                # failed write): every open entry again, to repair what that write may have left out
                 deadlines = [
-                    e for c, p in partitions.items() for e in index_changes(loaded.states[c], c, p, before[c], rt)
+                    e
+                    for c, p in partitions.items()
+                    for e in index_changes(loaded.states[c], c, p, before[c], rt, only_changed=c in changed)
                 ]
                 if deadlines:
                     await self.store.save(self.route.name, states, deadlines)

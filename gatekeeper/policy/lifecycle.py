@@ -531,12 +531,15 @@ def index_changes(
     partition: int,
     before: Mapping[str, IndexEntry],
     readback_timeout: float | None = None,
+    *,
+    only_changed: bool = False,
 ) -> list[IndexEntry]:
-    """What the indexes must hold for the conversation now, given the open entries ``before`` a change: every open
-    handoff's entry (rewriting one that did not change is harmless, and repairs an index a failed write left
-    behind), plus a closed entry for each handoff that was open and no longer is."""
+    """What the indexes must hold for the conversation now, given the open entries ``before`` a change: the open
+    handoffs' entries, plus a closed entry for each handoff that was open and no longer is. ``only_changed`` leaves
+    out the open entries equal to their ``before``; without it every open entry is written again (harmless, and it
+    repairs an index a failed write left behind)."""
     after = index_entries(state, conversation, partition, readback_timeout)
-    out = list(after.values())
+    out = [e for ho, e in after.items() if not only_changed or before.get(ho) != e]
     for ho in before:
         if ho not in after:
             entry = state.handoffs.get(ho)
