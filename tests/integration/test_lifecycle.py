@@ -303,3 +303,62 @@ async def test_a_sweeper_killed_between_publishing_and_bookkeeping_is_not_repeat
         state = (await h.store.load(h.route.input, ["crash"], [])).states["crash"]
         assert state.handoffs["scheduler-1"].gk_cancel == "scheduler-900000001"
         assert (await h.sweep(restarted)).handled == []
+
+
+class Hang:
+    """A publisher whose produce never returns (a broker that stopped answering, a process about to be killed)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.entered = asyncio.Event()
+
+    async def publish(self, records: Sequence[OutRecord]) -> list[int]:
+        self.entered.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_a_gatekeeper_stopped_mid_cancel_and_restarted_emits_one_cancel(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    """The daemon's two-stage stop with a sweep in flight: the sweep is cancelled after the grace period (its cancel
+    intent is claimed, nothing published), and the next gatekeeper publishes the cancel once."""
+    route = await make_route(topic_factory)
+    settings = settings_for(
+        kafka_bootstrap,
+        redis_url,
+        [route],
+        sweeper={"interval_seconds": 0.1, "takeover_seconds": 30.0},
+        grace_seconds=0.5,
+    )
+    r = Running(kafka_bootstrap, settings, Clock(NOW))
+    try:
+        await r.store.put_record(RECORD)
+        await r.start(1)
+        gk, task = r.gatekeepers[0]
+        assert gk.sweeper is not None
+        hang = Hang(gk.sweeper.publisher)
+        gk.sweeper.publisher = hang
+        await r.send("stop", HO_EXP)
+        await r.collector.wait(lambda g: len(forwarded(g, "stop")) >= 1)
+        r.clock.now = T_EXP
+        await asyncio.wait_for(hang.entered.wait(), 10.0)
+        gk.request_stop()
+        await asyncio.wait_for(task, 15.0)  # the hung sweep did not keep it from stopping
+        intents = await r.store.intents(route["input"], [("stop", "scheduler-1")])
+        assert not intents[("stop", "scheduler-1")].done
+        assert cancels(r.collector.got) == []
+        # restarted, after the takeover time: one cancel
+        r.gatekeepers.clear()
+        r.clock.now = T_EXP + 31
+        gk2 = Gatekeeper(settings, store=RedisStore(settings.redis), http=False, clock=r.clock)
+        r.gatekeepers.append((gk2, asyncio.create_task(gk2.run())))
+        await wait_ready(*r.gatekeepers[0])
+        got = await r.collector.wait(lambda g: len(cancels(g)) >= 1)
+        await r.collector.settle(1.0)
+        assert len(cancels(got, "stop")) == 1
+    finally:
+        await r.stop()
