@@ -583,30 +583,30 @@ class Demo:
         self.command("records", "load", _rel(self.opt.records), "-c", config)
         records = load_records_file(self.opt.records, get_profile(PROFILE))
         late = load_records_file(self.opt.late_records, get_profile(PROFILE))
-        from gatekeeper.redis_store import RedisStore
-
-        store = RedisStore(self.settings.redis)
-        try:
-            for rec in records:
-                await store.store_record(rec)
-        finally:
-            await store.close()
-        self.say(f"    loaded {len(records)} approvals: " + ", ".join(f"{x.item} {x.ask}" for x in records))
-        self.say(f"    [dim](this run's state: Redis keys {self.prefix}:*, deleted at the end)[/]")
         approvals = {(x.item, x.ask): {**x.values, "item": x.item, "ask": x.ask} for x in [*records, *late]}
 
         from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+        from gatekeeper.admin import _bounded
         from gatekeeper.consumers.kafka import client_kwargs
+        from gatekeeper.redis_store import RedisStore
 
         kw = client_kwargs(self.settings.kafka)
         consumer = AIOKafkaConsumer(**{**kw, "client_id": "gatekeeper-demo"}, enable_auto_commit=False)
         producer = AIOKafkaProducer(**{**kw, "client_id": "gatekeeper-demo-agents"}, acks="all", linger_ms=0)
         result: DemoResult | None = None
         reader: asyncio.Task[None] | None = None
-        await consumer.start()
-        await producer.start()
         try:
+            store = RedisStore(self.settings.redis)
+            try:
+                for rec in records:
+                    await store.store_record(rec)
+            finally:
+                await store.close()
+            self.say(f"    loaded {len(records)} approvals: " + ", ".join(f"{x.item} {x.ask}" for x in records))
+            self.say(f"    [dim](this run's state: Redis keys {self.prefix}:*, deleted at the end)[/]")
+            await _bounded(consumer.start(), 30.0, self.settings.kafka, "connecting")
+            await _bounded(producer.start(), 30.0, self.settings.kafka, "connecting")
             kinds = {r.output: "output", r.dead_letter: "dead", r.alerts: "alert"}
             tps: list[Any] = []
             for topic in kinds:

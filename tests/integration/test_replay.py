@@ -123,7 +123,7 @@ async def test_a_dry_run_changes_nothing_and_the_forbidden_stays_held(
         assert after == before
         assert sorted([k async for k in redis_client.scan_iter(match=f"{p.settings.redis.key_prefix}:*")]) == keys
         got: Collected = await p.collector.settle(1.0)
-        assert [r.text for r in got.output if r.key != b"tool"] == []
+        assert [r.text for r in got.output if r.key != b"tool"] == [] and len(got.dead) == 5 and got.alerts == []
 
         report = await Replayer(p.settings, clock=lambda: time.time() + 3600).run(
             route=route.input, requeue_failed=True

@@ -172,3 +172,12 @@ def test_gk_environment_variables_are_honoured(config: Path, monkeypatch: pytest
     one_error(cli("status", "--timeout", "2", "-c", str(config)), 3, "kafka at 127.0.0.1:2")
     monkeypatch.setenv("GK_CONFIG", str(config))
     one_error(cli("topics", "describe", "--timeout", "2"), 3, "kafka at 127.0.0.1:2")
+
+
+def test_the_demo_reports_a_missing_configuration_and_an_unreachable_broker(tmp_path: Path) -> None:
+    one_error(cli("demo", "--config", str(tmp_path / "none.yaml")), 2, "does not exist")
+    result = cli(
+        "demo", "--bootstrap", UNREACHABLE, "--redis-url", "redis://127.0.0.1:1/0", "--http-port", "0",
+        "--log-file", str(tmp_path / "gk.log"),
+    )  # fmt: skip
+    one_error(result, 3, f"kafka at {UNREACHABLE}")
