@@ -28,7 +28,8 @@ EPILOG = """\
 Per route: the consumer group's lag per input partition (records not yet answered: a rising lag means the
 gatekeepers are too few, or stuck on Redis or the broker: see /readyz), the dead-letter depth (records on the
 dead-letter topic now; [cyan]gatekeeper replay[/cyan] re-drives them, retention removes them), and the open handoffs
-(from the handoff lifecycle's index in Redis; "unknown" when no index is kept).
+(from the handoff lifecycle's index in Redis; "unknown" when no index is kept; the handoffs themselves:
+[cyan]gatekeeper handoffs list --open[/cyan]).
 
 Exit status: 0 done, 2 bad configuration or unknown route, 3 Kafka or Redis unreachable.
 """
