@@ -1,6 +1,6 @@
 """Equivalence with the batch rule: the streaming gatekeeper (``decide`` line by line, the thread tracker, and the
-sweeper running as time passes) reports the same problems as ``rwcore.thread_check`` (the reference
-``check_thread``) over the same lines at the same time.
+sweeper running as time passes) reports the same problems as ``rwcore.thread_check`` over the same lines at the same
+time, and ``rwcore.thread_check`` says what the reference ``rogerwilco.check_thread`` says, word for word.
 
 Hypothesis generates conversations between two senders and two receivers: handoffs with and without ``exp=`` and
 ``due=``, readbacks that pass or fail, answers to them, done reports (act run or not), unable and failed reports, from
@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+import rogerwilco
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -181,6 +182,8 @@ def subject(code: str, message: str) -> str:
 def check(c: Convo) -> None:
     now = c.lc.clock.now
     reference = thread_check(c.lines, None, rw_time(now))
+    # rwcore's check is the reference's, word for word, over these lines too
+    assert rogerwilco.check_thread(list(c.lines), None, rw_time(now)) == reference.compat()
     ref_orphans = {subject(p.code, p.message) for p in reference.problems if p.code == ORPHANED}
     ref_other = {(p.code, subject(p.code, p.message)) for p in reference.problems if p.code != ORPHANED}
     assert not any(p.code == "thread-invalid-line" for p in reference.problems)
