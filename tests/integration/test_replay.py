@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from gatekeeper.cli import app
 from gatekeeper.policy import Record
 from gatekeeper.replay import RedisMarkers, Replayer, Selection, Status
-from tests.integration._pipeline import Collected, Pipeline, TopicFactory
+from tests.integration._pipeline import Collected, Pipeline, TopicFactory, committed
 from tests.policy.world import AN, DN, HO, RB, RECORD
 
 pytestmark = pytest.mark.integration
@@ -192,7 +192,11 @@ async def test_replay_reads_a_transactional_dead_letter_topic(
     kafka = {"transactional": True, "transactional_id": f"gk-test-replay-{time.time_ns()}"}
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, kafka=kafka) as p:
         await p.send("tx", HO)
-        await p.collect(_n("tx", 1))
+        await p.collect(_n("tx", 1))  # read uncommitted: seen before its transaction commits
+        deadline = time.monotonic() + 20
+        while (await committed(kafka_bootstrap, p.settings.kafka.group_id, p.route().input))[0] != 1:
+            assert time.monotonic() < deadline, "the batch's transaction did not commit"
+            await asyncio.sleep(0.1)
         await p.store.put_record(RECORD)
         report = await Replayer(p.settings, timeout=5.0).run(route=p.route().input)
         assert [(ln.conversation, ln.status) for ln in report.lines] == [("tx", Status.FORWARDED)]
