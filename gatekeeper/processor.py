@@ -12,9 +12,10 @@ Order of writes, and why:
 
 The lifecycle's indexes (``policy.lifecycle``: each open handoff's next deadline, when it was forwarded) are written
 in the same round trip as the states, for the conversations of lines that carry their input ``partition``: the
-entries that changed, and the handoffs the batch closed leave the open and deadline indexes. A conversation whose
-lines all repeat their stored decisions (a batch retried after a failed write) gets every open entry written again
-(idempotent), which repairs what that write may have left out.
+entries of the handoffs the batch's decisions touched (``lifecycle.touched``; one that closed leaves the open and
+deadline indexes), so the cost follows the lines, not the open handoffs. A conversation whose lines all repeat their
+stored decisions (a batch retried after a failed write) gets every open entry written again (idempotent), which
+repairs what that write may have left out.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from gatekeeper.policy import (
     decide,
 )
 from gatekeeper.policy.decide import Prepared, prepare
-from gatekeeper.policy.lifecycle import index_changes, index_entries
+from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of, touched
 from gatekeeper.store import Store, StoreError
 from rwcore import Problem
 
@@ -93,11 +94,9 @@ class Processor:
         partitions = {
             ln.conversation: ln.partition for ln in lines if ln.conversation is not None and ln.partition is not None
         }
-        rt = self.route.readback_timeout_seconds
         claimed: list[BindingChange] = []
         for _ in range(MAX_CLAIM_ROUNDS):
             loaded = await self.store.load(self.route.name, conversations, keys)
-            before = {c: index_entries(loaded.states[c], c, p, rt) for c, p in partitions.items()}
             overlay = Overlay(records=loaded.records, loaded_bindings=loaded.bindings)
             decisions, changed = self._decide_all(lines, prepared, loaded.states, overlay, now)
             changes = overlay.changes()
@@ -107,19 +106,37 @@ class Processor:
             if not any(c.after is not None for c in conflicts):
                 await self._release_unused(claimed, overlay)
                 states = {c: loaded.states[c] for c in changed}
-                # a conversation the batch changed: what changed; one it did not (its lines repeated, as after a
-                # failed write): every open entry again, to repair what that write may have left out
-                deadlines = [
-                    e
-                    for c, p in partitions.items()
-                    for e in index_changes(loaded.states[c], c, p, before[c], rt, only_changed=c in changed)
-                ]
+                deadlines = self._deadlines(lines, decisions, loaded.states, partitions, changed)
                 if deadlines:
                     await self.store.save(self.route.name, states, deadlines)
                 else:
                     await self.store.save(self.route.name, states)
                 return decisions
         raise StoreError(f"exec bindings kept changing under this batch after {MAX_CLAIM_ROUNDS} rounds")
+
+    def _deadlines(
+        self,
+        lines: Sequence[Line],
+        decisions: Sequence[Decision],
+        states: dict[str, ConversationState],
+        partitions: dict[str, int],
+        changed: set[str],
+    ) -> list[IndexEntry]:
+        """The lifecycle index entries to write: in a conversation the batch changed, those of the handoffs its
+        decisions touched; in one it did not change (its lines only repeated, as after a failed write), every open
+        handoff's again, to repair what that write may have left out."""
+        rt = self.route.readback_timeout_seconds
+        hit: dict[str, set[str]] = {}
+        for ln, d in zip(lines, decisions, strict=True):
+            if d.effects and ln.conversation in partitions:
+                hit.setdefault(ln.conversation, set()).update(touched(states[ln.conversation], d.effects))
+        out: list[IndexEntry] = []
+        for c, p in partitions.items():
+            if c in changed:
+                out.extend(index_of(states[c], c, p, hit.get(c, ()), rt))
+            else:
+                out.extend(index_entries(states[c], c, p, rt).values())
+        return out
 
     def _decide_all(
         self,

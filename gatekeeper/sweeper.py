@@ -100,7 +100,7 @@ from gatekeeper.policy.lifecycle import (
     Overdue,
     cancel_id,
     expire,
-    index_changes,
+    index_of,
     mark_overdue,
     overdue,
     record_cancel,
@@ -287,17 +287,17 @@ class Sweeper:
     async def _save(
         self, rt: SweepRoute, entries: Sequence[Indexed], states: dict[str, ConversationState], changed: set[str]
     ) -> None:
-        before: dict[str, dict[str, IndexEntry]] = {}
-        partition_of: dict[str, int] = {}
+        seen: dict[tuple[str, int], set[str]] = {}
         for e in entries:
-            partition_of.setdefault(e.conversation, e.partition)
-            before.setdefault(e.conversation, {})[e.ho] = IndexEntry(e.partition, e.conversation, e.ho, open=True)
+            seen.setdefault((e.conversation, e.partition), set()).add(e.ho)
         rt_seconds = rt.policy.readback_timeout_seconds
-        deadlines = [
-            entry
-            for conv, seen in before.items()
-            for entry in index_changes(states[conv], conv, partition_of[conv], seen, rt_seconds)
-        ]
+        deadlines: list[IndexEntry] = []
+        for (conv, partition), hos in seen.items():
+            found = index_of(states[conv], conv, partition, hos, rt_seconds)
+            known = {x.ho for x in found}
+            deadlines.extend(found)
+            # a handoff its state does not know (the state expired): out of the open and deadline indexes
+            deadlines.extend(IndexEntry(partition, conv, ho, open=False) for ho in hos - known)
         await self.store.save(rt.name, {c: states[c] for c in changed}, deadlines)
 
     async def _handle(

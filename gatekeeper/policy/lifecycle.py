@@ -54,22 +54,28 @@ from __future__ import annotations
 import calendar
 import datetime as _dt
 import enum
+import functools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gatekeeper.policy.decide import line_digest, rw_time
 from gatekeeper.policy.model import (
     RESERVED_ID_MAX,
     RESERVED_ID_MIN,
+    Clear,
     Decision,
     Effect,
     FeedThread,
     GatekeeperCancel,
     MarkOverdue,
+    OpenHandoff,
+    PassReadback,
     Reason,
+    Release,
     RememberLine,
     RoutePolicy,
+    Supersede,
     Verdict,
 )
 from gatekeeper.policy.state import ConversationState, HandoffEntry, LineEntry
@@ -196,6 +202,7 @@ def _first_day_at_or_after(y: int, mo: int, d: int) -> tuple[_dt.date, bool]:
     return _dt.date(y, mo, d), True
 
 
+@functools.lru_cache(maxsize=8192)
 def exp_deadline(exp: str | None) -> float | None:
     """When a handoff with this ``exp=`` becomes overdue: the first minute whose ``YYYYMMDDTHHMMZ`` sorts at or after
     it (the value itself when it is a real minute). None when the value is not a time (it never expires, as in the
@@ -218,6 +225,7 @@ def exp_deadline(exp: str | None) -> float | None:
     return _epoch(start + _dt.timedelta(hours=h, minutes=mi))
 
 
+@functools.lru_cache(maxsize=8192)
 def due_deadline(due: str | None) -> float | None:
     """When a handoff with this ``due=`` becomes overdue: the start (UTC) of the first day whose ``YYYYMMDD`` sorts
     after it, i.e. the day after a real date. None when the value is not a date."""
@@ -506,45 +514,81 @@ def mark_overdue(state: ConversationState, o: Overdue, now: float) -> Decision:
 # ---------------------------------------------------------------- the indexes
 
 
+def _index_entry(
+    state: ConversationState, conversation: str, partition: int, ho: str, readback_timeout: float | None
+) -> IndexEntry | None:
+    entry = state.handoffs.get(ho)
+    if entry is None:
+        return None
+    one = _live_one(state, ho)
+    if one is None:
+        return IndexEntry(partition, conversation, ho, open=False, lapsed_at=entry.lapsed_at)
+    pending = _deadlines(state, *one, readback_timeout)
+    return IndexEntry(
+        partition=partition,
+        conversation=conversation,
+        ho=ho,
+        open=True,
+        opened_at=opened_at(state, ho),
+        due_at=pending[0].at if pending else None,
+        lapsed_at=entry.lapsed_at,
+    )
+
+
 def index_entries(
     state: ConversationState, conversation: str, partition: int, readback_timeout: float | None = None
 ) -> dict[str, IndexEntry]:
     """The index entries of the conversation's open handoffs, by handoff id. O(open handoffs)."""
     out: dict[str, IndexEntry] = {}
-    for entry, view in _live(state):
-        pending = _deadlines(state, entry, view, readback_timeout)
-        out[entry.id] = IndexEntry(
-            partition=partition,
-            conversation=conversation,
-            ho=entry.id,
-            open=True,
-            opened_at=opened_at(state, entry.id),
-            due_at=pending[0].at if pending else None,
-            lapsed_at=entry.lapsed_at,
-        )
+    for entry, _view in _live(state):
+        e = _index_entry(state, conversation, partition, entry.id, readback_timeout)
+        if e is not None:
+            out[entry.id] = e
     return out
 
 
-def index_changes(
+def index_of(
     state: ConversationState,
     conversation: str,
     partition: int,
-    before: Mapping[str, IndexEntry],
+    handoffs: Iterable[str],
     readback_timeout: float | None = None,
-    *,
-    only_changed: bool = False,
 ) -> list[IndexEntry]:
-    """What the indexes must hold for the conversation now, given the open entries ``before`` a change: the open
-    handoffs' entries, plus a closed entry for each handoff that was open and no longer is. ``only_changed`` leaves
-    out the open entries equal to their ``before``; without it every open entry is written again (harmless, and it
-    repairs an index a failed write left behind)."""
-    after = index_entries(state, conversation, partition, readback_timeout)
-    out = [e for ho, e in after.items() if not only_changed or before.get(ho) != e]
-    for ho in before:
-        if ho not in after:
-            entry = state.handoffs.get(ho)
-            lapsed = None if entry is None else entry.lapsed_at
-            out.append(IndexEntry(partition, conversation, ho, open=False, lapsed_at=lapsed))
+    """The index entries of these handoffs as the state has them now: open ones with their next deadline, closed
+    (or superseded) ones as closed entries, which leave the open and deadline indexes. Unknown ids are skipped."""
+    out = []
+    for ho in sorted(set(handoffs)):
+        e = _index_entry(state, conversation, partition, ho, readback_timeout)
+        if e is not None:
+            out.append(e)
+    return out
+
+
+def touched(state: ConversationState, effects: Iterable[Effect]) -> set[str]:
+    """The handoffs whose place in the indexes these effects may change (apply them first: an answer to a cancel is
+    traced to its handoff through the state): the handoff opened, superseded, read back, cleared, released, closed,
+    cancelled or acknowledged. O(effects)."""
+    out: set[str] = set()
+    for eff in effects:
+        match eff:
+            case OpenHandoff(entry=entry):
+                out.add(entry.id)
+            case (
+                Supersede(ho=ho)
+                | PassReadback(ho=ho)
+                | Clear(ho=ho)
+                | Release(ho=ho)
+                | GatekeeperCancel(ho=ho)
+                | MarkOverdue(ho=ho)
+            ):
+                out.add(ho)
+            case FeedThread(message=msg) if msg.re is not None:
+                if msg.type in ("DN", "UN", "FL", "CX"):
+                    out.add(msg.re)
+                elif msg.type == "AN":
+                    target = state.lines.get(msg.re)
+                    if target is not None and target.type == "CX" and target.re is not None:
+                        out.add(target.re)
     return out
 
 
@@ -566,8 +610,8 @@ __all__ = [
     "due_deadline",
     "exp_deadline",
     "expire",
-    "index_changes",
     "index_entries",
+    "index_of",
     "mark_overdue",
     "opened_at",
     "orphans",
@@ -575,4 +619,5 @@ __all__ = [
     "overdue_all",
     "overdue_problem",
     "record_cancel",
+    "touched",
 ]

@@ -25,9 +25,11 @@ from gatekeeper.policy.lifecycle import (
     exp_deadline,
     expire,
     index_entries,
+    index_of,
     mark_overdue,
     orphans,
     overdue,
+    touched,
 )
 from rwcore import check_thread, encode_message, get_profile, make_readback, parse_line
 from tests.policy.world import ACK, AN, CX, DN, HO, NOW, RB, RECORD, World, core_world, epoch, pay_world, route
@@ -378,3 +380,21 @@ def test_decide_sees_the_gatekeepers_cancel_as_a_cancel() -> None:
 def test_epoch_helper_is_utc() -> None:
     assert epoch(EXP) == calendar.timegm(time.strptime(EXP, "%Y%m%dT%H%MZ"))
     assert route().readback_timeout_seconds is None
+
+
+def test_the_index_is_written_for_the_handoffs_a_line_touches() -> None:
+    w = pay_world()
+    opened = w.send(HO_EXP)
+    assert touched(w.state(), opened.effects) == {"scheduler-1"}
+    rb = w.send(RB_EXP)
+    assert touched(w.state(), rb.effects) == {"scheduler-1"}
+    w.now = T_EXP
+    (line,) = sweep(w)
+    ack = w.send(ACK.replace("re=scheduler-3", f"re={line.split()[2]}"))
+    assert touched(w.state(), ack.effects) == {"scheduler-1"}  # through the cancel it answers
+    (closed,) = index_of(w.state(), "c1", 4, {"scheduler-1", "nobody-9"})
+    assert (closed.open, closed.lapsed_at, closed.partition) == (False, T_EXP, 4)
+    st = w.send(
+        "RW1 ST extractor-1 p=pay from=extractor to=reconciler item=inv:7731 src=email:7 amt=1.00 cur=GBP kind=NET"
+    )
+    assert touched(w.state(), st.effects) == set()
