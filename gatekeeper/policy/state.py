@@ -7,7 +7,8 @@ conversation, keyed with the conversation in a Redis Cluster hash tag.
   of the first decision. This is the memo that makes the same line get the same verdict on reprocessing, the
   duplicate-id check, and the tombstone that refuses replies to a dead-lettered line.
 - ``handoffs``: every forwarded HO, with the record it was checked against (its ``resolved`` values and withheld
-  ``expect_acc`` criteria), whether a re-issue superseded it, and which readback an affirmative answer cleared.
+  ``expect_acc`` criteria), whether a re-issue superseded it, and which readback an affirmative answer cleared; and,
+  from the lifecycle (``policy.lifecycle``), the CX the gatekeeper wrote for it and the alert raised at its expiry.
 - ``readbacks``: every RB the gatekeeper checked, whether it passed, and whether a negative answer refused it.
 - ``tracker``: rwcore's incremental thread tracker, fed every forwarded line: closes, cancels, acknowledgements.
 """
