@@ -23,37 +23,9 @@ from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import Keys, RedisStore, escape_tag
 from gatekeeper.store import MemoryStore, RecordExists, StoreError
 from rwcore import get_profile
+from tests.seed import AN, DN, HO, RB, RECORD_VALUES
 
-HO = (
-    "RW1 HO scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 ask=PAY rb=exec sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-RB = (
-    "RW1 RB payer-1 re=scheduler-1 from=payer to=scheduler item=inv:MD-2026-057 ask=PAY p=pay h=a7a82de76607 "
-    "sup=marlow amt=5400.00 cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-AN = "RW1 AN scheduler-2 re=payer-1 p=pay from=scheduler to=payer val=Y // readback matches the approved run; proceed"
-DN = (
-    "RW1 DN payer-2 re=scheduler-1 p=pay from=payer to=scheduler item=inv:MD-2026-057 out=OK sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929 // as executed"
-)
-RECORD = Record(
-    item="inv:MD-2026-057",
-    ask="PAY",
-    values={
-        "item": "inv:MD-2026-057",
-        "ask": "PAY",
-        "to": "payer",
-        "sup": "marlow",
-        "amt": "5400.00",
-        "cur": "GBP",
-        "kind": "GROSS",
-        "acct": "40-12-88/61102938",
-        "paid": "20261002",
-        "ref": "MD-2026-057",
-        "apref": "FD-0929",
-    },
-)
+RECORD = Record(item="inv:MD-2026-057", ask="PAY", values=RECORD_VALUES)
 NOW = float(calendar.timegm(time.strptime("20261001T0900Z", "%Y%m%dT%H%MZ")))
 RETENTION = 3600
 OPEN_RETENTION = 86400

@@ -18,41 +18,9 @@ from gatekeeper.policy import (
     decide,
 )
 from rwcore import get_profile
+from tests.seed import ACK, AN, CX, DN, HO, RB, RECORD_VALUES
 
-# The seed's payment (specification section 8, "Before an irreversible act").
-HO = (
-    "RW1 HO scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 ask=PAY rb=exec sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-RB = (
-    "RW1 RB payer-1 re=scheduler-1 from=payer to=scheduler item=inv:MD-2026-057 ask=PAY p=pay h=a7a82de76607 "
-    "sup=marlow amt=5400.00 cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-AN = "RW1 AN scheduler-2 re=payer-1 p=pay from=scheduler to=payer val=Y // readback matches the approved run; proceed"
-DN = (
-    "RW1 DN payer-2 re=scheduler-1 p=pay from=payer to=scheduler item=inv:MD-2026-057 out=OK sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929 // as executed"
-)
-CX = "RW1 CX scheduler-3 re=scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 why=REVOKED"
-ACK = "RW1 AN payer-3 re=scheduler-3 p=pay from=payer to=scheduler val=Y // statement abandoned; nothing paid"
-
-RECORD = Record(
-    item="inv:MD-2026-057",
-    ask="PAY",
-    values={
-        "to": "payer",
-        "item": "inv:MD-2026-057",
-        "ask": "PAY",
-        "sup": "marlow",
-        "amt": "5400.00",
-        "cur": "GBP",
-        "kind": "GROSS",
-        "acct": "40-12-88/61102938",
-        "paid": "20261002",
-        "ref": "MD-2026-057",
-        "apref": "FD-0929",
-    },
-)
+RECORD = Record(item="inv:MD-2026-057", ask="PAY", values=RECORD_VALUES)
 
 
 def epoch(rw: str) -> float:

@@ -12,25 +12,13 @@ from typer.testing import CliRunner, Result
 
 from gatekeeper.cli import app
 from gatekeeper.cli.check import parse_now
+from tests.seed import AN, DN, HO, RB
 
 ROOT = Path(__file__).resolve().parents[2]
 RECORDS = str(ROOT / "config" / "records.example.json")
 CONFIG = str(ROOT / "config" / "gatekeeper.example.yaml")
 NOW = "20261001T0900Z"
 
-HO = (
-    "RW1 HO scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 ask=PAY rb=exec sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-RB = (
-    "RW1 RB payer-1 re=scheduler-1 from=payer to=scheduler item=inv:MD-2026-057 ask=PAY p=pay h=a7a82de76607 "
-    "sup=marlow amt=5400.00 cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-AN = "RW1 AN scheduler-2 re=payer-1 p=pay from=scheduler to=payer val=Y // readback matches the approved run; proceed"
-DN = (
-    "RW1 DN payer-2 re=scheduler-1 p=pay from=payer to=scheduler item=inv:MD-2026-057 out=OK sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929 // as executed"
-)
 SWAPPED = HO.replace("acct=40-12-88/61102938", "acct=40-12-88/61102983")
 
 
