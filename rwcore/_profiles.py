@@ -58,6 +58,7 @@ Validator = Callable[[str, list[Problem]], Any]
 #: How the parser decodes one slot on one type (see TypeDef.slot_info).
 SlotPlan = tuple[int, Any, bool, bool]
 
+#: The slot types checked by one pattern and kept as written: (match, problem code, message after ``key=value``).
 _PATTERN_TYPES: Final = {
     "date": (DATE_RE.match, "bad-date", ": dates are YYYYMMDD"),
     "time": (TIME_RE.match, "bad-time", ": times are YYYYMMDDTHHMMZ in UTC, e.g. 20261002T1405Z"),
@@ -216,25 +217,16 @@ def _compile_validator(
             return v
 
         return v_int
-    if typ == "date":
-        date_match = DATE_RE.match
+    pattern = _PATTERN_TYPES.get(typ)
+    if pattern is not None:
+        match, code, suffix = pattern
 
-        def v_date(raw: str, errors: list[Problem]) -> Any:
-            if not date_match(raw):
-                _err(errors, "bad-date", f"{key}={raw}: dates are YYYYMMDD", key, typ, raw)
+        def v_pattern(raw: str, errors: list[Problem]) -> Any:
+            if not match(raw):
+                _err(errors, code, f"{key}={raw}{suffix}", key, typ, raw)
             return raw
 
-        return v_date
-    if typ == "time":
-        time_match = TIME_RE.match
-
-        def v_time(raw: str, errors: list[Problem]) -> Any:
-            if not time_match(raw):
-                msg = f"{key}={raw}: times are YYYYMMDDTHHMMZ in UTC, e.g. 20261002T1405Z"
-                _err(errors, "bad-time", msg, key, typ, raw)
-            return raw
-
-        return v_time
+        return v_pattern
     if typ == "days":
         days_match = _DAYS_RE.fullmatch
 
@@ -249,26 +241,6 @@ def _compile_validator(
                 return raw
 
         return v_days
-    if typ == "money":
-        money_match = _MONEY_RE.fullmatch
-
-        def v_money(raw: str, errors: list[Problem]) -> Any:
-            if not money_match(raw):
-                msg = f"{key}={raw}: money is digits with exactly two decimals, no separators, e.g. 5400.00"
-                _err(errors, "bad-money", msg, key, typ, raw)
-            return raw
-
-        return v_money
-    if typ == "num":
-        num_match = _NUM_RE.fullmatch
-
-        def v_num(raw: str, errors: list[Problem]) -> Any:
-            if not num_match(raw):
-                msg = f"{key}={raw}: num is a number as written (7.2, 148/88), no units, no separators"
-                _err(errors, "bad-num", msg, key, typ, raw)
-            return raw
-
-        return v_num
     if typ == "bool":
 
         def v_bool(raw: str, errors: list[Problem]) -> Any:
