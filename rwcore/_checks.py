@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from rwcore._acc import RB_LEVELS, compare, split_constraint
-from rwcore._codec import VERSION, encode_fields, message_digest, message_from_raw, validate_encoded
+from rwcore._codec import VERSION, encode_checked, message_digest, parse_message
 from rwcore._errors import FormError, problem
 from rwcore._profiles import TIME_RE, Profile, get_profile, reference_profile, resolve_profile
 from rwcore._types import CheckResult, Message, Problem
@@ -455,5 +455,7 @@ def make_readback(
     prof = resolve_profile(profile) if not (profile is None or profile == "") else get_profile(None)
     twin = readback_twin(ho, rb_id, prof, with_hash, eta, acc, do)
     enc = encoding_profile(profile, twin["slots"], strict=False)
-    line = encode_fields(twin, twin["slots"], enc)
-    return message_from_raw(validate_encoded(line, enc))
+    rb, _, errors, _, _ = parse_message(encode_checked(twin, twin["slots"], enc), enc)
+    if rb is None:  # pragma: no cover - encode_checked has already refused a line with errors
+        raise FormError("; ".join(e.message for e in errors))
+    return rb

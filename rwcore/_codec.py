@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, fields
 from itertools import repeat
 from json.encoder import encode_basestring as _jstr
-from types import MappingProxyType
 from typing import Any, Final
 
 from rwcore._errors import FormError, problem
@@ -29,7 +28,7 @@ from rwcore._profiles import (
     resolve_profile,
     switch_profile,
 )
-from rwcore._types import Message, Problem, _freeze, _thaw
+from rwcore._types import Message, Problem, Slots, _freeze
 
 VERSION: Final = "RW1"
 
@@ -122,13 +121,21 @@ def _value_problem(out: list[Problem], code: str, key: str, raw: str, suffix: st
     out.append(problem(code, f"{key}={raw}{suffix}", "form", key, prof.slot_types[key], raw))
 
 
-def parse_raw(
-    line: str, prof: Profile, frozen: bool = False
-) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
+def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
     """The parser proper: (raw JSON twin, errors, warnings, the profile that validated). Never raises on a line.
 
-    ``frozen`` lets a clean line's list values come back as tuples, ready for a Message; the twin then carries the
-    key ``"frozen": True`` (the full pass, taken for any line with a finding, always gives lists).
+    A clean line (no finding at all, the common case) is taken by :func:`_clean`; any other by :func:`_full_pass`.
+    """
+    if line[-1:] == "\n":
+        line = line.rstrip("\n")
+    clean = _clean(line, prof)
+    if clean is not None:
+        return clean, [], [], prof
+    return _full_pass(line, prof)
+
+
+def _full_pass(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
+    """:func:`parse_raw` for any line (a trailing newline already cut), findings and all.
 
     Findings come in the reference's order: the tokens' form, the ``p=`` switch, the values in token order, the
     required slots, then the rules over the whole line. Under a named profile (or with no ``p=`` token) one pass
@@ -136,8 +143,6 @@ def parse_raw(
     """
     errors: list[Problem] = []
     warnings: list[Problem] = []
-    if line[-1:] == "\n":
-        line = line.rstrip("\n")
     stripped = line.strip()
     if line != stripped:
         _p(warnings, "whitespace", "leading or trailing whitespace")
@@ -179,19 +184,6 @@ def parse_raw(
         return msg, errors, warnings, prof
     if not ID_RE.match(mid):
         _p(errors, "bad-id", f"id {mid!r} must match [A-Za-z0-9._-]+", got=mid)
-    fast = _fast_body(toks, prof, tdef, frozen)
-    if fast is not None:
-        clean, fast_slots = fast
-        get = clean.get
-        pv = get("p")
-        if pv is not None and pv != prof.declared:  # (under the core, a p= line takes the full pass)
-            text = f"message names profile p={pv} but validation used profile {prof.declared}"
-            _p(warnings, "profile-mismatch", text, slot="p", got=pv)
-        msg["re"], msg["from"], msg["to"], msg["item"] = get("re"), get("from"), get("to"), get("item")
-        msg["slots"] = fast_slots
-        if frozen:
-            msg["frozen"] = True
-        return _whole_line(msg, clean, errors, warnings, prof, mtype, mid, tail)
     seen: dict[str, str] = {}
     # findings about the values come after the form findings and the p= switch: collected apart, joined below
     v_errors: list[Problem] = []
@@ -292,7 +284,8 @@ def parse_raw(
     for k in tdef.required:
         if k not in seen:
             _p(errors, "missing-slot", f"{mtype} requires {k}", slot=k)
-    return _whole_line(msg, seen, errors, warnings, prof, mtype, mid, tail)
+    _line_rules(seen, msg["from"], msg["to"], errors, warnings, prof, mtype, mid, tail)
+    return msg, errors, warnings, prof
 
 
 _EQ = repeat("=")
@@ -300,77 +293,125 @@ _ONE = repeat(1)
 _split = str.split
 
 
-def _fast_body(
-    toks: list[str], prof: Profile, tdef: TypeDef, frozen: bool
-) -> tuple[dict[str, str], dict[str, Any]] | None:
-    """The slots of a clean line, in bulk: (the raw values by key, the decoded slots), or None when the line has
-    anything the full pass must report (a token that is not key=value, a duplicate, an empty value, a key that is
-    unknown, malformed or not defined for the type, a p= switch, a missing required slot, a value that fails its
-    check). None leaves nothing behind; the full pass then finds everything, in the reference's order.
-    ``frozen``: list values as tuples (for a Message) rather than lists (the JSON twin)."""
-    body = toks[3:]
-    try:
-        seen: dict[str, str] = dict(map(_split, body, _EQ, _ONE))
-    except ValueError:
-        return None  # a token without "="
-    keys = seen.keys()
-    if (
-        len(seen) != len(body)
-        or not keys <= tdef.fast_keys
-        or "" in seen.values()
-        or not tdef.required_set <= keys
-        or (prof.declared is None and "p" in seen)
-    ):
+_CleanSlots = tuple[TypeDef, str, dict[str, Any], str | None, str | None, str | None, str | None, str | None]
+
+
+def _clean_match(line: str, prof: Profile) -> tuple[TypeDef, str, str, str | None] | None:
+    """(type, id, slots text, tail) of a line whose form ``TypeDef.clean`` passes, else None. The slots text is
+    every ``key=value`` token after one space each."""
+    if line.strip() != line:
         return None
-    valid = tdef.valid_items  # enum codes and listed agents: one set lookup per slot
-    for k in keys & tdef.simple_keys:
-        if (k, seen[k]) not in valid:
-            return None
-    slots: dict[str, Any] = dict(seen)
-    for k in ENVELOPE:
-        slots.pop(k, None)
-    info = tdef.slot_info
-    scratch: list[Problem] = []
-    for k in keys & tdef.other_checked:
-        kind, data, envelope, _ = info[k]
-        val = seen[k]
-        if kind == 4:
-            slots[k] = (tuple if frozen else list)(filter(None, val.split("+")))
-        elif kind == 3:
-            if not data[0](val):
-                return None
-        elif kind == 1:
-            if val not in data:
-                return None
-        else:
-            decoded = data(val, scratch)
-            if scratch:
-                return None
-            if not envelope:
-                slots[k] = _freeze(decoded) if frozen and type(decoded) is list else decoded
-    return seen, slots
+    end = line.find(" ", 4)
+    tdef = prof.types.get(line[4:end]) if end > 4 else None
+    if tdef is None or tdef.clean is None:
+        return None
+    m = tdef.clean(line)
+    if m is None:
+        return None
+    mid, body, tail, bare = m.groups()
+    return tdef, mid, body, "" if bare else tail
 
 
-def _whole_line(
-    msg: dict[str, Any],
+def _clean_slots(line: str, prof: Profile, frozen: bool) -> _CleanSlots | None:
+    """A line the parser passes without a single finding, taken apart: (its type, id, slots decoded, tail, re,
+    from, to, item); None for any other line (the full pass then finds everything, in the reference's order).
+
+    One regex (``TypeDef.clean``) checks the form and every value it can; duplicates, required slots, the rules
+    over the whole line and the values decoded after the match follow. ``frozen``: list values as tuples."""
+    got = _clean_match(line, prof)
+    if got is None:
+        return None
+    tdef, mid, body, tail = got
+    n = body.count(" ")
+    if body.count("=") == n:  # one "=" a token (the usual case): split at every space and "=" at once
+        it = iter(body.replace("=", " ").split(" "))
+        next(it, None)
+        slots: dict[str, Any] = dict(zip(it, it, strict=True))
+    else:
+        slots = dict(map(_split, body[1:].split(" "), _EQ, _ONE))
+    if len(slots) != n:
+        return None  # a duplicate key
+    return _clean_rest(tdef, mid, slots, tail, prof, frozen)
+
+
+def _clean_rest(
+    tdef: TypeDef, mid: str, slots: dict[str, Any], tail: str | None, prof: Profile, frozen: bool
+) -> _CleanSlots | None:
+    """The checks of a clean line after its form: ``slots`` holds each token's raw value by key (taken over and
+    decoded in place). Required slots, the rules over the whole line, then the values decoded after the match."""
+    keys = slots.keys()
+    if not tdef.required_set <= keys:
+        return None
+    pop = slots.pop
+    re_, frm, to, item = pop("re", None), pop("from", None), pop("to", None), pop("item", None)
+    errors: list[Problem] = []
+    warnings: list[Problem] = []
+    _line_rules(slots, frm, to, errors, warnings, prof, tdef.code, mid, tail)
+    if errors or warnings:
+        return None
+    decode = tdef.decode_keys
+    if decode and not keys.isdisjoint(decode):
+        info = tdef.slot_info
+        for k in keys & decode:
+            kind, data, _, _ = info[k]
+            if kind == 4:
+                slots[k] = (tuple if frozen else list)(filter(None, slots[k].split("+")))
+                continue
+            decoded = data(slots[k], errors)
+            if errors:
+                return None
+            slots[k] = _freeze(decoded) if frozen and type(decoded) is list else decoded
+    return tdef, mid, slots, tail, re_, frm, to, item
+
+
+def _clean(line: str, prof: Profile) -> dict[str, Any] | None:
+    """The JSON twin of a clean line (see :func:`_clean_slots`), or None."""
+    got = _clean_slots(line, prof, False)
+    if got is None:
+        return None
+    tdef, mid, slots, tail, re_, frm, to, item = got
+    return {
+        "v": VERSION,
+        "type": tdef.code,
+        "id": mid,
+        "re": re_,
+        "from": frm,
+        "to": to,
+        "item": item,
+        "slots": slots,
+        "tail": tail,
+    }
+
+
+def _clean_message(line: str, prof: Profile) -> Message | None:
+    """The Message of a clean line (see :func:`_clean_slots`), or None."""
+    got = _clean_slots(line, prof, True)
+    if got is None:
+        return None
+    tdef, mid, slots, tail, re_, frm, to, item = got
+    return _new_message(tdef.code, mid, re_, frm, to, item, Slots(slots), tail)
+
+
+def _line_rules(
     seen: Mapping[str, str],
+    frm: str | None,
+    to: str | None,
     errors: list[Problem],
     warnings: list[Problem],
     prof: Profile,
     mtype: str,
     mid: str,
     tail: str | None,
-) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
-    """The rules over the whole line, after the slots: AQ opts, AN tail, from/to, the id rule, the closed answer
-    vocabulary, the tail's length."""
+) -> None:
+    """The rules over the whole line, after the slots (``seen``: the raw values by key): AQ opts, AN tail,
+    from/to, the id rule, the closed answer vocabulary, the tail's length."""
     if mtype == "AQ":
         if seen.get("need") == "ENUM" and "opts" not in seen:
             _p(errors, "missing-slot", "AQ with need=ENUM requires opts", slot="opts")
     elif mtype == "AN" and seen.get("val") == "tail" and not tail:
         _p(errors, "tail-required", "AN with val=tail needs a tail", slot="val", got="tail")
-    frm = msg["from"]
     if frm:
-        if frm == msg["to"]:
+        if frm == to:
             _p(warnings, "same-agent", "from and to are the same agent", slot="to", got=frm)
         n = len(frm)
         if not (mid.startswith(frm) and mid[n : n + 1] == "-" and mid[n + 1 :].isdecimal()):
@@ -394,7 +435,6 @@ def _whole_line(
             "(rule 4: move it to an artifact and reference with art=)"
         )
         _p(errors, "tail-too-long", text, got=str(len(tail)))
-    return msg, errors, warnings, prof
 
 
 def _setters() -> tuple[Any, ...] | None:
@@ -423,43 +463,55 @@ def message_from_raw(raw: Mapping[str, Any], list_keys: frozenset[str] | None = 
             val = frozen[k]
             if type(val) is list:
                 frozen[k] = _freeze(val)
-    return _message(raw, MappingProxyType(frozen))
+    return _message(raw, Slots(frozen))
 
 
-def _message(raw: Mapping[str, Any], proxy: MappingProxyType[str, Any]) -> Message:
+def _message(raw: Mapping[str, Any], slots: Slots) -> Message:
     """A Message of a twin's fields and its already frozen slots."""
+    return _new_message(raw["type"], raw["id"], raw["re"], raw["from"], raw["to"], raw["item"], slots, raw["tail"])
+
+
+def _new_message(
+    mtype: str,
+    mid: str,
+    re_: str | None,
+    frm: str | None,
+    to: str | None,
+    item: str | None,
+    slots: Slots,
+    tail: str | None,
+) -> Message:
+    """``Message(VERSION, ...)`` of values already checked and frozen, without the generic frozen-dataclass
+    __init__ (every parsed line makes one)."""
     if _SETTERS is None:  # pragma: no cover - Message changed shape; the generic constructor still works
-        return Message(
-            raw["v"], raw["type"], raw["id"], raw["from"], raw["to"], raw["re"], raw["item"], proxy, raw["tail"]
-        )
+        return Message(VERSION, mtype, mid, frm, to, re_, item, slots, tail)  # type: ignore[arg-type]
     m = _new(Message)
     sv, st, si, sf, sto, sre, sit, ssl, sta = _SETTERS
-    sv(m, raw["v"])
-    st(m, raw["type"])
-    si(m, raw["id"])
-    sf(m, raw["from"])
-    sto(m, raw["to"])
-    sre(m, raw["re"])
-    sit(m, raw["item"])
-    ssl(m, proxy)
-    sta(m, raw["tail"])
+    sv(m, VERSION)
+    st(m, mtype)
+    si(m, mid)
+    sf(m, frm)
+    sto(m, to)
+    sre(m, re_)
+    sit(m, item)
+    ssl(m, slots)
+    sta(m, tail)
     return m
 
 
 def parse_message(
     line: str, prof: Profile
 ) -> tuple[Message | None, dict[str, Any], list[Problem], list[Problem], Profile]:
-    """A line to (its Message or None, its twin when invalid or when it was built anyway, errors, warnings, the
-    profile that validated). A clean line's Message is built straight from the parser (no twin, no copy): the twin
-    returned is then empty."""
-    raw, errors, warnings, used = parse_raw(line, prof, True)
-    frozen = raw.pop("frozen", False)
+    """A line to (its Message or None, its twin, errors, warnings, the profile that validated). A clean line's
+    Message is built straight from the parser: the twin returned is then empty (build it with ``to_dict``)."""
+    if line[-1:] == "\n":
+        line = line.rstrip("\n")
+    message = _clean_message(line, prof)
+    if message is not None:
+        return message, {}, [], [], prof
+    raw, errors, warnings, used = _full_pass(line, prof)
     if errors:
-        if frozen:  # the slots were clean, a rule over the whole line was not: back to the twin's lists
-            raw["slots"] = {k: _thaw(v) for k, v in raw["slots"].items()}
         return None, raw, errors, warnings, used
-    if frozen:
-        return _message(raw, MappingProxyType(raw["slots"])), {}, errors, warnings, used
     return message_from_raw(raw, used.list_keys), raw, errors, warnings, used
 
 
@@ -489,39 +541,50 @@ def _show_encoded(v: Any) -> str:
 def encode_fields(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> str:
     """Tokens of a JSON twin in the reference's order: envelope, the profile's slot order, then any other keys.
     A slot whose value is None or "" is left out."""
+    return _encode_words(msg, slots, prof)[0]
+
+
+def _encode_words(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> tuple[str, dict[str, str]]:
+    """:func:`encode_fields`' line, and each token's value as written by key (one entry fewer than tokens when
+    ``slots`` repeats an envelope key, which the line then carries twice)."""
     get = msg.get
-    re_, frm, to, item = get("re"), get("from"), get("to"), get("item")
-    head = f"{VERSION} {msg['type']} {msg['id']}"
-    if re_ is not None and re_ != "":
-        head += f" re={re_}"
-    if frm is not None and frm != "":
-        head += f" from={frm}"
-    if to is not None and to != "":
-        head += f" to={to}"
-    if item is not None and item != "":
-        head += f" item={item}"
+    words: dict[str, str] = {}
+    for k in ENVELOPE:
+        v = get(k)
+        if v is not None and v != "":
+            words[k] = f"{v}"
     order_set = prof.encode_order_set
     keys = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
     if len(keys) != len(slots):
         keys += [k for k in slots if k not in order_set]
-    toks = [
-        f"{k}={v}" if type(v) is str else f"{k}={_show_encoded(v)}"
-        for k in keys
-        if (v := slots[k]) is not None and v != ""
-    ]
-    line = f"{head} {' '.join(toks)}" if toks else head
+    more = [(k, v if type(v) is str else _show_encoded(v)) for k in keys if (v := slots[k]) is not None and v != ""]
+    pairs = [*words.items(), *more]
+    try:
+        toks = " ".join(map("=".join, pairs))
+    except TypeError:  # a key that is not a string (a hand-made twin): written as the reference writes it
+        toks = " ".join([f"{k}={v}" for k, v in pairs])
+    words.update(more)
+    line = f"{VERSION} {msg['type']} {msg['id']} {toks}" if toks else f"{VERSION} {msg['type']} {msg['id']}"
     tail = get("tail")
     if tail:
         line += " // " + str(tail).replace("\n", " ")
-    return line
+    return line, words
 
 
-def validate_encoded(line: str, prof: Profile) -> dict[str, Any]:
-    """Parse an encoded line under the profile it was encoded with; its raw twin, or FormError on any error."""
-    raw, errors, _, _ = parse_raw(line, prof)
+def encode_checked(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> str:
+    """:func:`encode_fields`, validated: the line, or :class:`FormError` with the parser's errors when it would not
+    parse under ``prof`` (warnings pass). A line whose tokens are the ones written and whose form, required slots,
+    decoded values and line rules pass the clean-line checks is valid without being parsed again."""
+    line, words = _encode_words(msg, slots, prof)
+    got = _clean_match(line, prof)
+    if got is not None:
+        tdef, mid, body, tail = got
+        if body.count(" ") == len(words) and _clean_rest(tdef, mid, words, tail, prof, False) is not None:
+            return line
+    _, errors, _, _ = parse_raw(line, prof)
     if errors:
         raise FormError("; ".join(e.message for e in errors))
-    return raw
+    return line
 
 
 def encode_message(msg: Message, profile: Profile | str | None = None) -> str:
@@ -538,9 +601,7 @@ def encode_message(msg: Message, profile: Profile | str | None = None) -> str:
         raise FormError(f"version must be {VERSION}")
     env = {"type": msg.type, "id": msg.id, "re": msg.re, "from": msg.from_, "to": msg.to, "item": msg.item}
     env["tail"] = msg.tail
-    line = encode_fields(env, msg.slots, prof)
-    validate_encoded(line, prof)
-    return line
+    return encode_checked(env, msg.slots, prof)
 
 
 # ---------------------------------------------------------------- canonical form and digest

@@ -28,12 +28,11 @@ from rwcore._checks import ho_check as _ho_check
 from rwcore._codec import (
     VERSION,
     digest_raw,
-    encode_fields,
+    encode_checked,
     message_digest,
     parse_message,
     parse_raw,
     twin_json,
-    validate_encoded,
 )
 from rwcore._codec import canonical as _canonical
 from rwcore._errors import FormError
@@ -121,9 +120,7 @@ def encode(msg: dict[str, Any], profile: str | None = None) -> str:
         raise FormError(f"version must be {VERSION}")
     if "type" not in msg or "id" not in msg:
         raise FormError("a JSON twin needs type and id")
-    line = encode_fields(msg, slots, prof)
-    validate_encoded(line, prof)
-    return line
+    return encode_checked(msg, slots, prof)
 
 
 def to_json(line: str, profile: str | None = None) -> str:

@@ -43,14 +43,20 @@ ENVELOPE: Final = ("re", "from", "to", "item")
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 # The grammar's character classes. ``$`` (not ``\Z``) and ``\d`` (any Unicode decimal digit) are deliberate: they are
 # the reference's semantics, and a line must get the same verdict from both.
-ID_RE: Final = re.compile(r"^[A-Za-z0-9._-]+$")
+# Each class's text is written once: the validators below and the clean-line matcher (TypeDef.clean) share it.
+_ID = r"[A-Za-z0-9._-]"
+_DATE = r"\d{8}"
+_TIME = r"\d{8}T\d{4}Z"
+_MONEY = r"-?\d+\.\d{2}"
+_NUM = r"-?\d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?"
+ID_RE: Final = re.compile(rf"^{_ID}+$")
 KEY_RE: Final = re.compile(r"^[a-z][a-z0-9_]*$")
-DATE_RE: Final = re.compile(r"^\d{8}$")
-TIME_RE: Final = re.compile(r"^\d{8}T\d{4}Z$")
+DATE_RE: Final = re.compile(rf"^{_DATE}$")
+TIME_RE: Final = re.compile(rf"^{_TIME}$")
 _INT_RE = re.compile(r"-?\d+")
 _DAYS_RE = re.compile(r"\d+d?")
-_MONEY_RE = re.compile(r"-?\d+\.\d{2}")
-_NUM_RE = re.compile(r"-?\d+(\.\d+)?(/\d+(\.\d+)?)?")
+_MONEY_RE = re.compile(_MONEY)
+_NUM_RE = re.compile(_NUM)
 _RANGE_RE = re.compile(r"(\d+)-(\d+)")
 
 #: A compiled slot validator: decodes one raw value, appending any problem to the list it is given.
@@ -84,6 +90,73 @@ def _plan(key: str, typ: str, validator: Validator, enums: Mapping[str, Mapping[
     return 2, validator
 
 
+# ---------------------------------------------------------------- the clean-line matcher
+
+_VALUE_END = "(?![^ ])"  # a value ends at a space or at the end of the slots
+
+
+def _alternation(words: Iterable[str]) -> str | None:
+    """Regex text matching exactly one of the words (longest first, so no word stops at another's prefix)."""
+    ws = sorted({w for w in words if w and " " not in w}, key=len, reverse=True)
+    return "(?:" + "|".join(map(re.escape, ws)) + ")" + _VALUE_END if ws else None
+
+
+def _clean_value(
+    typ: str, enums: Mapping[str, Mapping[str, str]], agents: frozenset[str] | None
+) -> tuple[str, bool] | None:
+    """The regex text of values of a slot type that are valid as they stand, and whether the value is decoded
+    after the match (lists, integers, days, booleans: their validator then has the last word). Every value the
+    text matches must be one the slot's validator passes: the matcher may refuse a valid value (the full pass then
+    takes it), never accept an invalid one. None: no such text (the slot always takes the full pass)."""
+    if typ in ("ref", "token"):
+        return r"[^ ]++", False
+    if typ.startswith("list:"):
+        return r"[^ ]++", True
+    if typ.startswith("enum:"):
+        alt = _alternation(enums.get(typ[5:], {}))
+        return (alt, False) if alt is not None else None
+    pattern = {"date": _DATE, "time": _TIME, "money": _MONEY, "num": _NUM}.get(typ)
+    if pattern is not None:
+        return f"(?:{pattern}){_VALUE_END}", False
+    if typ.startswith("int:"):
+        return rf"-?\d++{_VALUE_END}", True
+    if typ == "days":
+        return rf"\d++d?{_VALUE_END}", True
+    if typ == "bool":
+        return f"[YN]{_VALUE_END}", True
+    if typ == "msgid" or (typ == "agent" and not agents):
+        return f"{_ID}++{_VALUE_END}", False
+    if typ == "agent":
+        alt = _alternation(a for a in agents or () if ID_RE.match(a) and a[-1:] != "\n")
+        return (alt, False) if alt is not None else None
+    return None
+
+
+def _clean_matcher(
+    code: str,
+    keys: Sequence[str],
+    values: Mapping[str, tuple[str, bool] | None],
+    declared: str | None,
+    x_known: Sequence[str],
+) -> Callable[[str], re.Match[str] | None]:
+    """The ``fullmatch`` of a clean line of one type (see TypeDef.clean). Under a profile ``p=`` must name it; under
+    the core a ``p=`` line always takes the full pass (it switches profile). ``x_`` keys the profile does not
+    define are taken as written."""
+    alts = []
+    for k in keys:
+        if k == "p":
+            if declared is not None:
+                alts.append(f"p={re.escape(declared)}{_VALUE_END}")
+            continue
+        value = values[k]
+        assert value is not None
+        alts.append(f"{re.escape(k)}={value[0]}")
+    not_known = f"(?!(?:{'|'.join(map(re.escape, x_known))})=)" if x_known else ""
+    alts.append(rf"{not_known}x_[a-z0-9_]*+=[^ ]++")
+    slot = "(?:" + "|".join(alts) + ")"
+    return re.compile(rf"RW1 {re.escape(code)} ({_ID}++)((?: {slot})*+)(?: // (.*)|( //))?", re.S).fullmatch
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class TypeDef:
     """One message type under a profile: its required and optional slots, and every slot it takes without a warning."""
@@ -98,16 +171,16 @@ class TypeDef:
     #: (data), 3 matches a pattern (data: match function, problem code, message suffix), 4 splits a list of
     #: strings as written (data: its validator, which the full pass calls)
     slot_info: Mapping[str, SlotPlan] = field(default_factory=dict)
-    #: the parser's fast path: the keys it may meet on this type without a finding (known, well formed, allowed),
-    #: the required ones as a set, and the known keys whose value needs a check (kind other than 0)
-    fast_keys: frozenset[str] = frozenset()
+    #: the slots every line of this type must carry, as a set
     required_set: frozenset[str] = frozenset()
-    checked: frozenset[str] = frozenset()
-    #: the checks set operations do at once: every valid (key, value) pair of the enum slots and of the agent slots
-    #: of a profile that lists its agents (``simple_keys``); the other checked keys go one by one
-    valid_items: frozenset[tuple[str, str]] = frozenset()
-    simple_keys: frozenset[str] = frozenset()
-    other_checked: frozenset[str] = frozenset()
+    #: the clean-line matcher: ``fullmatch`` of one regex that accepts only a line the parser would pass without a
+    #: finding of its own (a subset: anything it refuses takes the full pass), its groups the id, the slots (each
+    #: after one space), the tail, and `` //`` for an empty tail; duplicates, required slots and the rules over the
+    #: whole line are checked after it. None when the type has no slot the matcher could take.
+    clean: Callable[[str], re.Match[str] | None] | None = None
+    #: the keys the matcher takes as written but whose value is decoded (and checked) after it: lists, integers,
+    #: days and booleans
+    decode_keys: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -439,19 +512,14 @@ def _compile(
     ho = types["HO"]
     validators = {k: _compile_validator(k, typ, ro_enums, agents, declared) for k, typ in slots.items()}
     plans = {k: _plan(k, typ, validators[k], ro_enums) for k, typ in slots.items()}
-    # (key, value) pairs that are valid without a closer look: enum codes, and the agents a profile lists
-    simple_items: dict[str, set[tuple[str, str]]] = {}
-    for k, typ in slots.items():
-        if typ.startswith("enum:"):
-            simple_items[k] = {(k, code) for code in ro_enums.get(typ[5:], {})}
-        elif typ == "agent" and agents:
-            simple_items[k] = {(k, a) for a in agents if ID_RE.match(a) and a[-1:] != "\n"}
+    values = {k: _clean_value(typ, ro_enums, agents) for k, typ in slots.items()}
     typedefs: dict[str, TypeDef] = {}
     for code, tdata in types.items():
         allowed = set(tdata["required"]) | set(tdata["optional"]) | {"p"}
         if code == "RB":
             allowed |= set(ho["required"]) | set(ho["optional"])
         info = MappingProxyType({k: (kind, data, k in ENVELOPE, k in allowed) for k, (kind, data) in plans.items()})
+        clean_keys = [k for k in slots if k in allowed and values[k] is not None and KEY_RE.match(k)]
         typedefs[code] = TypeDef(
             code,
             tdata["name"],
@@ -459,12 +527,9 @@ def _compile(
             tuple(tdata["optional"]),
             frozenset(allowed),
             info,
-            fast_keys=frozenset(k for k in plans if k in allowed and KEY_RE.match(k)),
             required_set=frozenset(tdata["required"]),
-            checked=frozenset(k for k, (kind, _) in plans.items() if kind != 0),
-            valid_items=frozenset(pair for k in simple_items for pair in simple_items[k]),
-            simple_keys=frozenset(simple_items),
-            other_checked=frozenset(k for k, (kind, _) in plans.items() if kind != 0 and k not in simple_items),
+            clean=_clean_matcher(code, clean_keys, values, declared, [k for k in slots if k.startswith("x_")]),
+            decode_keys=frozenset(k for k in clean_keys if values[k][1]),  # type: ignore[index]
         )
     encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")

@@ -8,13 +8,36 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any
+from typing import Any, NoReturn
 
 #: A decoded slot value: integers for int/days slots, booleans for bool slots, tuples for lists, strings otherwise.
 SlotValue = str | int | bool | tuple[Any, ...]
 
-_EMPTY: Mapping[str, SlotValue] = MappingProxyType({})
+
+class Slots(dict[str, SlotValue]):
+    """A message's slots: a dict that refuses every change, so that a Message stays a value.
+
+    Reading it is reading a dict: ``{**slots}``, ``dict(slots)``, iteration and lookups take the dict's own fast
+    paths (a read-only proxy over a dict makes every one of them a call through the mapping protocol, and the
+    checks read slots a great deal). ``dict(slots)`` or ``slots.copy()`` is a mutable copy.
+    """
+
+    __slots__ = ()
+
+    def _read_only(self, *args: object, **kwargs: object) -> NoReturn:
+        raise TypeError("a message's slots are read-only")
+
+    __setitem__ = __delitem__ = __ior__ = _read_only
+    clear = pop = popitem = setdefault = update = _read_only
+
+    def __reduce__(self) -> tuple[type[Slots], tuple[dict[str, SlotValue]]]:
+        return Slots, (dict(self),)
+
+    def __repr__(self) -> str:
+        return f"Slots({dict.__repr__(self)})"
+
+
+_EMPTY: Mapping[str, SlotValue] = Slots()
 
 
 def _freeze(v: Any) -> SlotValue:
@@ -47,8 +70,8 @@ class Message:
     tail: str | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.slots, MappingProxyType):
-            object.__setattr__(self, "slots", MappingProxyType({k: _freeze(v) for k, v in self.slots.items()}))
+        if type(self.slots) is not Slots:
+            object.__setattr__(self, "slots", Slots({k: _freeze(v) for k, v in self.slots.items()}))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON twin (section 6) as a plain dict, key order as the reference emits it."""

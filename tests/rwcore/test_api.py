@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,31 @@ def test_values_are_frozen_and_slotted() -> None:
     assert parsed == rw.parse_line(HO, "pay")
     assert parsed != rw.parse_line(RB, "pay")
     assert "scheduler-1" in repr(parsed)
+
+
+def test_a_messages_slots_refuse_every_change() -> None:
+    m = msg(HO)
+    slots: Any = m.slots
+    before = dict(slots)
+    changes = [
+        lambda: slots.__setitem__("amt", "1.00"),
+        lambda: slots.__delitem__("amt"),
+        lambda: slots.pop("amt"),
+        lambda: slots.popitem(),
+        lambda: slots.setdefault("x_a", "1"),
+        lambda: slots.update(amt="1.00"),
+        lambda: slots.clear(),
+        lambda: slots.__ior__({"amt": "1.00"}),
+    ]
+    for change in changes:
+        with pytest.raises(TypeError, match="read-only"):
+            change()
+    assert dict(slots) == before
+    copy = dict(slots)  # a plain, mutable copy; and the merges the checks do read it as a dict
+    copy["amt"] = "1.00"
+    assert {**slots, "amt": "1.00"} == copy and slots | {"amt": "1.00"} == copy
+    assert pickle.loads(pickle.dumps(m)) == m
+    assert rw.Message("RW1", "AN", "a-1", "a", "b", slots={"val": ["Y"]}).slots == {"val": ("Y",)}
 
 
 # ---------------------------------------------------------------- parse_line, encode, digest
