@@ -553,11 +553,11 @@ def _encode_words(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profil
         v = get(k)
         if v is not None and v != "":
             words[k] = f"{v}"
-    order_set = prof.encode_order_set
-    keys = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
-    if len(keys) != len(slots):
-        keys += [k for k in slots if k not in order_set]
-    more = [(k, v if type(v) is str else _show_encoded(v)) for k in keys if (v := slots[k]) is not None and v != ""]
+    more = [
+        (k, v if type(v) is str else _show_encoded(v))
+        for k in _encode_keys(slots, prof)
+        if (v := slots[k]) is not None and v != ""
+    ]
     pairs = [*words.items(), *more]
     try:
         toks = " ".join(map("=".join, pairs))
@@ -640,19 +640,58 @@ def _jv(v: Any) -> str:
     raise _NotPlain
 
 
+# Messages of one kind carry the same slots in the same order, so the work that depends only on which keys a
+# message has, in which order (the key order a line or the canonical form writes), is done once per shape.
+_SHAPES_MAX: Final = 4096
+_CANON_KEYS: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
+_ENCODE_KEYS: dict[tuple[Profile, tuple[str, ...]], tuple[str, ...]] = {}
+
+
+def _canon_keys(slots: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The slots' keys sorted, and each as the canonical form writes it before its value (``"key":``)."""
+    shape = tuple(slots)
+    hit = _CANON_KEYS.get(shape)
+    if hit is None:
+        keys = tuple(sorted(shape))
+        hit = keys, tuple(_jstr(k) + ":" for k in keys)
+        if len(_CANON_KEYS) >= _SHAPES_MAX:
+            _CANON_KEYS.clear()
+        _CANON_KEYS[shape] = hit
+    return hit
+
+
+def _encode_keys(slots: Mapping[str, Any], prof: Profile) -> tuple[str, ...]:
+    """The slots' keys in the order a line writes them: the profile's slot order, then the others as they come."""
+    shape = (prof, tuple(slots))
+    hit = _ENCODE_KEYS.get(shape)
+    if hit is None:
+        order_set = prof.encode_order_set
+        known = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
+        hit = (*known, *(k for k in slots if k not in order_set))
+        if len(_ENCODE_KEYS) >= _SHAPES_MAX:
+            _ENCODE_KEYS.clear()
+        _ENCODE_KEYS[shape] = hit
+    return hit
+
+
+_CANON_TEXT: Final = '{"from":%s,"id":%s,"item":%s,"re":%s,"slots":{%s},"tail":%s,"to":%s,"type":%s,"v":%s}'
+
+
 def _canon_fields(
     v: Any, typ: Any, mid: Any, re_: Any, frm: Any, to: Any, item: Any, slots: Mapping[str, Any], tail: Any
 ) -> str | None:
     """The canonical JSON of a twin written directly (its nine keys have a fixed sorted order), or None when a
     value is not one the direct path handles."""
     try:
+        keys, heads = _canon_keys(slots)
         body = ",".join(
-            [_jstr(k) + ":" + (_jstr(x) if type(x) is str else _jv(x)) for k in sorted(slots) for x in (slots[k],)]
+            [
+                h + (_jstr(x) if type(x) is str else _jv(x))
+                for h, x in zip(heads, map(slots.__getitem__, keys), strict=True)
+            ]
         )
-        return (
-            f'{{"from":{_jv(frm)},"id":{_jv(mid)},"item":{_jv(item)},"re":{_jv(re_)},"slots":{{{body}}},'
-            f'"tail":{_jv(tail)},"to":{_jv(to)},"type":{_jv(typ)},"v":{_jv(v)}}}'
-        )
+        env = [_jstr(x) if type(x) is str else _jv(x) for x in (frm, mid, item, re_, tail, to, typ, v)]
+        return _CANON_TEXT % (*env[:4], body, *env[4:])
     except (_NotPlain, TypeError):
         return None
 
@@ -691,6 +730,23 @@ def canonical_message(msg: Message) -> str:
 def message_digest(msg: Message) -> str:
     """``h=`` of a message: the first 12 hex characters of SHA-256 over its canonical JSON."""
     return _digest_text(canonical_message(msg))
+
+
+def line_digest(line: str, prof: Profile) -> str:
+    """``h=`` of a line parsed under ``prof`` (raises :class:`FormError` with the parser's errors when it is not
+    valid). A clean line's canonical form is written straight from its parsed slots."""
+    if line[-1:] == "\n":
+        line = line.rstrip("\n")
+    got = _clean_slots(line, prof, True)
+    if got is not None:
+        tdef, mid, slots, tail, re_, frm, to, item = got
+        text = _canon_fields(VERSION, tdef.code, mid, re_, frm, to, item, slots, tail)
+        if text is not None:
+            return _digest_text(text)
+    message, _, errors, _, _ = parse_message(line, prof)
+    if message is None:
+        raise FormError("; ".join(e.message for e in errors))
+    return message_digest(message)
 
 
 def digest_raw(msg: Mapping[str, Any]) -> str:

@@ -29,7 +29,7 @@ from rwcore._codec import (
     VERSION,
     digest_raw,
     encode_checked,
-    message_digest,
+    line_digest,
     parse_message,
     parse_raw,
     twin_json,
@@ -148,10 +148,7 @@ def canonical(msg: dict[str, Any]) -> str:
 def digest(line_or_msg: str | dict[str, Any], profile: str | None = None) -> str:
     """Tier-2 integrity digest: the first 12 hex characters of SHA-256 over the canonical JSON form."""
     if isinstance(line_or_msg, str):
-        message, _, errors, _, _ = parse_message(line_or_msg, reference_profile(profile))
-        if message is None:
-            raise FormError("; ".join(e.message for e in errors))
-        return message_digest(message)
+        return line_digest(line_or_msg, reference_profile(profile))
     return digest_raw(line_or_msg)
 
 

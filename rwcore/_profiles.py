@@ -95,10 +95,28 @@ def _plan(key: str, typ: str, validator: Validator, enums: Mapping[str, Mapping[
 _VALUE_END = "(?![^ ])"  # a value ends at a space or at the end of the slots
 
 
+def _trie(branches: Mapping[str, str]) -> str:
+    """Regex text matching any of the literal prefixes, each followed by its own text, written as a trie: at each
+    character the engine tries the few branches that start with it, not every prefix in turn."""
+    groups: dict[str, dict[str, str]] = {}
+    for literal, then in branches.items():
+        groups.setdefault(literal[:1], {})[literal[1:]] = then
+    alts = []
+    for first, rest in groups.items():
+        if not first:
+            alts.append(rest[""])
+        elif len(rest) == 1:
+            ((tail, then),) = rest.items()
+            alts.append(re.escape(first + tail) + then)
+        else:
+            alts.append(re.escape(first) + _trie(rest))
+    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+
 def _alternation(words: Iterable[str]) -> str | None:
-    """Regex text matching exactly one of the words (longest first, so no word stops at another's prefix)."""
-    ws = sorted({w for w in words if w and " " not in w}, key=len, reverse=True)
-    return "(?:" + "|".join(map(re.escape, ws)) + ")" + _VALUE_END if ws else None
+    """Regex text matching exactly one of the words, the whole value."""
+    ws = {w: "" for w in sorted(words) if w and " " not in w}
+    return _trie(ws) + _VALUE_END if ws else None
 
 
 def _clean_value(
@@ -142,18 +160,19 @@ def _clean_matcher(
     """The ``fullmatch`` of a clean line of one type (see TypeDef.clean). Under a profile ``p=`` must name it; under
     the core a ``p=`` line always takes the full pass (it switches profile). ``x_`` keys the profile does not
     define are taken as written."""
-    alts = []
+    branches = {}
     for k in keys:
         if k == "p":
             if declared is not None:
-                alts.append(f"p={re.escape(declared)}{_VALUE_END}")
+                branches["p="] = re.escape(declared) + _VALUE_END
             continue
         value = values[k]
         assert value is not None
-        alts.append(f"{re.escape(k)}={value[0]}")
+        branches[k + "="] = value[0]
     not_known = f"(?!(?:{'|'.join(map(re.escape, x_known))})=)" if x_known else ""
-    alts.append(rf"{not_known}x_[a-z0-9_]*+=[^ ]++")
-    slot = "(?:" + "|".join(alts) + ")"
+    slot = (
+        f"(?:{_trie(branches)}|{not_known}x_[a-z0-9_]*+=[^ ]++)" if branches else f"(?:{not_known}x_[a-z0-9_]*+=[^ ]++)"
+    )
     return re.compile(rf"RW1 {re.escape(code)} ({_ID}++)((?: {slot})*+)(?: // (.*)|( //))?", re.S).fullmatch
 
 
