@@ -288,6 +288,8 @@ def _full_pass(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem],
     return msg, errors, warnings, prof
 
 
+_dict_pop = dict.pop
+_dict_set = dict.__setitem__
 _EQ = repeat("=")
 _ONE = repeat(1)
 _split = str.split
@@ -323,12 +325,13 @@ def _clean_slots(line: str, prof: Profile, frozen: bool) -> _CleanSlots | None:
         return None
     tdef, mid, body, tail = got
     n = body.count(" ")
+    make = Slots if frozen else dict  # a Message's read-only slots are built as such, not copied
     if body.count("=") == n:  # one "=" a token (the usual case): split at every space and "=" at once
         it = iter(body.replace("=", " ").split(" "))
         next(it, None)
-        slots: dict[str, Any] = dict(zip(it, it, strict=True))
+        slots: dict[str, Any] = make(zip(it, it, strict=True))
     else:
-        slots = dict(map(_split, body[1:].split(" "), _EQ, _ONE))
+        slots = make(map(_split, body[1:].split(" "), _EQ, _ONE))
     if len(slots) != n:
         return None  # a duplicate key
     return _clean_rest(tdef, mid, slots, tail, prof, frozen)
@@ -338,29 +341,40 @@ def _clean_rest(
     tdef: TypeDef, mid: str, slots: dict[str, Any], tail: str | None, prof: Profile, frozen: bool
 ) -> _CleanSlots | None:
     """The checks of a clean line after its form: ``slots`` holds each token's raw value by key (taken over and
-    decoded in place). Required slots, the rules over the whole line, then the values decoded after the match."""
+    decoded in place, through dict's own methods: it may be the Slots of the Message being built). Required slots,
+    the rules over the whole line, then the values decoded after the match."""
     keys = slots.keys()
     if not tdef.required_set <= keys:
         return None
-    pop = slots.pop
-    re_, frm, to, item = pop("re", None), pop("from", None), pop("to", None), pop("item", None)
+    pop = _dict_pop
+    re_, frm, to, item = (
+        pop(slots, "re", None),
+        pop(slots, "from", None),
+        pop(slots, "to", None),
+        pop(slots, "item", None),
+    )
     errors: list[Problem] = []
     warnings: list[Problem] = []
     _line_rules(slots, frm, to, errors, warnings, prof, tdef.code, mid, tail)
     if errors or warnings:
         return None
-    decode = tdef.decode_keys
-    if decode and not keys.isdisjoint(decode):
-        info = tdef.slot_info
-        for k in keys & decode:
-            kind, data, _, _ = info[k]
-            if kind == 4:
-                slots[k] = (tuple if frozen else list)(filter(None, slots[k].split("+")))
-                continue
-            decoded = data(slots[k], errors)
-            if errors:
-                return None
-            slots[k] = _freeze(decoded) if frozen and type(decoded) is list else decoded
+    info = tdef.slot_info
+    put = _dict_set
+    for k in tdef.decode_keys:
+        if k not in slots:
+            continue
+        kind, data, _, _ = info[k]
+        raw = slots[k]
+        if kind == 4:  # strings as written, joined with +
+            if "+" not in raw:
+                put(slots, k, (raw,) if frozen else [raw])
+            else:
+                put(slots, k, (tuple if frozen else list)(filter(None, raw.split("+"))))
+            continue
+        decoded = data(raw, errors)
+        if errors:
+            return None
+        put(slots, k, _freeze(decoded) if frozen and type(decoded) is list else decoded)
     return tdef, mid, slots, tail, re_, frm, to, item
 
 
@@ -389,7 +403,8 @@ def _clean_message(line: str, prof: Profile) -> Message | None:
     if got is None:
         return None
     tdef, mid, slots, tail, re_, frm, to, item = got
-    return _new_message(tdef.code, mid, re_, frm, to, item, Slots(slots), tail)
+    assert type(slots) is Slots
+    return _new_message(tdef.code, mid, re_, frm, to, item, slots, tail)
 
 
 def _line_rules(
@@ -524,6 +539,14 @@ def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
         raise FormError(f"a line is a str, not {type(line).__name__}")
     prof = profile if isinstance(profile, Profile) else resolve_profile(profile)
     message, raw, errors, warnings, used = parse_message(line, prof)
+    if not raw and not errors and not warnings and message is not None:  # a clean line: no findings, no twin yet
+        parsed = _new(Parsed)
+        _P_MESSAGE(parsed, message)
+        _P_ERRORS(parsed, ())
+        _P_WARNINGS(parsed, ())
+        _P_RAW(parsed, None)
+        _P_PROFILE(parsed, used)
+        return parsed
     return Parsed(message, tuple(errors) if errors else (), tuple(warnings) if warnings else (), raw or None, used)
 
 

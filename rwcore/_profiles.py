@@ -198,8 +198,8 @@ class TypeDef:
     #: whole line are checked after it. None when the type has no slot the matcher could take.
     clean: Callable[[str], re.Match[str] | None] | None = None
     #: the keys the matcher takes as written but whose value is decoded (and checked) after it: lists, integers,
-    #: days and booleans
-    decode_keys: frozenset[str] = frozenset()
+    #: days and booleans (a tuple: the parser scans it, a handful of keys, rather than intersect sets)
+    decode_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -548,7 +548,7 @@ def _compile(
             info,
             required_set=frozenset(tdata["required"]),
             clean=_clean_matcher(code, clean_keys, values, declared, [k for k in slots if k.startswith("x_")]),
-            decode_keys=frozenset(k for k in clean_keys if values[k][1]),  # type: ignore[index]
+            decode_keys=tuple(k for k in clean_keys if values[k][1]),  # type: ignore[index]
         )
     encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")
