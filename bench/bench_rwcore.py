@@ -6,11 +6,16 @@
 Not a test: it prints a table and the ratios, and exits 0 whether or not the targets (bench/README.md) are met,
 unless ``--check`` is given, when a missed target exits 1.
 
-Every call gets an input no call has seen before (ids, items and amounts vary with a counter), so no cache in
-either implementation can hide work; each operation is warmed up on a batch of its own, then timed over several
-batches, and the median batch is reported. Typed rows start from parsed ``Message`` values and a compiled profile
-(that is how the gatekeeper calls rwcore: one parse per line); compatible rows take lines and profile names exactly
-as the reference does.
+Every call gets an input no call has seen before (ids, items and amounts vary with a counter), so no cache of
+results in either implementation can hide work. (rwcore does keep, per message shape, the order its keys are written
+in; those hit here as they do in production, where every message of a kind carries the same slots.)
+
+Per-line operations are timed in paired rounds: in each round the reference, rwcore's compatible function and its
+typed one run one after the other for about the same wall time each, and the round gives a ratio. The speed-up is
+the median of those ratios. The machine's speed drifts (a shared host can halve it for seconds), so a ratio is only
+honest between times taken together. Typed rows start from parsed ``Message`` values and a compiled profile (that is
+how the gatekeeper calls rwcore: one parse per line); compatible rows take lines and profile names exactly as the
+reference does.
 """
 
 from __future__ import annotations
@@ -99,43 +104,55 @@ def thread_lines(n: int, base: int = 0) -> list[str]:
 
 
 def _batch_time(fn: Callable[[Any], object], inputs: Sequence[Any]) -> float:
-    gc.collect()
     t0 = time.perf_counter()
     for x in inputs:
         fn(x)
     return time.perf_counter() - t0
 
 
-def per_call_us(
-    fns: Sequence[tuple[Callable[[Any], object], Callable[[int], Any], int]], repeats: int, seed: int
-) -> list[float]:
-    """Per-call microseconds of each ``(function, input maker, batch size)``: the median over ``repeats`` batches,
-    each of inputs never seen before. The functions' batches are interleaved, so a change in the machine's load
-    during the run hits them alike and the ratios stay honest."""
+def paired_rounds(
+    fns: Sequence[tuple[Callable[[Any], object], Callable[[int], Any]]], rounds: int, budget_s: float, seed: int
+) -> list[list[float]]:
+    """Per-call microseconds of each ``(function, input maker)`` in each of ``rounds`` rounds (``[function][round]``).
+
+    Within a round the functions run one after the other, each for about ``budget_s`` seconds, on inputs never seen
+    before. Each function's batch size is set from a warm-up so that every batch takes about the same wall time:
+    neither implementation runs in the other's shadow for longer than it runs itself."""
     base = seed * 10_000_000
-    for k, (fn, make, n) in enumerate(fns):  # warm-up, on inputs of its own
-        _batch_time(fn, [make(base + k * 1_000_000 + j) for j in range(n)])
-    times: list[list[float]] = [[] for _ in fns]
-    for r in range(1, repeats + 1):
-        for k, (fn, make, n) in enumerate(fns):
-            inputs = [make(base + k * 1_000_000 + r * n + j) for j in range(n)]
-            times[k].append(_batch_time(fn, inputs) / n * 1e6)
-    return [statistics.median(t) for t in times]
+    sizes = []
+    for k, (fn, make) in enumerate(fns):  # warm-up on inputs of its own; it also sizes the batches
+        warm = [make(base + k * 1_000_000 + j) for j in range(20)]
+        sizes.append(max(1, round(budget_s / (_batch_time(fn, warm) / len(warm)))))
+    us: list[list[float]] = [[] for _ in fns]
+    gc.collect()
+    for r in range(1, rounds + 1):
+        for k, (fn, make) in enumerate(fns):
+            n = sizes[k]
+            inputs = [make(base + k * 1_000_000 + 100 + r * n + j) for j in range(n)]
+            us[k].append(_batch_time(fn, inputs) / n * 1e6)
+    return us
 
 
 @dataclass
 class Row:
+    """One operation on one API: the medians of the per-call times, and the median and quartiles of the rounds'
+    ratios (the reference's time over rwcore's in the same round)."""
+
     op: str
     api: str
     ref_us: float
     ours_us: float
+    ratio: float
+    low: float
+    high: float
 
-    @property
-    def ratio(self) -> float:
-        return self.ref_us / self.ours_us
+    @classmethod
+    def of(cls, op: str, api: str, ref_us: Sequence[float], ours_us: Sequence[float]) -> Row:
+        q1, q2, q3 = statistics.quantiles([r / o for r, o in zip(ref_us, ours_us, strict=True)], n=4)
+        return cls(op, api, statistics.median(ref_us), statistics.median(ours_us), q2, q1, q3)
 
 
-def per_line_rows(n: int, repeats: int) -> list[Row]:
+def per_line_rows(rounds: int, budget_s: float) -> list[Row]:
     prof = rwcore.get_profile(PROFILE)
 
     def msg(line: str) -> rwcore.Message:
@@ -201,11 +218,11 @@ def per_line_rows(n: int, repeats: int) -> list[Row]:
         probe = make(seed * 10_000_000 - 1)
         want, got = f_ref(probe), f_compat(probe)
         assert got == want, f"{op}: rwcore {got!r} != reference {want!r}"
-        r_us, c_us, t_us = per_call_us(
-            [(f_ref, make, n), (f_compat, make, n * 4), (f_typed, make_typed, n * 4)], repeats, seed
+        r_us, c_us, t_us = paired_rounds(
+            [(f_ref, make), (f_compat, make), (f_typed, make_typed)], rounds, budget_s, seed
         )
-        rows.append(Row(op, "compat", r_us, c_us))
-        rows.append(Row(op, "typed", r_us, t_us))
+        rows.append(Row.of(op, "compat", r_us, c_us))
+        rows.append(Row.of(op, "typed", r_us, t_us))
         print(f"  {op:<14} done", file=sys.stderr, flush=True)
     return rows
 
@@ -282,9 +299,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     a = ap.parse_args(argv)
     if a.quick:
-        n, repeats, sizes, ref_sizes = 50, 5, (1000, 10_000), (1000,)
+        rounds, budget_s, repeats, sizes, ref_sizes = 15, 0.002, 5, (1000, 10_000), (1000,)
     else:
-        n, repeats, sizes, ref_sizes = 100, 15, (1000, 4000, 10_000, 100_000), (1000, 4000)
+        rounds, budget_s, repeats, sizes, ref_sizes = 60, 0.003, 3, (1000, 4000, 10_000, 100_000), (1000, 4000)
 
     print(
         f"rwcore vs rogerwilco {getattr(ref, '__version__', '0.3.0')} (reference), profile {PROFILE}, "
@@ -292,20 +309,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     print(
-        f"per-line operations: distinct inputs, warm-up batch, median of {repeats} batches "
-        f"(reference {n} calls a batch, rwcore {n * 4})\n",
+        f"per-line operations: distinct inputs, {rounds} paired rounds of ~{budget_s * 1000:.0f} ms a function; "
+        "speed-up = median of the rounds' ratios (quartiles in brackets)\n",
         flush=True,
     )
-    rows = per_line_rows(n, repeats)
-    print(f"{'operation':<15}{'API':<8}{'reference µs':>14}{'rwcore µs':>12}{'speed-up':>11}")
+    rows = per_line_rows(rounds, budget_s)
+    print(f"{'operation':<15}{'API':<8}{'reference µs':>14}{'rwcore µs':>12}{'speed-up':>11}   quartiles")
     for r in rows:
-        print(f"{r.op:<15}{r.api:<8}{r.ref_us:>14.1f}{r.ours_us:>12.2f}{r.ratio:>10.1f}x")
+        print(
+            f"{r.op:<15}{r.api:<8}{r.ref_us:>14.1f}{r.ours_us:>12.2f}{r.ratio:>10.1f}x   [{r.low:.1f} - {r.high:.1f}]"
+        )
 
     print(
         "\ncheck_thread (a conversation of N handoffs, ~2.1 lines each; compat = lines in, typed = tracker fed "
         "parsed messages)"
     )
-    trows = thread_rows(sizes, ref_sizes, repeats if a.quick else 3)
+    trows = thread_rows(sizes, ref_sizes, repeats)
     print(
         f"{'handoffs':>9}{'lines':>9}{'reference s':>22}{'rwcore compat s':>17}{'rwcore typed s':>16}{'speed-up':>10}"
     )
