@@ -11,7 +11,8 @@ functions applied to parsed lines.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any, Final
 
 from rwcore._acc import RB_LEVELS, compare, split_constraint
@@ -34,7 +35,9 @@ def now_utc() -> str:
 
 def expired(exp: object, now: str) -> bool:
     """True when an ``exp=`` time has passed (both are ``YYYYMMDDTHHMMZ``, so they compare as strings)."""
-    return bool(exp) and TIME_RE.match(str(exp)) is not None and str(now) >= str(exp)
+    if type(exp) is not str or type(now) is not str:
+        exp, now = (str(exp) if exp else ""), str(now)
+    return exp != "" and now >= exp and TIME_RE.match(exp) is not None
 
 
 def show(v: Any) -> str:
@@ -168,14 +171,11 @@ def rb_problems(
             msg = f"tier2 integrity: h={rs['h']} but digest of the HO is {want}"
             _pb(problems, "integrity-digest", "integrity", msg, "h", want, rs["h"])
     # tier 3, echo
-    rbset = [str(x).lower() for x in _seq(hs.get("rb"))]
-    levels = {x for x in rbset if x in RB_LEVELS}
+    levels, keys = _rb_levels(hs.get("rb"))
     ho_flat: dict[str, Any] = {"item": ho.item, **hs}
     rb_flat: dict[str, Any] = {"item": rb.item, **rs}
     if "all" in levels:
-        keys: Iterable[str] = [k for k in ho_flat if k not in _NOT_ALL]
-    else:
-        keys = [*DEFAULT_RB, *(x for x in rbset if x not in RB_LEVELS and x not in DEFAULT_RB)]
+        keys = tuple(k for k in ho_flat if k not in _NOT_ALL)
     for k in keys:
         if k not in ho_flat:
             continue
@@ -232,7 +232,7 @@ def rb_problems(
                 "nothing checked beyond the echo"
             )
             _pb(notes, "exec-none", "execution", msg, "ask", None, ask or None)
-        else:
+        elif not _same_exec(exec_slots, ho_flat, rb_flat):
             for k in exec_slots:
                 if k not in rb_flat:
                     msg = f"tier5 execution: RB does not carry {k}, which the act needs"
@@ -241,6 +241,40 @@ def rb_problems(
                     msg = f"tier5 execution: {k} mismatch: HO {show(ho_flat[k])} vs RB {show(rb_flat[k])}"
                     _pb(problems, "exec-mismatch", "execution", msg, k, ho_flat[k], rb_flat[k])
     return problems, notes
+
+
+_RB_LEVELS: dict[tuple[str, ...], tuple[frozenset[str], tuple[str, ...]]] = {}
+
+
+def _rb_levels(rb: Any) -> tuple[frozenset[str], tuple[str, ...]]:
+    """An HO's ``rb=`` read: (its levels, the slots the echo compares unless the level is ``all``: item, ask, due
+    and any slot it names). Kept per value, for a parsed value (a tuple of strings): a conversation repeats a few."""
+    cacheable = type(rb) is tuple and all(type(x) is str for x in rb)
+    hit = _RB_LEVELS.get(rb) if cacheable else None
+    if hit is None:
+        rbset = [str(x).lower() for x in _seq(rb)]
+        levels = frozenset(x for x in rbset if x in RB_LEVELS)
+        hit = levels, (*DEFAULT_RB, *(x for x in rbset if x not in RB_LEVELS and x not in DEFAULT_RB))
+        if cacheable:
+            if len(_RB_LEVELS) >= 1024:
+                _RB_LEVELS.clear()
+            _RB_LEVELS[rb] = hit
+    return hit
+
+
+_EXEC_VIEWS: dict[tuple[str, ...], tuple[frozenset[str], Callable[[Mapping[str, Any]], Any]]] = {}
+
+
+def _same_exec(exec_slots: tuple[str, ...], ho_flat: Mapping[str, Any], rb_flat: Mapping[str, Any]) -> bool:
+    """True when both carry every execution slot with the same values (the common case, checked at once; any
+    other case takes the slot-by-slot loop that words the problems)."""
+    view = _EXEC_VIEWS.get(exec_slots)
+    if view is None:
+        if len(_EXEC_VIEWS) >= 1024:
+            _EXEC_VIEWS.clear()
+        view = _EXEC_VIEWS[exec_slots] = frozenset(exec_slots), itemgetter(*exec_slots)
+    keys, values = view
+    return bool(ho_flat.keys() >= keys and rb_flat.keys() >= keys and values(ho_flat) == values(rb_flat))
 
 
 def rb_check(

@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import FrozenInstanceError, fields
 from itertools import repeat
 from json.encoder import encode_basestring as _jstr
+from operator import add
 from typing import Any, Final
 
 from rwcore._errors import FormError, problem
@@ -697,6 +698,20 @@ def _encode_keys(slots: Mapping[str, Any], prof: Profile) -> tuple[str, ...]:
     return hit
 
 
+_NON_STR_AT: dict[tuple[type, ...], tuple[int, ...]] = {}
+
+
+def _non_str_at(types: tuple[type, ...]) -> tuple[int, ...]:
+    """The positions of the values that are not strings, for a sequence of value types (kept per sequence)."""
+    hit = _NON_STR_AT.get(types)
+    if hit is None:
+        hit = tuple(i for i, t in enumerate(types) if t is not str)
+        if len(_NON_STR_AT) >= _SHAPES_MAX:
+            _NON_STR_AT.clear()
+        _NON_STR_AT[types] = hit
+    return hit
+
+
 _CANON_TEXT: Final = '{"from":%s,"id":%s,"item":%s,"re":%s,"slots":{%s},"tail":%s,"to":%s,"type":%s,"v":%s}'
 
 
@@ -707,14 +722,30 @@ def _canon_fields(
     value is not one the direct path handles."""
     try:
         keys, heads = _canon_keys(slots)
-        body = ",".join(
-            [
-                h + (_jstr(x) if type(x) is str else _jv(x))
-                for h, x in zip(heads, map(slots.__getitem__, keys), strict=True)
-            ]
+        values = list(map(slots.__getitem__, keys))
+        others = _non_str_at(tuple(map(type, values)))
+        if others:  # escape the strings at once, write the lists, numbers and booleans one by one
+            given = values[:]
+            for i in others:
+                values[i] = ""
+            texts = list(map(_jstr, values))
+            for i in others:
+                texts[i] = _jv(given[i])
+            body = ",".join(map(add, heads, texts))
+        else:
+            body = ",".join(map(add, heads, map(_jstr, values)))
+        # the envelope, one field at a time (a loop over eight values costs more than the values themselves)
+        return _CANON_TEXT % (
+            _jstr(frm) if type(frm) is str else _jv(frm),
+            _jstr(mid) if type(mid) is str else _jv(mid),
+            _jstr(item) if type(item) is str else "null" if item is None else _jv(item),
+            _jstr(re_) if type(re_) is str else "null" if re_ is None else _jv(re_),
+            body,
+            _jstr(tail) if type(tail) is str else "null" if tail is None else _jv(tail),
+            _jstr(to) if type(to) is str else _jv(to),
+            _jstr(typ) if type(typ) is str else _jv(typ),
+            _jstr(v) if type(v) is str else _jv(v),
         )
-        env = [_jstr(x) if type(x) is str else _jv(x) for x in (frm, mid, item, re_, tail, to, typ, v)]
-        return _CANON_TEXT % (*env[:4], body, *env[4:])
     except (_NotPlain, TypeError):
         return None
 

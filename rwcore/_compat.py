@@ -187,22 +187,32 @@ def _invalid(label: str, e: Problem) -> Problem:
     return Problem(f"{label.lower()}-invalid", f"{label}: {e.message}", "form", e.slot, None, e.code)
 
 
+def _texts(found: tuple[list[Problem], list[Problem]]) -> tuple[list[str], list[str]]:
+    return [p.message for p in found[0]], [n.message for n in found[1]]
+
+
+def _rb_lines(
+    ho_line: str, rb_line: str, profile: str | None, expect_acc: list[str] | None, now: str | None
+) -> tuple[list[Problem], list[Problem]]:
+    prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
+    if problems or ho is None or rb is None:
+        return problems, []
+    return rb_problems(ho, rb, prof, expect_acc, now)
+
+
 def check_rb_lines(
     ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None, now: str | None = None
 ) -> CheckResult:
     """:func:`check_rb_full` as a typed result (problems with codes)."""
-    prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
-    if problems or ho is None or rb is None:
-        return CheckResult(tuple(problems))
-    p, n = rb_problems(ho, rb, prof, expect_acc, now)
-    return CheckResult(tuple(p), tuple(n))
+    problems, notes = _rb_lines(ho_line, rb_line, profile, expect_acc, now)
+    return CheckResult(tuple(problems), tuple(notes))
 
 
 def check_rb_full(
     ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None, now: str | None = None
 ) -> tuple[list[str], list[str]]:
     """Rule 1, five tiers plus expiry: ``(problems, notes)``; no problems means the readback passes."""
-    return check_rb_lines(ho_line, rb_line, profile, expect_acc, now).compat()
+    return _texts(_rb_lines(ho_line, rb_line, profile, expect_acc, now))
 
 
 def check_rb(ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None) -> list[str]:
