@@ -4,6 +4,13 @@
 (see :data:`rwcore.PARSE_CODES`) and the reference's wording. It follows the reference parser step for step (the
 order of its findings, the ``p=`` profile switch, the ``x_`` extension keys, the ``<from>-<n>`` id rule, the closed
 answer vocabulary, the 300-character tail), with every lookup precompiled in the :class:`~rwcore.Profile`.
+
+Two passes share that contract. A clean line, one with no finding at all (what nearly every line on a topic is), is
+taken by the clean path: one compiled regex per message type (``TypeDef.clean``) checks its form and every value it
+can, then the checks a regex cannot do (duplicates, required slots, the rules over the whole line, the values
+decoded after the match). Any line the clean path declines goes to the full pass, which finds everything, in the
+reference's order. The clean path may decline a clean line; it never takes a line the full pass would fault (a
+property test holds it to that).
 """
 
 from __future__ import annotations
