@@ -170,9 +170,8 @@ def _clean_matcher(
         assert value is not None
         branches[k + "="] = value[0]
     not_known = f"(?!(?:{'|'.join(map(re.escape, x_known))})=)" if x_known else ""
-    slot = (
-        f"(?:{_trie(branches)}|{not_known}x_[a-z0-9_]*+=[^ ]++)" if branches else f"(?:{not_known}x_[a-z0-9_]*+=[^ ]++)"
-    )
+    x_slot = rf"{not_known}x_[a-z0-9_]*+=[^ ]++"
+    slot = f"(?:{_trie(branches)}|{x_slot})" if branches else f"(?:{x_slot})"
     return re.compile(rf"RW1 {re.escape(code)} ({_ID}++)((?: {slot})*+)(?: // (.*)|( //))?", re.S).fullmatch
 
 
@@ -195,7 +194,7 @@ class TypeDef:
     #: the clean-line matcher: ``fullmatch`` of one regex that accepts only a line the parser would pass without a
     #: finding of its own (a subset: anything it refuses takes the full pass), its groups the id, the slots (each
     #: after one space), the tail, and `` //`` for an empty tail; duplicates, required slots and the rules over the
-    #: whole line are checked after it. None when the type has no slot the matcher could take.
+    #: whole line are checked after it. (None only in a TypeDef made by hand: every line takes the full pass.)
     clean: Callable[[str], re.Match[str] | None] | None = None
     #: the keys the matcher takes as written but whose value is decoded (and checked) after it: lists, integers,
     #: days and booleans (a tuple: the parser scans it, a handful of keys, rather than intersect sets)
@@ -532,6 +531,7 @@ def _compile(
     validators = {k: _compile_validator(k, typ, ro_enums, agents, declared) for k, typ in slots.items()}
     plans = {k: _plan(k, typ, validators[k], ro_enums) for k, typ in slots.items()}
     values = {k: _clean_value(typ, ro_enums, agents) for k, typ in slots.items()}
+    decoded = {k for k, value in values.items() if value is not None and value[1]}
     typedefs: dict[str, TypeDef] = {}
     for code, tdata in types.items():
         allowed = set(tdata["required"]) | set(tdata["optional"]) | {"p"}
@@ -548,7 +548,7 @@ def _compile(
             info,
             required_set=frozenset(tdata["required"]),
             clean=_clean_matcher(code, clean_keys, values, declared, [k for k in slots if k.startswith("x_")]),
-            decode_keys=tuple(k for k in clean_keys if values[k][1]),  # type: ignore[index]
+            decode_keys=tuple(k for k in clean_keys if k in decoded),
         )
     encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")
