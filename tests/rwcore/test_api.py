@@ -225,6 +225,33 @@ def test_message_digest() -> None:
     assert rw.message_digest(built) == ref.digest(built.to_dict())
 
 
+def test_what_is_kept_per_shape_stays_bounded_and_right() -> None:
+    """The key orders, value kinds and rb= readings rwcore keeps per message shape are bounded caches: past their
+    bound they start again, and every answer equals the one worked out afresh (the reference's)."""
+    from rwcore import _checks, _codec
+
+    for n in range(_codec._SHAPES_MAX + 50):  # more shapes than the caches hold: x_ keys no message repeats
+        slots = {"ask": "FIX", f"x_k{n}": str(n), "keep": ("p",) if n % 2 else "p", "pri": n % 5 + 1}
+        built = rw.Message("RW1", "HO", "a-1", "a", "b", item="x:1", slots=slots)
+        if n % 97 == 0:  # the reference is slow: a sample, spread over the run
+            assert rw.message_digest(built) == ref.digest(built.to_dict())
+            assert rw.encode_message(built, None) == ref.encode(built.to_dict(), None)
+        else:
+            assert rw.message_digest(built) == rw.digest(built.to_dict())
+            rw.encode_message(built, None)
+    assert len(_codec._CANON_KEYS) <= _codec._SHAPES_MAX and len(_codec._ENCODE_KEYS) <= _codec._SHAPES_MAX
+    assert len(_codec._NON_STR_AT) <= _codec._SHAPES_MAX
+    ho = msg(HO)
+    for n in range(1100):  # more rb= values than kept
+        levels = ("exec", f"x_{n}") if n % 3 else ("all",)
+        changed = rw.Message(ho.v, ho.type, ho.id, ho.from_, ho.to, ho.re, ho.item, {**ho.slots, "rb": levels})
+        got = rw.rb_check(changed, msg(RB), PAY, now=NOW)
+        if n % 97 == 0:
+            want = ref.check_rb_full(rw.encode_message(changed, PAY), RB, "pay", None, NOW)
+            assert got.compat() == want
+    assert len(_checks._RB_LEVELS) <= 1024
+
+
 # ---------------------------------------------------------------- the typed checks
 
 
