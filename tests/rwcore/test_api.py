@@ -18,32 +18,9 @@ from hypothesis import strategies as st
 
 import rwcore as rw
 from rwcore._codec import twin_json
+from tests.seed import DN, HO, RB
+from tests.seed import RECORD_VALUES as RECORD
 
-HO = (
-    "RW1 HO scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057 ask=PAY rb=exec sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-RB = (
-    "RW1 RB payer-1 re=scheduler-1 from=payer to=scheduler item=inv:MD-2026-057 ask=PAY p=pay h=a7a82de76607 "
-    "sup=marlow amt=5400.00 cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-DN = (
-    "RW1 DN payer-2 re=scheduler-1 p=pay from=payer to=scheduler item=inv:MD-2026-057 out=OK sup=marlow amt=5400.00 "
-    "cur=GBP kind=GROSS acct=40-12-88/61102938 paid=20261002 ref=MD-2026-057 apref=FD-0929"
-)
-RECORD = {
-    "to": "payer",
-    "item": "inv:MD-2026-057",
-    "ask": "PAY",
-    "sup": "marlow",
-    "amt": "5400.00",
-    "cur": "GBP",
-    "kind": "GROSS",
-    "acct": "40-12-88/61102938",
-    "paid": "20261002",
-    "ref": "MD-2026-057",
-    "apref": "FD-0929",
-}
 NOW = "20261001T1200Z"
 PAY = rw.get_profile("pay")
 
