@@ -70,7 +70,7 @@ from gatekeeper.policy import (
 )
 from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.processor import Line, Processor
-from gatekeeper.store import Loaded, Store, StoreError
+from gatekeeper.store import Loaded, Store, StoreError, claim_in_memory
 from rwcore import Problem
 
 CHUNK = 100  # dead letters decided per batch (one Redis load and one save each)
@@ -246,14 +246,7 @@ class DryRunStore:
         return out
 
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
-        conflicts = []
-        for ch in changes:
-            current = self._bindings.get(ch.key)
-            if current != ch.before and current != ch.after:
-                conflicts.append(ch)
-            else:
-                self._bindings[ch.key] = ch.after
-        return conflicts
+        return claim_in_memory(self._bindings, changes)
 
     async def save(
         self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()

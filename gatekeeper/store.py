@@ -11,7 +11,7 @@ index changes (``policy.lifecycle.IndexEntry``) in the same round trip as the st
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -175,6 +175,22 @@ class LifecycleStore(Store, Protocol):
         ...
 
 
+def claim_in_memory(
+    bindings: MutableMapping[RecordKey, str | None], changes: Sequence[BindingChange]
+) -> list[BindingChange]:
+    """``Store.claim`` over a dict of bindings: each change applies when the binding is still what it expected (or
+    already what it wants), else it is a conflict. An ``after`` of None unbinds, kept as None (known unbound). The
+    Redis store's Lua does the same, atomically."""
+    conflicts = []
+    for ch in changes:
+        current = bindings.get(ch.key)
+        if current != ch.before and current != ch.after:
+            conflicts.append(ch)
+        else:
+            bindings[ch.key] = ch.after
+    return conflicts
+
+
 class MemoryStore:
     """The Store in a process's memory: for unit tests, ``gatekeeper check`` and dry runs. States are kept as their
     serialised form, so a test sees exactly what the Redis store would round-trip."""
@@ -182,7 +198,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._states: dict[tuple[str, str], dict[str, object]] = {}
         self._records: dict[RecordKey, Record] = {}
-        self._bindings: dict[RecordKey, str] = {}
+        self._bindings: dict[RecordKey, str | None] = {}
         self._index: dict[tuple[str, int, IndexKind], dict[tuple[str, str], float]] = {}
         self._intents: dict[tuple[str, str, str], CancelIntent] = {}
 
@@ -194,22 +210,13 @@ class MemoryStore:
         for key in keys:
             if key in self._records:
                 loaded.records[key] = self._records[key]
-            if key in self._bindings:
-                loaded.bindings[key] = self._bindings[key]
+            bound = self._bindings.get(key)
+            if bound is not None:
+                loaded.bindings[key] = bound
         return loaded
 
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
-        conflicts = []
-        for ch in changes:
-            current = self._bindings.get(ch.key)
-            if current != ch.before and current != ch.after:
-                conflicts.append(ch)
-                continue
-            if ch.after is None:
-                self._bindings.pop(ch.key, None)
-            else:
-                self._bindings[ch.key] = ch.after
-        return conflicts
+        return claim_in_memory(self._bindings, changes)
 
     async def save(
         self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
