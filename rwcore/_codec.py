@@ -18,11 +18,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import FrozenInstanceError, fields
 from itertools import repeat
 from json.encoder import encode_basestring as _jstr
-from operator import add
+from operator import add, itemgetter
 from typing import Any, Final
 
 from rwcore._errors import FormError, problem
@@ -565,36 +565,47 @@ def _show_encoded(v: Any) -> str:
     if isinstance(v, bool):
         return "Y" if v else "N"
     if isinstance(v, list | tuple):
-        return "+".join(str(x) for x in v)
+        return "+".join(map(str, v))
     return f"{v}"
 
 
-def encode_fields(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> str:
-    """Tokens of a JSON twin in the reference's order: envelope, the profile's slot order, then any other keys.
-    A slot whose value is None or "" is left out."""
-    return _encode_words(msg, slots, prof)[0]
-
-
 def _encode_words(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> tuple[str, dict[str, str]]:
-    """:func:`encode_fields`' line, and each token's value as written by key (one entry fewer than tokens when
-    ``slots`` repeats an envelope key, which the line then carries twice)."""
+    """A JSON twin's line, tokens in the reference's order (the envelope, the profile's slot order, then any other
+    keys; a slot whose value is None or "" left out), and each token's value as written by key (one entry fewer
+    than tokens when ``slots`` repeats an envelope key, which the line then carries twice)."""
     get = msg.get
     words: dict[str, str] = {}
     for k in ENVELOPE:
         v = get(k)
         if v is not None and v != "":
             words[k] = f"{v}"
-    more = [
-        (k, v if type(v) is str else _show_encoded(v))
-        for k in _encode_keys(slots, prof)
-        if (v := slots[k]) is not None and v != ""
-    ]
-    pairs = [*words.items(), *more]
-    try:
-        toks = " ".join(map("=".join, pairs))
-    except TypeError:  # a key that is not a string (a hand-made twin): written as the reference writes it
-        toks = " ".join([f"{k}={v}" for k, v in pairs])
-    words.update(more)
+    keys, heads, gather, shown = _encode_plan(slots, prof)
+    vals = gather(slots)
+    if heads is not None and None not in vals and "" not in vals:  # the usual twin: every slot written
+        if shown:
+            vals = list(vals)
+            for i in shown:
+                vals[i] = _show_encoded(vals[i])
+        try:
+            body = " ".join(map(add, heads, vals))
+        except TypeError:  # a list, a boolean, a number where the shape's first twin had a string
+            vals = [v if type(v) is str else _show_encoded(v) for v in vals]
+            body = " ".join(map(add, heads, vals))
+        envelope = " ".join(map("=".join, words.items()))
+        toks = f"{envelope} {body}" if envelope and body else envelope or body
+        words.update(zip(keys, vals, strict=True))
+    else:
+        more = [
+            (k, v if type(v) is str else _show_encoded(v))
+            for k, v in zip(keys, vals, strict=True)
+            if v is not None and v != ""
+        ]
+        pairs = [*words.items(), *more]
+        try:
+            toks = " ".join(map("=".join, pairs))
+        except TypeError:  # a key that is not a string (a hand-made twin): written as the reference writes it
+            toks = " ".join([f"{k}={v}" for k, v in pairs])
+        words.update(more)
     line = f"{VERSION} {msg['type']} {msg['id']} {toks}" if toks else f"{VERSION} {msg['type']} {msg['id']}"
     tail = get("tail")
     if tail:
@@ -667,94 +678,130 @@ def _jv(v: Any) -> str:
     if t is int:
         return int.__repr__(v)
     if t is tuple or t is list:
-        return "[" + ",".join([_jv(x) for x in v]) + "]"
+        return "[" + ",".join(map(_jv, v)) + "]"
     raise _NotPlain
 
 
 # Messages of one kind carry the same slots in the same order, so the work that depends only on which keys a
 # message has, in which order (the key order a line or the canonical form writes), is done once per shape.
 _SHAPES_MAX: Final = 4096
-_CANON_KEYS: dict[tuple[str, ...], tuple[tuple[str, ...], tuple[str, ...]]] = {}
-_ENCODE_KEYS: dict[tuple[Profile, tuple[str, ...]], tuple[str, ...]] = {}
 
 
-def _canon_keys(slots: Mapping[str, Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The slots' keys sorted, and each as the canonical form writes it before its value (``"key":``)."""
-    shape = tuple(slots)
-    hit = _CANON_KEYS.get(shape)
-    if hit is None:
-        keys = tuple(sorted(shape))
-        hit = keys, tuple(_jstr(k) + ":" for k in keys)
-        if len(_CANON_KEYS) >= _SHAPES_MAX:
-            _CANON_KEYS.clear()
-        _CANON_KEYS[shape] = hit
-    return hit
+def _getter(items: Sequence[Any]) -> Any:
+    """A function of a container giving the tuple of its items at these keys or positions."""
+    if len(items) >= 2:
+        return itemgetter(*items)
+    if items:
+        at = items[0]
+        return lambda c: (c[at],)
+    return lambda c: ()
 
 
-def _encode_keys(slots: Mapping[str, Any], prof: Profile) -> tuple[str, ...]:
-    """The slots' keys in the order a line writes them: the profile's slot order, then the others as they come."""
+_EncodePlan = tuple[tuple[str, ...], tuple[str, ...] | None, Any, tuple[int, ...]]
+_ENCODE_PLANS: dict[tuple[Profile, tuple[str, ...]], _EncodePlan] = {}
+
+
+def _encode_plan(slots: Mapping[str, Any], prof: Profile) -> _EncodePlan:
+    """The slots' keys in the order a line writes them (the profile's slot order, then the others as they come),
+    each as its token begins (``key=``; None when a key is not a string), the gatherer of their values, and the
+    positions of the values that are not strings in the first slots of this shape (a list, a boolean: those of
+    the next ones are nearly always at the same places)."""
     shape = (prof, tuple(slots))
-    hit = _ENCODE_KEYS.get(shape)
+    hit = _ENCODE_PLANS.get(shape)
     if hit is None:
         order_set = prof.encode_order_set
         known = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
-        hit = (*known, *(k for k in slots if k not in order_set))
-        if len(_ENCODE_KEYS) >= _SHAPES_MAX:
-            _ENCODE_KEYS.clear()
-        _ENCODE_KEYS[shape] = hit
+        keys = (*known, *(k for k in slots if k not in order_set))
+        heads = tuple(k + "=" for k in keys) if all(type(k) is str for k in keys) else None
+        shown = tuple(i for i, k in enumerate(keys) if type(slots[k]) is not str)
+        hit = keys, heads, _getter(keys), shown
+        if len(_ENCODE_PLANS) >= _SHAPES_MAX:
+            _ENCODE_PLANS.clear()
+        _ENCODE_PLANS[shape] = hit
     return hit
 
 
-_NON_STR_AT: dict[tuple[type, ...], tuple[int, ...]] = {}
+# The canonical form of a twin is a template per shape (its slot keys in order, and the type of each value): the
+# keys sorted and written out, a string's value in quotes, an int's as a number, null where a value is None; lists
+# and booleans are written per message. The template then takes the values, gathered in one step.
+_CanonPlan = tuple[str, Any, tuple[int, ...], Any]
+_CANON_PLANS: dict[tuple[tuple[str, ...], tuple[type, ...]], _CanonPlan | tuple[()]] = {}  # (): not plain
+_ENVELOPE_SORTED: Final = ("from", "id", "item", "re", "tail", "to", "type", "v")  # as _canon_fields gathers them
+_NONE: Final = type(None)
+_WRITTEN_LATER: Final = frozenset((bool, tuple, list))
 
 
-def _non_str_at(types: tuple[type, ...]) -> tuple[int, ...]:
-    """The positions of the values that are not strings, for a sequence of value types (kept per sequence)."""
-    hit = _NON_STR_AT.get(types)
-    if hit is None:
-        hit = tuple(i for i, t in enumerate(types) if t is not str)
-        if len(_NON_STR_AT) >= _SHAPES_MAX:
-            _NON_STR_AT.clear()
-        _NON_STR_AT[types] = hit
-    return hit
+def _canon_plan(keys: tuple[str, ...], types: tuple[type, ...]) -> _CanonPlan | None:
+    """The canonical form's plan for slots with these keys (in their order) and values of these types (the slots'
+    values, then the envelope's in ``_ENVELOPE_SORTED`` order): (template, the gatherer of its values from that
+    tuple, the positions among them to write as JSON first, the gatherer of the string values); None when a key is
+    not a string or a value is of a type the template does not write."""
+    if any(type(k) is not str for k in keys):
+        return None
+    n = len(keys)
+    at_env = {name: n + i for i, name in enumerate(_ENVELOPE_SORTED)}
+    args: list[int] = []
+    later: list[int] = []
+    strs: list[int] = []
 
+    def field(name: str, i: int) -> str:
+        head = _jstr(name).replace("%", "%%") + ":"
+        t = types[i]
+        if t is _NONE:
+            return head + "null"
+        if t is str:
+            strs.append(i)
+            template = head + '"%s"'
+        elif t is int:
+            template = head + "%d"
+        elif t in _WRITTEN_LATER:
+            later.append(len(args))
+            template = head + "%s"
+        else:
+            raise _NotPlain
+        args.append(i)
+        return template
 
-_CANON_TEXT: Final = '{"from":%s,"id":%s,"item":%s,"re":%s,"slots":{%s},"tail":%s,"to":%s,"type":%s,"v":%s}'
+    try:
+        envelope = [field(k, at_env[k]) for k in _ENVELOPE_SORTED[:4]]
+        body = [field(k, i) for k, i in sorted(zip(keys, range(n), strict=True))]
+        envelope_after = [field(k, at_env[k]) for k in _ENVELOPE_SORTED[4:]]
+    except _NotPlain:
+        return None
+    template = "{" + ",".join(envelope) + ',"slots":{' + ",".join(body) + "}," + ",".join(envelope_after) + "}"
+    return template, _getter(args), tuple(later), _getter(strs)
 
 
 def _canon_fields(
     v: Any, typ: Any, mid: Any, re_: Any, frm: Any, to: Any, item: Any, slots: Mapping[str, Any], tail: Any
 ) -> str | None:
-    """The canonical JSON of a twin written directly (its nine keys have a fixed sorted order), or None when a
-    value is not one the direct path handles."""
-    try:
-        keys, heads = _canon_keys(slots)
-        values = list(map(slots.__getitem__, keys))
-        others = _non_str_at(tuple(map(type, values)))
-        if others:  # escape the strings at once, write the lists, numbers and booleans one by one
-            given = values[:]
-            for i in others:
-                values[i] = ""
-            texts = list(map(_jstr, values))
-            for i in others:
-                texts[i] = _jv(given[i])
-            body = ",".join(map(add, heads, texts))
-        else:
-            body = ",".join(map(add, heads, map(_jstr, values)))
-        # the envelope, one field at a time (a loop over eight values costs more than the values themselves)
-        return _CANON_TEXT % (
-            _jstr(frm) if type(frm) is str else _jv(frm),
-            _jstr(mid) if type(mid) is str else _jv(mid),
-            _jstr(item) if type(item) is str else "null" if item is None else _jv(item),
-            _jstr(re_) if type(re_) is str else "null" if re_ is None else _jv(re_),
-            body,
-            _jstr(tail) if type(tail) is str else "null" if tail is None else _jv(tail),
-            _jstr(to) if type(to) is str else _jv(to),
-            _jstr(typ) if type(typ) is str else _jv(typ),
-            _jstr(v) if type(v) is str else _jv(v),
-        )
-    except (_NotPlain, TypeError):
+    """The canonical JSON of a twin written through its shape's template (see :func:`_canon_plan`), or None when
+    the template does not write it (the JSON encoder then does)."""
+    vals = (*slots.values(), frm, mid, item, re_, tail, to, typ, v)
+    shape = (tuple(slots), tuple(map(type, vals)))
+    plan = _CANON_PLANS.get(shape)
+    if plan is None:
+        plan = _canon_plan(*shape) or ()
+        if len(_CANON_PLANS) >= _SHAPES_MAX:
+            _CANON_PLANS.clear()
+        _CANON_PLANS[shape] = plan
+    if not plan:
         return None
+    template, gather, later, gather_strs = plan
+    strs = "".join(gather_strs(vals))
+    if len(_jstr(strs)) != len(strs) + 2:  # a string to escape: " \\ or a control character
+        return None
+    args = gather(vals)
+    if later:
+        written = list(args)
+        try:
+            for i in later:
+                written[i] = _jv(written[i])
+        except _NotPlain:
+            return None
+        args = tuple(written)
+    text: str = template % args
+    return text
 
 
 def _jv_spaced(v: Any) -> str:
