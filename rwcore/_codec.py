@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, fields
 from itertools import repeat
 from json.encoder import encode_basestring as _jstr
@@ -334,9 +334,10 @@ def _clean_slots(line: str, prof: Profile, frozen: bool) -> _CleanSlots | None:
     tdef, mid, body, tail = got
     n = body.count(" ")
     make = Slots if frozen else dict  # a Message's read-only slots are built as such, not copied
-    if body.count("=") == n:  # one "=" a token (the usual case): split at every space and "=" at once
-        it = iter(body.replace("=", " ").split(" "))
-        next(it, None)
+    words = body.replace("=", " ").split(" ")  # at every space and "=" at once
+    if len(words) == 2 * n + 1:  # one "=" a token (the usual case; every token has one): keys and values in turn
+        it = iter(words)
+        next(it)
         slots: dict[str, Any] = make(zip(it, it, strict=True))
     else:
         slots = make(map(_split, body[1:].split(" "), _EQ, _ONE))
@@ -362,9 +363,12 @@ def _clean_rest(
         pop(slots, "item", None),
     )
     errors: list[Problem] = []
-    warnings: list[Problem] = []
-    _line_rules(slots, frm, to, errors, warnings, prof, tdef.code, mid, tail)
-    if errors or warnings:
+    if tdef.code in _TYPES_WITH_RULES or (tail is not None and len(tail) > prof.tail_max):
+        warnings: list[Problem] = []
+        _line_rules(slots, frm, to, errors, warnings, prof, tdef.code, mid, tail)
+        if errors or warnings:
+            return None
+    elif frm and (frm == to or not _id_fits(mid, frm)):  # the rest of the rules, for any other type
         return None
     info = tdef.slot_info
     put = _dict_set
@@ -415,6 +419,16 @@ def _clean_message(line: str, prof: Profile) -> Message | None:
     return _new_message(tdef.code, mid, re_, frm, to, item, slots, tail)
 
 
+#: the types whose rules over the whole line go beyond from/to, the id rule and the tail's length
+_TYPES_WITH_RULES: Final = frozenset({"AQ", "AN"})
+
+
+def _id_fits(mid: str, frm: str) -> bool:
+    """The id rule: an id is ``<from>-<n>``."""
+    n = len(frm)
+    return mid.startswith(frm) and mid[n : n + 1] == "-" and mid[n + 1 :].isdecimal()
+
+
 def _line_rules(
     seen: Mapping[str, str],
     frm: str | None,
@@ -436,8 +450,7 @@ def _line_rules(
     if frm:
         if frm == to:
             _p(warnings, "same-agent", "from and to are the same agent", slot="to", got=frm)
-        n = len(frm)
-        if not (mid.startswith(frm) and mid[n : n + 1] == "-" and mid[n + 1 :].isdecimal()):
+        if not _id_fits(mid, frm):
             text = f"id {mid!r} must be <from>-<n>: {frm}-1, {frm}-2, ... unique in the conversation"
             _p(errors, "id-shape", text, got=mid)
     ans = prof.ans
@@ -721,62 +734,66 @@ def _encode_plan(slots: Mapping[str, Any], prof: Profile) -> _EncodePlan:
     return hit
 
 
-# The canonical form of a twin is a template per shape (its slot keys in order, and the type of each value): the
-# keys sorted and written out, a string's value in quotes, an int's as a number, null where a value is None; lists
-# and booleans are written per message. The template then takes the values, gathered in one step.
-_CanonPlan = tuple[str, Any, tuple[int, ...], Any]
+# The canonical form of a twin is written from a plan per shape (its slot keys in order, and the type of each
+# value): the text between values (the keys sorted, written out, a string's quotes, null where a value is None) is
+# laid down once; a message's values are gathered in one step and set between it.
+_CanonPlan = tuple[list[str | None], Any, tuple[int, ...], Any]
 _CANON_PLANS: dict[tuple[tuple[str, ...], tuple[type, ...]], _CanonPlan | tuple[()]] = {}  # (): not plain
 _ENVELOPE_SORTED: Final = ("from", "id", "item", "re", "tail", "to", "type", "v")  # as _canon_fields gathers them
 _NONE: Final = type(None)
-_WRITTEN_LATER: Final = frozenset((bool, tuple, list))
+_WRITTEN_LATER: Final = frozenset((int, bool, tuple, list))
 
 
 def _canon_plan(keys: tuple[str, ...], types: tuple[type, ...]) -> _CanonPlan | None:
     """The canonical form's plan for slots with these keys (in their order) and values of these types (the slots'
-    values, then the envelope's in ``_ENVELOPE_SORTED`` order): (template, the gatherer of its values from that
-    tuple, the positions among them to write as JSON first, the gatherer of the string values); None when a key is
-    not a string or a value is of a type the template does not write."""
+    values, then the envelope's in ``_ENVELOPE_SORTED`` order): (the text, with None at every value's place, the
+    gatherer of those values from that tuple, their positions to write as JSON first, the gatherer of the string
+    values); None when a key is not a string or a value is of a type the plan does not write."""
     if any(type(k) is not str for k in keys):
         return None
     n = len(keys)
     at_env = {name: n + i for i, name in enumerate(_ENVELOPE_SORTED)}
+    texts = ["{"]  # the text before each value's place, and after the last
     args: list[int] = []
     later: list[int] = []
     strs: list[int] = []
 
-    def field(name: str, i: int) -> str:
-        head = _jstr(name).replace("%", "%%") + ":"
-        t = types[i]
-        if t is _NONE:
-            return head + "null"
-        if t is str:
-            strs.append(i)
-            template = head + '"%s"'
-        elif t is int:
-            template = head + "%d"
-        elif t in _WRITTEN_LATER:
-            later.append(len(args))
-            template = head + "%s"
-        else:
-            raise _NotPlain
-        args.append(i)
-        return template
+    def fields(names: Iterable[tuple[str, int]]) -> None:
+        for j, (name, i) in enumerate(names):
+            texts[-1] += ("," if j else "") + _jstr(name) + ":"
+            t = types[i]
+            if t is _NONE:
+                texts[-1] += "null"
+                continue
+            if t is str:
+                strs.append(i)
+                texts[-1] += '"'
+            elif t in _WRITTEN_LATER:
+                later.append(len(args))
+            else:
+                raise _NotPlain
+            args.append(i)
+            texts.append('"' if t is str else "")
 
     try:
-        envelope = [field(k, at_env[k]) for k in _ENVELOPE_SORTED[:4]]
-        body = [field(k, i) for k, i in sorted(zip(keys, range(n), strict=True))]
-        envelope_after = [field(k, at_env[k]) for k in _ENVELOPE_SORTED[4:]]
+        fields((k, at_env[k]) for k in _ENVELOPE_SORTED[:4])
+        texts[-1] += ',"slots":{'
+        fields(sorted(zip(keys, range(n), strict=True)))
+        texts[-1] += "},"
+        fields((k, at_env[k]) for k in _ENVELOPE_SORTED[4:])
+        texts[-1] += "}"
     except _NotPlain:
         return None
-    template = "{" + ",".join(envelope) + ',"slots":{' + ",".join(body) + "}," + ",".join(envelope_after) + "}"
-    return template, _getter(args), tuple(later), _getter(strs)
+    parts: list[str | None] = [None] * (2 * len(texts) - 1)
+    parts[::2] = texts
+    return parts, _getter(args), tuple(later), _getter(strs)
 
 
 def _canon_fields(
     v: Any, typ: Any, mid: Any, re_: Any, frm: Any, to: Any, item: Any, slots: Mapping[str, Any], tail: Any
 ) -> str | None:
-    """The canonical JSON of a twin written through its shape's template (see :func:`_canon_plan`), or None when
-    the template does not write it (the JSON encoder then does)."""
+    """The canonical JSON of a twin written through its shape's plan (see :func:`_canon_plan`), or None when the
+    plan does not write it (the JSON encoder then does)."""
     vals = (*slots.values(), frm, mid, item, re_, tail, to, typ, v)
     shape = (tuple(slots), tuple(map(type, vals)))
     plan = _CANON_PLANS.get(shape)
@@ -787,21 +804,21 @@ def _canon_fields(
         _CANON_PLANS[shape] = plan
     if not plan:
         return None
-    template, gather, later, gather_strs = plan
+    parts, gather, later, gather_strs = plan
     strs = "".join(gather_strs(vals))
     if len(_jstr(strs)) != len(strs) + 2:  # a string to escape: " \\ or a control character
         return None
     args = gather(vals)
     if later:
-        written = list(args)
+        args = list(args)
         try:
             for i in later:
-                written[i] = _jv(written[i])
+                args[i] = _jv(args[i])
         except _NotPlain:
             return None
-        args = tuple(written)
-    text: str = template % args
-    return text
+    text = parts[:]
+    text[1::2] = args
+    return "".join(text)  # type: ignore[arg-type]  # every place now holds its value's text
 
 
 def _jv_spaced(v: Any) -> str:

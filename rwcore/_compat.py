@@ -99,6 +99,8 @@ def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict
     else:
         prof = profile_from_spec(spec)
     raw, errors, warnings, _ = parse_raw(line, prof)
+    if not errors and not warnings:
+        return raw, [], []
     return raw, [e.message for e in errors], [w.message for w in warnings]
 
 
@@ -188,7 +190,10 @@ def _invalid(label: str, e: Problem) -> Problem:
 
 
 def _texts(found: tuple[list[Problem], list[Problem]]) -> tuple[list[str], list[str]]:
-    return [p.message for p in found[0]], [n.message for n in found[1]]
+    problems, notes = found
+    if not problems and not notes:
+        return [], []
+    return [p.message for p in problems], [n.message for n in notes]
 
 
 def _rb_lines(
