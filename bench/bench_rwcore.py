@@ -7,8 +7,9 @@ Not a test: it prints a table and the ratios, and exits 0 whether or not the tar
 unless ``--check`` is given, when a missed target exits 1.
 
 Every call gets an input no call has seen before (ids, items and amounts vary with a counter), so no cache of
-results in either implementation can hide work. (rwcore does keep, per message shape, the order its keys are written
-in; those hit here as they do in production, where every message of a kind carries the same slots.)
+results in either implementation can hide work. (rwcore does keep, per message shape, how a line and the canonical
+form of that shape are written; those hit here as they do in production, where every message of a kind carries the
+same slots.)
 
 Per-line operations are timed in paired rounds: in each round the reference, rwcore's compatible function and its
 typed one run one after the other for about the same wall time each, and the round gives a ratio. The speed-up is

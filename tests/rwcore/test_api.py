@@ -202,6 +202,35 @@ def test_message_digest() -> None:
     assert rw.message_digest(built) == ref.digest(built.to_dict())
 
 
+_SCALARS = st.one_of(
+    st.text(max_size=8),
+    st.sampled_from(['a"b', "a\\b", "tab\there", "nl\n", "\x00", "é", "%s", "%d", "\ud800", ""]),
+    st.integers(-(10**20), 10**20),
+    st.booleans(),
+    st.none(),
+)
+_VALUES = st.one_of(_SCALARS, st.lists(_SCALARS, max_size=3).map(tuple), st.lists(_SCALARS, max_size=3))
+_KEYS = st.one_of(st.sampled_from(["ask", "amt", "rb", "x_a", "a1", "a", "%s", "k%d", 'q"k']), st.text(max_size=4))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.dictionaries(_KEYS, _VALUES, max_size=6), min_size=1, max_size=3),
+    st.lists(st.one_of(st.none(), st.text(max_size=6), st.integers(0, 9)), min_size=6, max_size=6),
+)
+def test_the_canonical_form_equals_the_json_encoders(shapes: list[dict[str, Any]], envelope: list[Any]) -> None:
+    """The canonical form written through a plan per shape is the sorted, compact ``json.dumps`` of the twin, for
+    any keys and any mix of strings (to escape or not), numbers, booleans, None and lists, also when messages of
+    one shape come with other value types or other values."""
+    from rwcore._codec import canonical_message
+
+    re_, frm, to, item, tail, mid = envelope
+    for slots in [*shapes, *shapes]:  # twice: the second time the plans are kept
+        m = rw.Message("RW1", "HO", mid, frm, to, re_, item, slots, tail)  # type: ignore[arg-type]
+        want = json.dumps(m.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert canonical_message(m) == want
+
+
 def test_what_is_kept_per_shape_stays_bounded_and_right() -> None:
     """The key orders, value kinds and rb= readings rwcore keeps per message shape are bounded caches: past their
     bound they start again, and every answer equals the one worked out afresh (the reference's)."""
