@@ -575,10 +575,12 @@ def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
 
 
 def _show_encoded(v: Any) -> str:
-    if isinstance(v, bool):
-        return "Y" if v else "N"
-    if isinstance(v, list | tuple):
+    """A twin's value as ``encode`` writes it (lists joined with +, booleans Y/N, anything else formatted)."""
+    t = type(v)
+    if t is tuple or t is list or (t is not bool and isinstance(v, list | tuple)):
         return "+".join(map(str, v))
+    if t is bool:
+        return "Y" if v else "N"
     return f"{v}"
 
 
