@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import FrozenInstanceError, fields
 from itertools import repeat
 from json.encoder import encode_basestring as _jstr
@@ -584,60 +584,95 @@ def _show_encoded(v: Any) -> str:
     return f"{v}"
 
 
-def _encode_words(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> tuple[str, dict[str, str]]:
-    """A JSON twin's line, tokens in the reference's order (the envelope, the profile's slot order, then any other
-    keys; a slot whose value is None or "" left out), and each token's value as written by key (one entry fewer
-    than tokens when ``slots`` repeats an envelope key, which the line then carries twice)."""
+def _encode_line(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> str:
+    """Any JSON twin's line, tokens in the reference's order: the envelope, the profile's slot order, then any other
+    keys; a slot whose value is None or "" left out, any other value written as the reference writes it."""
     get = msg.get
-    words: dict[str, str] = {}
-    for k in ENVELOPE:
-        v = get(k)
-        if v is not None and v != "":
-            words[k] = f"{v}"
-    keys, heads, gather, shown = _encode_plan(slots, prof)
-    vals = gather(slots)
-    if heads is not None and None not in vals and "" not in vals:  # the usual twin: every slot written
-        if shown:
-            vals = list(vals)
-            for i in shown:
-                vals[i] = _show_encoded(vals[i])
-        try:
-            body = " ".join(map(add, heads, vals))
-        except TypeError:  # a list, a boolean, a number where the shape's first twin had a string
-            vals = [v if type(v) is str else _show_encoded(v) for v in vals]
-            body = " ".join(map(add, heads, vals))
-        envelope = " ".join(map("=".join, words.items()))
-        toks = f"{envelope} {body}" if envelope and body else envelope or body
-        words.update(zip(keys, vals, strict=True))
-    else:
-        more = [
-            (k, v if type(v) is str else _show_encoded(v))
-            for k, v in zip(keys, vals, strict=True)
-            if v is not None and v != ""
-        ]
-        pairs = [*words.items(), *more]
-        try:
-            toks = " ".join(map("=".join, pairs))
-        except TypeError:  # a key that is not a string (a hand-made twin): written as the reference writes it
-            toks = " ".join([f"{k}={v}" for k, v in pairs])
-        words.update(more)
+    pairs = [(k, f"{v}") for k in ENVELOPE if (v := get(k)) is not None and v != ""]
+    pairs += [
+        (k, v if type(v) is str else _show_encoded(v))
+        for k in _encode_order(slots, prof)
+        if (v := slots[k]) is not None and v != ""
+    ]
+    try:
+        toks = " ".join(map("=".join, pairs))
+    except TypeError:  # a key that is not a string (a hand-made twin)
+        toks = " ".join([f"{k}={v}" for k, v in pairs])
     line = f"{VERSION} {msg['type']} {msg['id']} {toks}" if toks else f"{VERSION} {msg['type']} {msg['id']}"
     tail = get("tail")
     if tail:
         line += " // " + str(tail).replace("\n", " ")
-    return line, words
+    return line
+
+
+def _encode_clean(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> str | None:
+    """The line of a twin the clean-line checks pass, written and checked in one go through its shape's plan
+    (see :func:`_encode_plan`); None for any other twin (:func:`encode_checked` then writes it in general and
+    parses it). The checks are the parser's clean path, on the values as written: the form and every value the
+    type's regex can check, one token a value, the required slots, the rules over the whole line, the values
+    decoded after the match."""
+    typ, mid = msg["type"], msg["id"]
+    if type(typ) is not str or type(mid) is not str:
+        return None
+    plan = _encode_plan(prof, typ, slots)
+    if not plan:
+        return None
+    clean, keys, heads, gather, shown, needed, checks = plan
+    vals = gather(slots)
+    if shown:
+        vals = list(vals)
+        for i in shown:
+            if vals[i] is None:
+                return None  # a slot left out
+            vals[i] = _show_encoded(vals[i])
+    get = msg.get
+    envelope = (get("re"), get("from"), get("to"), get("item"))
+    for i in needed:
+        if envelope[i] is None or envelope[i] == "":
+            return None  # a required slot missing: the parser words it
+    try:
+        toks = [h + v for h, v in zip(_ENVELOPE_HEADS, envelope, strict=True) if v is not None and v != ""]
+        toks += map(add, heads, vals)  # a None or "" value, or a list where the shape's first had a string: declined
+    except TypeError:
+        return None
+    tail = get("tail")
+    line = " ".join([VERSION, typ, mid, *toks])
+    if tail:
+        if type(tail) is not str:
+            return None
+        tail = tail.replace("\n", " ")
+        line += " // " + tail
+    else:
+        tail = None
+    m = clean(line)
+    if m is None or line.strip() != line or m.group(2).count(" ") != len(toks):
+        return None
+    _, frm, to, _ = envelope
+    if typ in _TYPES_WITH_RULES or (tail is not None and len(tail) > prof.tail_max):
+        errors: list[Problem] = []
+        warnings: list[Problem] = []
+        _line_rules(dict(zip(keys, vals, strict=True)), frm, to, errors, warnings, prof, typ, mid, tail)
+        if errors or warnings:
+            return None
+    elif frm and (frm == to or not _id_fits(mid, frm)):
+        return None
+    if checks:
+        errors = []
+        for i, check in checks:
+            check(vals[i], errors)
+        if errors:
+            return None
+    return line
 
 
 def encode_checked(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profile) -> str:
-    """:func:`encode_fields`, validated: the line, or :class:`FormError` with the parser's errors when it would not
-    parse under ``prof`` (warnings pass). A line whose tokens are the ones written and whose form, required slots,
-    decoded values and line rules pass the clean-line checks is valid without being parsed again."""
-    line, words = _encode_words(msg, slots, prof)
-    got = _clean_match(line, prof)
-    if got is not None:
-        tdef, mid, body, tail = got
-        if body.count(" ") == len(words) and _clean_rest(tdef, mid, words, tail, prof, False) is not None:
-            return line
+    """A JSON twin's line (:func:`_encode_line`), validated: the line, or :class:`FormError` with the parser's errors
+    when it would not parse under ``prof`` (warnings pass). A twin the clean-line checks pass (the usual one) is
+    written and checked without parsing its line again (:func:`_encode_clean`)."""
+    line = _encode_clean(msg, slots, prof)
+    if line is not None:
+        return line
+    line = _encode_line(msg, slots, prof)
     _, errors, _, _ = parse_raw(line, prof)
     if errors:
         raise FormError("; ".join(e.message for e in errors))
@@ -712,24 +747,54 @@ def _getter(items: Sequence[Any]) -> Any:
     return lambda c: ()
 
 
-_EncodePlan = tuple[tuple[str, ...], tuple[str, ...] | None, Any, tuple[int, ...]]
-_ENCODE_PLANS: dict[tuple[Profile, tuple[str, ...]], _EncodePlan] = {}
+def _encode_order(slots: Mapping[str, Any], prof: Profile) -> tuple[str, ...]:
+    """The slots' keys in the order a line writes them: the profile's slot order, then the others as they come."""
+    order_set = prof.encode_order_set
+    known = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
+    return (*known, *(k for k in slots if k not in order_set))
 
 
-def _encode_plan(slots: Mapping[str, Any], prof: Profile) -> _EncodePlan:
-    """The slots' keys in the order a line writes them (the profile's slot order, then the others as they come),
-    each as its token begins (``key=``; None when a key is not a string), the gatherer of their values, and the
-    positions of the values that are not strings in the first slots of this shape (a list, a boolean: those of
-    the next ones are nearly always at the same places)."""
-    shape = (prof, tuple(slots))
+_ENVELOPE_HEADS: Final = tuple(k + "=" for k in ENVELOPE)
+_ENVELOPE_SET: Final = frozenset(ENVELOPE)
+_EncodePlan = tuple[
+    Callable[[str], re.Match[str] | None], tuple[str, ...], tuple[str, ...], Any, tuple[int, ...], tuple[int, ...], Any
+]
+_ENCODE_PLANS: dict[tuple[Profile, str, tuple[str, ...]], _EncodePlan | tuple[()]] = {}  # (): no clean encode
+
+
+def _encode_plan(prof: Profile, typ: str, slots: Mapping[str, Any]) -> _EncodePlan | tuple[()]:
+    """How :func:`_encode_clean` writes and checks a twin of this type with these slot keys (in their order): (the
+    type's clean-line matcher; the keys in the order the line writes them; each as its token begins; the gatherer
+    of their values; the positions of the values that are not strings in the first twin of this shape (a list, a
+    boolean: those of the next ones are nearly always at the same places); the positions in ``ENVELOPE`` of the
+    required slots the envelope must carry; the (position, validator) of each value checked after the match).
+    Empty when no twin of the shape can be clean: an unknown type, a key that is not a string, an envelope key
+    among the slots (its line would carry it twice), a required slot missing."""
+    shape = (prof, typ, tuple(slots))
     hit = _ENCODE_PLANS.get(shape)
     if hit is None:
-        order_set = prof.encode_order_set
-        known = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
-        keys = (*known, *(k for k in slots if k not in order_set))
-        heads = tuple(k + "=" for k in keys) if all(type(k) is str for k in keys) else None
-        shown = tuple(i for i, k in enumerate(keys) if type(slots[k]) is not str)
-        hit = keys, heads, _getter(keys), shown
+        hit = ()
+        tdef = prof.types.get(typ)
+        needed = tdef.required_set - slots.keys() if tdef is not None else None
+        if (
+            tdef is not None
+            and tdef.clean is not None
+            and needed is not None
+            and needed <= _ENVELOPE_SET
+            and all(type(k) is str for k in slots)
+            and _ENVELOPE_SET.isdisjoint(slots)
+        ):
+            keys = _encode_order(slots, prof)
+            info = tdef.slot_info
+            hit = (
+                tdef.clean,
+                keys,
+                tuple(k + "=" for k in keys),
+                _getter(keys),
+                tuple(i for i, k in enumerate(keys) if type(slots[k]) is not str),
+                tuple(ENVELOPE.index(k) for k in needed),
+                tuple((i, info[k][1]) for i, k in enumerate(keys) if k in tdef.decode_keys and info[k][0] != 4),
+            )
         if len(_ENCODE_PLANS) >= _SHAPES_MAX:
             _ENCODE_PLANS.clear()
         _ENCODE_PLANS[shape] = hit
