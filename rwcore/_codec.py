@@ -871,6 +871,12 @@ def _canon_fields(
         _CANON_PLANS[shape] = plan
     if not plan:
         return None
+    return _canon_write(plan, vals)
+
+
+def _canon_write(plan: _CanonPlan, vals: tuple[Any, ...]) -> str | None:
+    """The canonical JSON of the values (laid out as :func:`_canon_plan` says) through their plan, or None when a
+    string needs escaping or a value is not one the plan writes."""
     parts, gather, later, gather_strs = plan
     strs = "".join(gather_strs(vals))
     if len(_jstr(strs)) != len(strs) + 2:  # a string to escape: " \\ or a control character
@@ -886,6 +892,73 @@ def _canon_fields(
     text = parts[:]
     text[1::2] = args
     return "".join(text)  # type: ignore[arg-type]  # every place now holds its value's text
+
+
+# A clean line's canonical form, written from the line's words without building its slots: a plan per type and
+# sequence of keys says where each value goes and which are decoded first.
+_LinePlan = tuple[Any, tuple[int, ...], tuple[tuple[int, int, Any], ...], _CanonPlan]
+_LINE_PLANS: dict[tuple[TypeDef, tuple[str, ...]], _LinePlan | tuple[()]] = {}  # (): not a clean line's keys
+_AT_ENVELOPE: Final = {k: i for i, k in enumerate(ENVELOPE)}
+
+
+def _line_plan(tdef: TypeDef, keys: tuple[str, ...]) -> _LinePlan | None:
+    """How :func:`_clean_canonical` writes a line of this type with these keys (in the line's order): (the gatherer
+    of the slots' values from the line's values, the position among those of each envelope value, -1 when
+    absent, in ``ENVELOPE`` order, the (position among the slots, kind, validator) of each value decoded first,
+    the canonical form's plan); None for keys no clean line has (a duplicate, a required slot missing) and for a
+    type whose rules over the line look at its slots."""
+    if len(set(keys)) != len(keys) or not tdef.required_set <= set(keys) or tdef.code in _TYPES_WITH_RULES:
+        return None
+    slot_at = [i for i, k in enumerate(keys) if k not in _AT_ENVELOPE]
+    slot_keys = tuple(keys[i] for i in slot_at)
+    envelope_at = tuple(keys.index(k) if k in keys else -1 for k in ENVELOPE)
+    info = tdef.slot_info
+    decoded = tuple((j, info[k][0], info[k][1]) for j, k in enumerate(slot_keys) if k in tdef.decode_keys)
+    decoded_at = {j for j, _, _ in decoded}
+    # the types the canonical plan writes: a string as written, a decoded value and the tail as JSON (type list)
+    types = tuple(list if j in decoded_at else str for j in range(len(slot_keys)))
+    envelope_types = tuple(str if i >= 0 else _NONE for i in envelope_at)  # re from to item
+    re_t, from_t, to_t, item_t = envelope_types
+    canon = _canon_plan(slot_keys, (*types, from_t, str, item_t, re_t, list, to_t, str, str))
+    return (_getter(slot_at), envelope_at, decoded, canon) if canon is not None else None
+
+
+def _clean_canonical(line: str, prof: Profile) -> str | None:
+    """The canonical JSON of a line the parser passes without a finding, written from the line's words; None for
+    any other line and for a line this way does not write (the parser's own Message then gives it)."""
+    got = _clean_match(line, prof)
+    if got is None:
+        return None
+    tdef, mid, body, tail = got
+    n = body.count(" ")
+    words = body.replace("=", " ").split(" ")
+    if len(words) != 2 * n + 1:
+        return None  # a value with "=" in it
+    keys = tuple(words[1::2])
+    plan = _LINE_PLANS.get((tdef, keys))
+    if plan is None:
+        plan = _line_plan(tdef, keys) or ()
+        if len(_LINE_PLANS) >= _SHAPES_MAX:
+            _LINE_PLANS.clear()
+        _LINE_PLANS[(tdef, keys)] = plan
+    if not plan:
+        return None
+    gather_slots, envelope_at, decoded, canon = plan
+    vals = words[2::2]
+    re_, frm, to, item = [vals[i] if i >= 0 else None for i in envelope_at]
+    if (tail is not None and len(tail) > prof.tail_max) or (frm and (frm == to or not _id_fits(mid, frm))):
+        return None
+    slot_vals = list(gather_slots(vals))
+    for j, kind, check in decoded:
+        raw = slot_vals[j]
+        if kind == 4:  # strings as written, joined with +
+            slot_vals[j] = tuple(filter(None, raw.split("+")))
+        else:
+            errors: list[Problem] = []
+            slot_vals[j] = check(raw, errors)
+            if errors:
+                return None
+    return _canon_write(canon, (*slot_vals, frm, mid, item, re_, tail, to, tdef.code, VERSION))
 
 
 def _jv_spaced(v: Any) -> str:
@@ -926,15 +999,12 @@ def message_digest(msg: Message) -> str:
 
 def line_digest(line: str, prof: Profile) -> str:
     """``h=`` of a line parsed under ``prof`` (raises :class:`FormError` with the parser's errors when it is not
-    valid). A clean line's canonical form is written straight from its parsed slots."""
+    valid). A clean line's canonical form is written straight from the line's words (:func:`_clean_canonical`)."""
     if line[-1:] == "\n":
         line = line.rstrip("\n")
-    got = _clean_slots(line, prof, True)
-    if got is not None:
-        tdef, mid, slots, tail, re_, frm, to, item = got
-        text = _canon_fields(VERSION, tdef.code, mid, re_, frm, to, item, slots, tail)
-        if text is not None:
-            return _digest_text(text)
+    text = _clean_canonical(line, prof)
+    if text is not None:
+        return _digest_text(text)
     message, _, errors, _, _ = parse_message(line, prof)
     if message is None:
         raise FormError("; ".join(e.message for e in errors))

@@ -196,6 +196,22 @@ def test_encode_message() -> None:
         rw.encode_message(dataclasses.replace(m, v="RW2"))
 
 
+@pytest.mark.parametrize(
+    "line",
+    [
+        "RW1 HO a-1 from=a to=b item=x:1 ask=FIX rb=+exec++all+ keep=p",  # a list with empty parts
+        'RW1 HO a-1 from=a to=b item=x:1 ask=FIX rb=+ keep=p++q // t "q"',  # an empty list; a tail to escape
+        'RW1 HO a-1 from=a to=b item=x:1 ask=FIX pri=3 x_z="y" //',  # a number; a value to escape; an empty tail
+        "RW1 UN b-2 re=a-1 from=b to=a why=UNK",  # no item
+        "RW1 AN b-2 re=a-1 from=b to=a val=tail // here",  # a type whose rules read its slots
+    ],
+)
+def test_digest_of_a_line_written_from_its_words(line: str) -> None:
+    """A clean line's digest is written from the line's words, not its parsed slots: the same as the reference's
+    and as the parsed message's, for lists with empty parts, values to escape, numbers, an envelope slot left out."""
+    assert rw.digest(line) == ref.digest(line) == rw.message_digest(msg(line, None))
+
+
 def test_message_digest() -> None:
     assert rw.message_digest(msg(HO)) == rw.digest(HO) == "a7a82de76607"
     built = rw.Message(v="RW1", type="HO", id="a-1", from_="a", to="b", item="x:1", slots={"ask": "FIX", "keep": ["p"]})

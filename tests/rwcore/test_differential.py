@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import rwcore as rw
-from rwcore._codec import _clean, _clean_message, _encode_clean, _encode_line, _full_pass, parse_raw
+from rwcore._codec import _clean, _clean_canonical, _clean_message, _encode_clean, _encode_line, _full_pass, parse_raw
 from rwcore._profiles import reference_profile
 
 PROFILES: list[str | None] = [None, "pay", "clin", "deploy", "pform"]
@@ -733,13 +733,18 @@ def near_clean_lines(draw: st.DrawFn) -> tuple[str | None, str]:
 @given(st.one_of(near_clean_lines(), lines(), lines(valid_bias=False)))
 def test_the_clean_path_says_what_the_full_pass_says(case: tuple[str | None, str]) -> None:
     """The clean path may decline any line (the full pass then takes it); a line it takes must be one the full pass
-    finds nothing in, with the same twin, slots in the same order."""
+    finds nothing in, with the same twin, slots in the same order. The canonical form written from a clean line's
+    words is the one of its twin."""
     arg, line = case
     prof = reference_profile(arg)
     line = _cut(line)
     clean = _clean(line, prof)
     raw, errors, warnings, used = _full_pass(line, prof)
     event("clean path: taken" if clean is not None else "clean path: declined")
+    text = _clean_canonical(line, prof)
+    if text is not None:
+        assert clean is not None
+        assert text == rw.canonical(raw)
     if clean is None:
         return
     assert (errors, warnings, used) == ([], [], prof)
