@@ -172,10 +172,13 @@ def rb_problems(
             _pb(problems, "integrity-digest", "integrity", msg, "h", want, rs["h"])
     # tier 3, echo
     levels, keys = _rb_levels(hs.get("rb"))
-    ho_flat: dict[str, Any] = {"item": ho.item, **hs}
-    rb_flat: dict[str, Any] = {"item": rb.item, **rs}
-    if "all" in levels:
+    if "all" in levels:  # every slot, in the HO's order
+        ho_flat: dict[str, Any] = {"item": ho.item, **hs}
+        rb_flat: dict[str, Any] = {"item": rb.item, **rs}
         keys = tuple(k for k in ho_flat if k not in _NOT_ALL)
+    else:  # the slots named, in their own order (a copy of a dict is cheaper than a merge into a new one)
+        ho_flat, rb_flat = dict.copy(hs), dict.copy(rs)  # type: ignore[arg-type]  # a message's slots: a dict
+        ho_flat["item"], rb_flat["item"] = ho.item, rb.item
     for k in keys:
         if k not in ho_flat:
             continue
