@@ -332,14 +332,15 @@ def _clean_slots(line: str, prof: Profile, frozen: bool) -> _CleanSlots | None:
     if got is None:
         return None
     tdef, mid, body, tail = got
-    n = body.count(" ")
     make = Slots if frozen else dict  # a Message's read-only slots are built as such, not copied
-    words = body.replace("=", " ").split(" ")  # at every space and "=" at once
-    if len(words) == 2 * n + 1:  # one "=" a token (the usual case; every token has one): keys and values in turn
+    words = _words(body)
+    if words is not None:  # the usual case
+        n = len(words) // 2  # tokens
         it = iter(words)
         next(it)
         slots: dict[str, Any] = make(zip(it, it, strict=True))
     else:
+        n = body.count(" ")
         slots = make(map(_split, body[1:].split(" "), _EQ, _ONE))
     if len(slots) != n:
         return None  # a duplicate key
@@ -363,12 +364,12 @@ def _clean_rest(
         pop(slots, "item", None),
     )
     errors: list[Problem] = []
-    if tdef.code in _TYPES_WITH_RULES or (tail is not None and len(tail) > prof.tail_max):
+    if tdef.code in _TYPES_WITH_RULES:
         warnings: list[Problem] = []
         _line_rules(slots, frm, to, errors, warnings, prof, tdef.code, mid, tail)
         if errors or warnings:
             return None
-    elif frm and (frm == to or not _id_fits(mid, frm)):  # the rest of the rules, for any other type
+    elif not _plain_rules_pass(mid, frm, to, tail, prof):
         return None
     info = tdef.slot_info
     put = _dict_set
@@ -427,6 +428,21 @@ def _id_fits(mid: str, frm: str) -> bool:
     """The id rule: an id is ``<from>-<n>``."""
     n = len(frm)
     return mid.startswith(frm) and mid[n : n + 1] == "-" and mid[n + 1 :].isdecimal()
+
+
+def _plain_rules_pass(mid: str, frm: str | None, to: str | None, tail: str | None, prof: Profile) -> bool:
+    """The rules over the whole line of a type outside ``_TYPES_WITH_RULES``, for a clean line (no finding, no
+    warning): the tail's length, from and to apart, the id rule. (:func:`_line_rules` words each finding.)"""
+    if tail is not None and len(tail) > prof.tail_max:
+        return False
+    return not frm or (frm != to and _id_fits(mid, frm))
+
+
+def _words(body: str) -> list[str] | None:
+    """A clean line's slots text split at every space and "=" at once: "", then each key and its value in turn;
+    None when a value holds an "=" (every token has one)."""
+    words = body.replace("=", " ").split(" ")
+    return words if len(words) == 2 * body.count(" ") + 1 else None
 
 
 def _line_rules(
@@ -648,13 +664,13 @@ def _encode_clean(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profil
     if m is None or line.strip() != line or m.group(2).count(" ") != len(toks):
         return None
     _, frm, to, _ = envelope
-    if typ in _TYPES_WITH_RULES or (tail is not None and len(tail) > prof.tail_max):
+    if typ in _TYPES_WITH_RULES:
         errors: list[Problem] = []
         warnings: list[Problem] = []
         _line_rules(dict(zip(keys, vals, strict=True)), frm, to, errors, warnings, prof, typ, mid, tail)
         if errors or warnings:
             return None
-    elif frm and (frm == to or not _id_fits(mid, frm)):
+    elif not _plain_rules_pass(mid, frm, to, tail, prof):
         return None
     if checks:
         errors = []
@@ -930,10 +946,9 @@ def _clean_canonical(line: str, prof: Profile) -> str | None:
     if got is None:
         return None
     tdef, mid, body, tail = got
-    n = body.count(" ")
-    words = body.replace("=", " ").split(" ")
-    if len(words) != 2 * n + 1:
-        return None  # a value with "=" in it
+    words = _words(body)
+    if words is None:
+        return None
     keys = tuple(words[1::2])
     plan = _LINE_PLANS.get((tdef, keys))
     if plan is None:
@@ -946,7 +961,7 @@ def _clean_canonical(line: str, prof: Profile) -> str | None:
     gather_slots, envelope_at, decoded, canon = plan
     vals = words[2::2]
     re_, frm, to, item = [vals[i] if i >= 0 else None for i in envelope_at]
-    if (tail is not None and len(tail) > prof.tail_max) or (frm and (frm == to or not _id_fits(mid, frm))):
+    if not _plain_rules_pass(mid, frm, to, tail, prof):
         return None
     slot_vals = list(gather_slots(vals))
     for j, kind, check in decoded:

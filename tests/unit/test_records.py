@@ -10,20 +10,11 @@ import pytest
 from gatekeeper.policy import Record
 from gatekeeper.records import RecordsError, load_records_file, parse_records
 from rwcore import get_profile
+from tests.seed import RECORD_VALUES
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "records.example.json"
-PAY = {
-    "ask": "PAY",
-    "to": "payer",
-    "sup": "marlow",
-    "amt": "5400.00",
-    "cur": "GBP",
-    "kind": "GROSS",
-    "acct": "40-12-88/61102938",
-    "paid": "20261002",
-    "ref": "MD-2026-057",
-    "apref": "FD-0929",
-}
+#: the seed's record for the PAY handoff, without the item (the records file keys it)
+PAY = {k: v for k, v in RECORD_VALUES.items() if k != "item"}
 
 
 def _errors(text: str, **kw: object) -> tuple[str, ...]:
