@@ -152,18 +152,11 @@ def rb_problems(
             f"from={ho.to} to={ho.from_}",
             f"from={rb.from_} to={rb.to}",
         )
-    # expiry: a handoff or a prepared statement past its exp= cannot be confirmed
-    clock = now or now_utc()
+    # expiry
     h_exp, r_exp = hs.get("exp"), rs.get("exp")
-    if expired(h_exp, clock):
-        msg = f"expired: the HO expired at {h_exp} (now {clock}); send a new HO from the record"
-        _pb(problems, "expired-ho", "expiry", msg, "exp", clock, h_exp)
-    if expired(r_exp, clock):
-        msg = f"expired: the statement expired at {r_exp} (now {clock}); prepare again"
-        _pb(problems, "expired-rb", "expiry", msg, "exp", clock, r_exp)
-    if h_exp and r_exp and str(r_exp) > str(h_exp):
-        msg = f"expired: the statement's exp={r_exp} outlives the HO's exp={h_exp}"
-        _pb(problems, "rb-outlives-ho", "expiry", msg, "exp", h_exp, r_exp)
+    clock = now or now_utc()
+    if h_exp is not None or r_exp is not None:
+        _expiry(problems, h_exp, r_exp, clock)
     # tier 2, integrity
     if "h" in rs:
         want = message_digest(ho)
@@ -246,13 +239,30 @@ def rb_problems(
     return problems, notes
 
 
+def _expiry(problems: list[Problem], h_exp: Any, r_exp: Any, clock: str) -> None:
+    """Expiry: a handoff or a prepared statement past its ``exp=`` cannot be confirmed, and a statement may not
+    outlive its handoff."""
+    if type(clock) is type(h_exp) is type(r_exp) is str and clock < r_exp <= h_exp:
+        return  # the usual case, told at once: both ahead of the clock, the statement's within the HO's
+    if expired(h_exp, clock):
+        msg = f"expired: the HO expired at {h_exp} (now {clock}); send a new HO from the record"
+        _pb(problems, "expired-ho", "expiry", msg, "exp", clock, h_exp)
+    if expired(r_exp, clock):
+        msg = f"expired: the statement expired at {r_exp} (now {clock}); prepare again"
+        _pb(problems, "expired-rb", "expiry", msg, "exp", clock, r_exp)
+    if h_exp and r_exp and str(r_exp) > str(h_exp):
+        msg = f"expired: the statement's exp={r_exp} outlives the HO's exp={h_exp}"
+        _pb(problems, "rb-outlives-ho", "expiry", msg, "exp", h_exp, r_exp)
+
+
 _RB_LEVELS: dict[tuple[str, ...], tuple[frozenset[str], tuple[str, ...]]] = {}
+_STR_ONLY: Final = frozenset((str,))
 
 
 def _rb_levels(rb: Any) -> tuple[frozenset[str], tuple[str, ...]]:
     """An HO's ``rb=`` read: (its levels, the slots the echo compares unless the level is ``all``: item, ask, due
     and any slot it names). Kept per value, for a parsed value (a tuple of strings): a conversation repeats a few."""
-    cacheable = type(rb) is tuple and all(type(x) is str for x in rb)
+    cacheable = type(rb) is tuple and _STR_ONLY.issuperset(map(type, rb))
     hit = _RB_LEVELS.get(rb) if cacheable else None
     if hit is None:
         rbset = [str(x).lower() for x in _seq(rb)]

@@ -817,11 +817,11 @@ def _encode_plan(prof: Profile, typ: str, slots: Mapping[str, Any]) -> _EncodePl
     return hit
 
 
-# The canonical form of a twin is written from a plan per shape (its slot keys in order, and the type of each
-# value): the text between values (the keys sorted, written out, a string's quotes, null where a value is None) is
-# laid down once; a message's values are gathered in one step and set between it.
+# The canonical form of a twin is written from a plan per shape: the text between values (the keys sorted, written
+# out, a string's quotes, null where a value is always None) is laid down once; a message's values are gathered in
+# one step and set between it.
 _CanonPlan = tuple[list[str | None], Any, tuple[int, ...], Any]
-_CANON_PLANS: dict[tuple[tuple[str, ...], tuple[type, ...]], _CanonPlan | tuple[()]] = {}  # (): not plain
+_CANON_PLANS: dict[tuple[object, ...], _CanonPlan | tuple[()]] = {}  # a Message's plans by shape; (): not plain
 _ENVELOPE_SORTED: Final = ("from", "id", "item", "re", "tail", "to", "type", "v")  # as _canon_fields gathers them
 _NONE: Final = type(None)
 _WRITTEN_LATER: Final = frozenset((int, bool, tuple, list))
@@ -876,12 +876,20 @@ def _canon_fields(
     v: Any, typ: Any, mid: Any, re_: Any, frm: Any, to: Any, item: Any, slots: Mapping[str, Any], tail: Any
 ) -> str | None:
     """The canonical JSON of a twin written through its shape's plan (see :func:`_canon_plan`), or None when the
-    plan does not write it (the JSON encoder then does)."""
+    plan does not write it (the JSON encoder then does).
+
+    A shape is the slot keys in order and whether ``re`` and the tail are None (null in the plan's text). The plan
+    takes the places of the strings from the first twin of its shape and writes every other value (a slot's None
+    too) as JSON: a later twin with a string where that one had another value is still written right, and one with
+    another value where that one had a string is not written here (:func:`_canon_write` declines it)."""
     vals = (*slots.values(), frm, mid, item, re_, tail, to, typ, v)
-    shape = (tuple(slots), tuple(map(type, vals)))
+    shape = (*slots, re_ is None, tail is None)
     plan = _CANON_PLANS.get(shape)
     if plan is None:
-        plan = _canon_plan(*shape) or ()
+        places: list[type] = [str if type(x) is str else list for x in vals]  # list: written as JSON
+        n = len(slots)
+        places[n + 3 : n + 5] = (_NONE if re_ is None else places[n + 3], _NONE if tail is None else places[n + 4])
+        plan = _canon_plan(tuple(slots), tuple(places)) or ()
         if len(_CANON_PLANS) >= _SHAPES_MAX:
             _CANON_PLANS.clear()
         _CANON_PLANS[shape] = plan
@@ -894,7 +902,10 @@ def _canon_write(plan: _CanonPlan, vals: tuple[Any, ...]) -> str | None:
     """The canonical JSON of the values (laid out as :func:`_canon_plan` says) through their plan, or None when a
     string needs escaping or a value is not one the plan writes."""
     parts, gather, later, gather_strs = plan
-    strs = "".join(gather_strs(vals))
+    try:
+        strs = "".join(gather_strs(vals))
+    except TypeError:  # a value that is not a string where the plan has one
+        return None
     if len(_jstr(strs)) != len(strs) + 2:  # a string to escape: " \\ or a control character
         return None
     args = gather(vals)

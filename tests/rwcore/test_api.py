@@ -247,6 +247,22 @@ def test_the_canonical_form_equals_the_json_encoders(shapes: list[dict[str, Any]
         assert canonical_message(m) == want
 
 
+def test_a_shape_seen_again_with_other_kinds_of_value() -> None:
+    """A shape's plan takes its strings' places from the first message of that shape: a later one with None, a
+    list, a number or a boolean at a string's place, or a string where the first had something else, is written
+    right all the same (through the JSON encoder or the plan's JSON places)."""
+    from rwcore._codec import canonical_message
+
+    turns = [("s", None), ("s", ("a", "b")), ("s", 7), ("s", True), (None, "s"), (("a",), 's"q'), (3, "s")]
+    for n, values in enumerate(turns):
+        for value in values:  # the first sets the plan, the second meets it
+            for frm, tail in (("a", None), (None, "t"), ("a", "t")):
+                slots = {"ask": "FIX", f"x_turn{n}": value}
+                m = rw.Message("RW1", "HO", "a-1", frm, "b", None, "x:1", slots, tail)  # type: ignore[arg-type]
+                want = json.dumps(m.to_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                assert canonical_message(m) == want, (value, frm, tail)
+
+
 def test_what_is_kept_per_shape_stays_bounded_and_right() -> None:
     """The key orders, value kinds and rb= readings rwcore keeps per message shape are bounded caches: past their
     bound they start again, and every answer equals the one worked out afresh (the reference's)."""
@@ -297,6 +313,20 @@ def test_rb_check_fields() -> None:
         ("exec-mismatch", "execution", "amt", "5400.00", "5100.00"),
     ]
     assert result.compat() == ref.check_rb_full(HO, RB.replace("amt=5400.00", "amt=5100.00"), "pay", now=NOW)
+
+
+_TIMES = (None, "", "20261012T0959Z", "20261012T1000Z", "20261012T1001Z")
+NOW_EDGE = "20261012T1000Z"
+
+
+@pytest.mark.parametrize("h_exp", _TIMES)
+@pytest.mark.parametrize("r_exp", _TIMES)
+def test_expiry_at_every_edge_agrees_with_the_reference(h_exp: str | None, r_exp: str | None) -> None:
+    """The clock against each exp= and the statement's against the HO's, on each side of equal (the usual case, both
+    ahead and in order, is told apart at once): the problems are the reference's."""
+    ho = HO + (f" exp={h_exp}" if h_exp is not None else "")
+    rb = RB.replace("h=a7a82de76607 ", "") + (f" exp={r_exp}" if r_exp is not None else "")
+    assert rw.check_rb_full(ho, rb, "pay", now=NOW_EDGE) == ref.check_rb_full(ho, rb, "pay", now=NOW_EDGE)
 
 
 def test_rb_check_reads_the_clock_only_without_now(monkeypatch: pytest.MonkeyPatch) -> None:
