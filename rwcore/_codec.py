@@ -824,14 +824,14 @@ _CanonPlan = tuple[list[str | None], Any, tuple[int, ...], Any]
 _CANON_PLANS: dict[tuple[object, ...], _CanonPlan | tuple[()]] = {}  # a Message's plans by shape; (): not plain
 _ENVELOPE_SORTED: Final = ("from", "id", "item", "re", "tail", "to", "type", "v")  # as _canon_fields gathers them
 _NONE: Final = type(None)
-_WRITTEN_LATER: Final = frozenset((int, bool, tuple, list))
 
 
-def _canon_plan(keys: tuple[str, ...], types: tuple[type, ...]) -> _CanonPlan | None:
-    """The canonical form's plan for slots with these keys (in their order) and values of these types (the slots'
-    values, then the envelope's in ``_ENVELOPE_SORTED`` order): (the text, with None at every value's place, the
-    gatherer of those values from that tuple, their positions to write as JSON first, the gatherer of the string
-    values); None when a key is not a string or a value is of a type the plan does not write."""
+def _canon_plan(keys: tuple[str, ...], places: tuple[type, ...]) -> _CanonPlan | None:
+    """The canonical form's plan for slots with these keys (in their order), given what each value's place holds
+    (the slots' values, then the envelope's in ``_ENVELOPE_SORTED`` order): ``str``, a string, written between
+    quotes; ``list``, any value, written as JSON (:func:`_jv`); None's type, null, written into the text. The plan
+    is (the text, with None at every other value's place, the gatherer of those values from that tuple, their
+    positions to write as JSON first, the gatherer of the string values); None when a key is not a string."""
     if any(type(k) is not str for k in keys):
         return None
     n = len(keys)
@@ -844,29 +844,24 @@ def _canon_plan(keys: tuple[str, ...], types: tuple[type, ...]) -> _CanonPlan | 
     def fields(names: Iterable[tuple[str, int]]) -> None:
         for j, (name, i) in enumerate(names):
             texts[-1] += ("," if j else "") + _jstr(name) + ":"
-            t = types[i]
-            if t is _NONE:
+            place = places[i]
+            if place is _NONE:
                 texts[-1] += "null"
                 continue
-            if t is str:
+            if place is str:
                 strs.append(i)
                 texts[-1] += '"'
-            elif t in _WRITTEN_LATER:
-                later.append(len(args))
             else:
-                raise _NotPlain
+                later.append(len(args))
             args.append(i)
-            texts.append('"' if t is str else "")
+            texts.append('"' if place is str else "")
 
-    try:
-        fields((k, at_env[k]) for k in _ENVELOPE_SORTED[:4])
-        texts[-1] += ',"slots":{'
-        fields(sorted(zip(keys, range(n), strict=True)))
-        texts[-1] += "},"
-        fields((k, at_env[k]) for k in _ENVELOPE_SORTED[4:])
-        texts[-1] += "}"
-    except _NotPlain:
-        return None
+    fields((k, at_env[k]) for k in _ENVELOPE_SORTED[:4])
+    texts[-1] += ',"slots":{'
+    fields(sorted(zip(keys, range(n), strict=True)))
+    texts[-1] += "},"
+    fields((k, at_env[k]) for k in _ENVELOPE_SORTED[4:])
+    texts[-1] += "}"
     parts: list[str | None] = [None] * (2 * len(texts) - 1)
     parts[::2] = texts
     return parts, _getter(args), tuple(later), _getter(strs)
@@ -942,11 +937,10 @@ def _line_plan(tdef: TypeDef, keys: tuple[str, ...]) -> _LinePlan | None:
     info = tdef.slot_info
     decoded = tuple((j, info[k][0], info[k][1]) for j, k in enumerate(slot_keys) if k in tdef.decode_keys)
     decoded_at = {j for j, _, _ in decoded}
-    # the types the canonical plan writes: a string as written, a decoded value and the tail as JSON (type list)
-    types = tuple(list if j in decoded_at else str for j in range(len(slot_keys)))
-    envelope_types = tuple(str if i >= 0 else _NONE for i in envelope_at)  # re from to item
-    re_t, from_t, to_t, item_t = envelope_types
-    canon = _canon_plan(slot_keys, (*types, from_t, str, item_t, re_t, list, to_t, str, str))
+    # what the canonical plan's places hold: a string as written; a decoded value and the tail, written as JSON
+    places = tuple(list if j in decoded_at else str for j in range(len(slot_keys)))
+    re_p, from_p, to_p, item_p = (str if i >= 0 else _NONE for i in envelope_at)
+    canon = _canon_plan(slot_keys, (*places, from_p, str, item_p, re_p, list, to_p, str, str))
     return (_getter(slot_at), envelope_at, decoded, canon) if canon is not None else None
 
 

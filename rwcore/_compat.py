@@ -202,12 +202,9 @@ def _texts(found: tuple[list[Problem], list[Problem]]) -> tuple[list[str], list[
 def _rb_lines(
     ho_line: str, rb_line: str, profile: str | None, expect_acc: list[str] | None, now: str | None
 ) -> tuple[list[Problem], list[Problem]]:
-    prof = reference_profile(profile)
-    ho, rb = _clean_message(ho_line, prof), _clean_message(rb_line, prof)  # the usual lines, with no finding
-    if ho is None or rb is None:
-        prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
-        if problems or ho is None or rb is None:
-            return problems, []
+    prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
+    if problems or ho is None or rb is None:
+        return problems, []
     return rb_problems(ho, rb, prof, expect_acc, now)
 
 
