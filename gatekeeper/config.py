@@ -85,6 +85,20 @@ class RedisSettings(_Strict):
         return v
 
 
+class BreakerSettings(_Strict):
+    """A route's dead-letter flood breaker (``gatekeeper.consumers.breaker``): an upstream agent gone mad pages
+    someone instead of filling the dead-letter topic."""
+
+    enabled: bool = True
+    ratio: float = Field(0.5, gt=0, le=1, description="trips when this share of the window's lines is dead-lettered")
+    window_seconds: float = Field(60.0, gt=0, description="the sliding window the share is measured over")
+    min_lines: int = Field(100, ge=1, description="lines the window must hold before the share counts")
+    action: Literal["alert", "pause"] = Field(
+        "alert", description="alert: an alert and a metric; pause: also stop consuming the route for pause_seconds"
+    )
+    pause_seconds: float = Field(60.0, gt=0, description="how long a tripped breaker pauses the route (action pause)")
+
+
 class Route(_Strict):
     """One input topic and where its lines go."""
 
@@ -106,6 +120,14 @@ class Route(_Strict):
         description="cancel (CX why=TIMEOUT) a handoff with no passing readback this long after it was forwarded; "
         "off by default (the protocol also lets the sender re-send instead)",
     )
+    dead_letter_breaker: BreakerSettings = BreakerSettings()
+
+    @field_validator("conversation_header")
+    @classmethod
+    def _not_ours(cls, v: str | None) -> str | None:
+        if v is not None and v.lower().startswith("gk."):
+            raise ValueError("gk.* headers are the gatekeeper's own: name a header the producers set")
+        return v
 
     @property
     def name(self) -> str:
@@ -115,6 +137,15 @@ class Route(_Strict):
 class HttpSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(9108, ge=0, le=65535)
+
+
+class HoldSettings(_Strict):
+    """Bounds on the replies held for a handoff not known yet (``gatekeeper.consumers.holds``). Past a bound the
+    oldest holds are decided at once, as if their hold window had ended (fail closed); intake never pauses."""
+
+    max_per_conversation: int = Field(100, ge=1, description="held and queued lines of one conversation")
+    max_per_partition: int = Field(1_000, ge=1, description="held and queued lines of one input partition")
+    max_total: int = Field(10_000, ge=1, description="held and queued lines of this instance")
 
 
 class SweeperSettings(_Strict):
@@ -143,6 +174,7 @@ class Settings(BaseSettings):
     profile_dirs: list[Path] = Field(default_factory=list, description="extra folders of profile JSON files")
     grace_seconds: float = Field(10.0, ge=0, description="on SIGTERM: how long in-flight work may drain")
     sweeper: SweeperSettings = SweeperSettings()
+    holds: HoldSettings = HoldSettings()
     log_format: Literal["auto", "json", "text"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 

@@ -41,6 +41,17 @@ metric                                         type       labels / meaning
                                                           wrong-agent``, ``thread-cancel-no-handoff``,
                                                           ``thread-orphaned``, ``cleared-not-done``)
 ``gatekeeper_sweep_seconds``                   histogram  one sweep of the partitions this instance holds
+``gatekeeper_internal_errors_total``           counter    route, stage (decide, sweep): a line or a handoff whose
+                                                          handling raised (a bug; the line is dead-lettered
+                                                          ``internal-error``, the handoff left for the next sweep)
+``gatekeeper_holds_forced_total``              counter    route, bound (conversation, partition, instance): held
+                                                          lines decided before their window ended because a bound
+                                                          on held lines was reached (refused or alerted, fail closed)
+``gatekeeper_hold_pressure``                   gauge      route: 1 while the route's held lines are at a bound
+``gatekeeper_dead_letter_ratio``               gauge      route: the share of the route's lines dead-lettered over
+                                                          the breaker's window
+``gatekeeper_dead_letter_breaker_open``        gauge      route: 1 while the dead-letter breaker has tripped
+``gatekeeper_dead_letter_breaker_trips_total`` counter    route: times the breaker tripped
 =============================================  =========  ==========================================================
 """
 
@@ -138,6 +149,31 @@ class Metrics:
         )
         self.sweep_seconds = Histogram(
             "gatekeeper_sweep_seconds", "One sweep of the partitions held.", buckets=LATENCY_BUCKETS, registry=r
+        )
+
+        self.internal_errors = Counter(
+            "gatekeeper_internal_errors", "Lines or handoffs whose handling raised.", ["route", "stage"], registry=r
+        )
+        self.holds_forced = Counter(
+            "gatekeeper_holds_forced",
+            "Held lines decided early because a bound on held lines was reached.",
+            ["route", "bound"],
+            registry=r,
+        )
+        self.hold_pressure = Gauge(
+            "gatekeeper_hold_pressure", "1 while the route's held lines are at a bound.", ["route"], registry=r
+        )
+        self.dead_letter_ratio = Gauge(
+            "gatekeeper_dead_letter_ratio",
+            "Share of the route's lines dead-lettered over the breaker's window.",
+            ["route"],
+            registry=r,
+        )
+        self.breaker_open = Gauge(
+            "gatekeeper_dead_letter_breaker_open", "1 while the dead-letter breaker has tripped.", ["route"], registry=r
+        )
+        self.breaker_trips = Counter(
+            "gatekeeper_dead_letter_breaker_trips", "Times the dead-letter breaker tripped.", ["route"], registry=r
         )
 
     def forget_partition(self, topic: str, partition: int) -> None:

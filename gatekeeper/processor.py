@@ -10,6 +10,14 @@ Order of writes, and why:
    after this point reprocesses the lines to the same stored verdicts instead of deciding them again later;
 3. the caller produces the outcomes, then commits the offsets.
 
+**No line is fatal.** A line whose deciding raises (anything but ``StoreError``: deciding is pure, so any other
+exception is a bug) never reaches the caller: the batch is decided again from a fresh load, line by line, each
+line's effects applied and its index entries computed under a guard; the line that raises gets the
+``internal-error`` decision (``policy.decide.internal_error``: dead-lettered and alerted, its stack trace logged
+once), its conversation's state and the batch's bindings are rolled back to before it, and the next line goes on.
+Were the next instance to get the partition meet the same line, it would decide it the same way: no line can stop a
+partition.
+
 The lifecycle's indexes (``policy.lifecycle``: each open handoff's next deadline, when it was forwarded) are written
 in the same round trip as the states, for the conversations of lines that carry their input ``partition``: the
 entries of the handoffs the batch's decisions touched (``lifecycle.touched``; one that closed leaves the open and
@@ -20,9 +28,11 @@ repairs what that write may have left out.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gatekeeper.masking import mask_line
 from gatekeeper.policy import (
     BindingChange,
     ConversationState,
@@ -35,10 +45,12 @@ from gatekeeper.policy import (
     apply,
     decide,
 )
-from gatekeeper.policy.decide import Prepared, prepare
+from gatekeeper.policy.decide import Prepared, error_text, internal_error, prepare
 from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of, touched
 from gatekeeper.store import Store, StoreError
 from rwcore import Problem
+
+log = logging.getLogger(__name__)
 
 MAX_CLAIM_ROUNDS = 5
 
@@ -86,19 +98,37 @@ class Processor:
     async def process(self, lines: Sequence[Line], now: float) -> list[Decision]:
         """Decide ``lines`` in order, as if one by one, and persist what changed. Returns one decision per line.
         Once a line of a conversation is held (``HOLD``), its later lines in ``lines`` are held too, undecided
-        (problem code ``queued-behind-held``): none overtakes it.
+        (problem code ``queued-behind-held``): none overtakes it. A line whose deciding raises is dead-lettered
+        ``internal-error`` (see the module docstring); nothing but ``StoreError`` leaves this method.
         Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later."""
         conversations = {ln.conversation for ln in lines if ln.conversation is not None}
-        prepared = [prepare(ln.value, self.route) for ln in lines]
-        keys = {k for p in prepared if (k := _record_key(p)) is not None}
+        prepared = [self._prepare(ln) for ln in lines]
+        keys = {k for p in prepared if isinstance(p, Prepared) and (k := _record_key(p)) is not None}
         partitions = {
             ln.conversation: ln.partition for ln in lines if ln.conversation is not None and ln.partition is not None
         }
         claimed: list[BindingChange] = []
-        for _ in range(MAX_CLAIM_ROUNDS):
+        guarded = any(not isinstance(p, Prepared) for p in prepared)
+        rounds = 0
+        while rounds < MAX_CLAIM_ROUNDS:
+            rounds += 1
             loaded = await self.store.load(self.route.name, conversations, keys)
             overlay = Overlay(records=loaded.records, loaded_bindings=loaded.bindings)
-            decisions, changed = self._decide_all(lines, prepared, loaded.states, overlay, now)
+            try:
+                decisions, changed, hit = self._decide_all(lines, prepared, loaded.states, overlay, now, guarded)
+                deadlines = self._deadlines(loaded.states, partitions, changed, hit, guarded)
+            except StoreError:
+                raise
+            except Exception as exc:
+                if guarded:  # the guards catch every line's error: this is a bug in the guard itself
+                    raise
+                log.warning(
+                    "a line of the batch raised: deciding the batch again line by line",
+                    extra={"route": self.route.name, "lines": len(lines), "error": error_text(exc)},
+                )
+                guarded = True
+                rounds -= 1  # not a claim round: the first one did not get as far as claiming
+                continue
             changes = overlay.changes()
             conflicts = await self.store.claim(changes) if changes else []
             claimed.extend(c for c in changes if c not in conflicts)
@@ -106,7 +136,6 @@ class Processor:
             if not any(c.after is not None for c in conflicts):
                 await self._release_unused(claimed, overlay)
                 states = {c: loaded.states[c] for c in changed}
-                deadlines = self._deadlines(lines, decisions, loaded.states, partitions, changed)
                 if deadlines:
                     await self.store.save(self.route.name, states, deadlines)
                 else:
@@ -114,40 +143,55 @@ class Processor:
                 return decisions
         raise StoreError(f"exec bindings kept changing under this batch after {MAX_CLAIM_ROUNDS} rounds")
 
+    def _prepare(self, ln: Line) -> Prepared | Exception:
+        try:
+            return prepare(ln.value, self.route)
+        except Exception as exc:  # the gate or the parser raised: a bug, decided as an internal error
+            return exc
+
     def _deadlines(
         self,
-        lines: Sequence[Line],
-        decisions: Sequence[Decision],
         states: dict[str, ConversationState],
         partitions: dict[str, int],
         changed: set[str],
+        hit: dict[str, set[str]],
+        guarded: bool,
     ) -> list[IndexEntry]:
         """The lifecycle index entries to write: in a conversation the batch changed, those of the handoffs its
-        decisions touched; in one it did not change (its lines only repeated, as after a failed write), every open
-        handoff's again, to repair what that write may have left out."""
+        decisions touched (``hit``); in one it did not change (its lines only repeated, as after a failed write),
+        every open handoff's again, to repair what that write may have left out. ``guarded``: a conversation whose
+        entries cannot be computed (each line's were, so this is not expected) is logged and left out."""
         rt = self.route.readback_timeout_seconds
-        hit: dict[str, set[str]] = {}
-        for ln, d in zip(lines, decisions, strict=True):
-            if d.effects and ln.conversation in partitions:
-                hit.setdefault(ln.conversation, set()).update(touched(states[ln.conversation], d.effects))
         out: list[IndexEntry] = []
         for c, p in partitions.items():
-            if c in changed:
-                out.extend(index_of(states[c], c, p, hit.get(c, ()), rt))
-            else:
-                out.extend(index_entries(states[c], c, p, rt).values())
+            try:
+                if c in changed:
+                    out.extend(index_of(states[c], c, p, hit.get(c, ()), rt))
+                else:
+                    out.extend(index_entries(states[c], c, p, rt).values())
+            except Exception:
+                if not guarded:
+                    raise
+                log.exception(
+                    "the lifecycle index of a conversation could not be computed: left as it was",
+                    extra={"route": self.route.name, "conversation": c},
+                )
         return out
 
     def _decide_all(
         self,
         lines: Sequence[Line],
-        prepared: Sequence[Prepared],
+        prepared: Sequence[Prepared | Exception],
         states: dict[str, ConversationState],
         overlay: Overlay,
         now: float,
-    ) -> tuple[list[Decision], set[str]]:
+        guarded: bool,
+    ) -> tuple[list[Decision], set[str], dict[str, set[str]]]:
+        """Decide and apply each line in order. Returns the decisions, the conversations they changed, and per
+        conversation with an input partition the handoffs their decisions touched (for the lifecycle index)."""
         decisions = []
         changed: set[str] = set()
+        hit: dict[str, set[str]] = {}
         held: set[str] = set()  # conversations with a held line in this batch: their later lines queue behind it
         for ln, prep in zip(lines, prepared, strict=True):
             if ln.conversation is not None and ln.conversation in held:
@@ -156,24 +200,84 @@ class Processor:
             state = states.get(ln.conversation) if ln.conversation is not None else None
             if state is None:
                 state = ConversationState()  # no conversation: decided without state, nothing to save
-            d = decide(
-                ln.value,
-                ln.conversation,
-                state,
-                overlay,
-                self.route,
-                now,
-                first_seen=ln.first_seen,
-                replay=ln.replay,
-                prepared=prep,
-            )
+            if guarded:
+                d = self._decide_guarded(ln, prep, state, states, overlay, now)
+                state = states.get(ln.conversation, state) if ln.conversation is not None else state
+            else:
+                assert isinstance(prep, Prepared)
+                d = self._decide_one(ln, prep, state, overlay, now)
+                if d.effects and ln.conversation is not None:
+                    apply(state, d, overlay)
             if d.effects and ln.conversation is not None:
-                apply(state, d, overlay)
                 changed.add(ln.conversation)
+                if ln.partition is not None:
+                    hit.setdefault(ln.conversation, set()).update(touched(state, d.effects))
             if d.verdict is Verdict.HOLD and ln.conversation is not None:
                 held.add(ln.conversation)
             decisions.append(d)
-        return decisions, changed
+        return decisions, changed, hit
+
+    def _decide_one(self, ln: Line, prep: Prepared, state: ConversationState, overlay: Overlay, now: float) -> Decision:
+        return decide(
+            ln.value,
+            ln.conversation,
+            state,
+            overlay,
+            self.route,
+            now,
+            first_seen=ln.first_seen,
+            replay=ln.replay,
+            prepared=prep,
+        )
+
+    def _decide_guarded(
+        self,
+        ln: Line,
+        prep: Prepared | Exception,
+        state: ConversationState,
+        states: dict[str, ConversationState],
+        overlay: Overlay,
+        now: float,
+    ) -> Decision:
+        """One line, with every step that could raise under a guard: deciding, applying, computing its index
+        entries. On an error the conversation's state and the bindings go back to before the line, and the line
+        gets the internal-error decision (applied: its tombstone). The conversation's state in ``states`` may be
+        replaced by the rolled-back copy."""
+        conv = ln.conversation
+        before = None
+        checkpoint = overlay.checkpoint()
+        try:
+            if isinstance(prep, Exception):
+                raise prep
+            d = self._decide_one(ln, prep, state, overlay, now)
+            if d.effects and conv is not None:
+                before = ConversationState.from_dict(state.to_dict())
+                apply(state, d, overlay)
+                if ln.partition is not None:
+                    index_of(state, conv, ln.partition, touched(state, d.effects), self.route.readback_timeout_seconds)
+            return d
+        except Exception as exc:
+            if before is not None and conv is not None:
+                state = states[conv] = before
+            overlay.rollback(checkpoint)
+            self._log_internal_error(ln, exc)
+            d = internal_error(ln.value, state, self.route, now, exc, prep if isinstance(prep, Prepared) else None)
+            if d.effects and conv is not None:
+                apply(state, d, overlay)
+            return d
+
+    def _log_internal_error(self, ln: Line, exc: Exception) -> None:
+        log.error(
+            "deciding a line raised: dead-lettered internal-error",
+            exc_info=exc,
+            extra={
+                "route": self.route.name,
+                "conversation": ln.conversation,
+                "partition": ln.partition,
+                "line": mask_line(ln.value[:512], self.route.profile.sensitive),
+                "error": error_text(exc),
+            },
+        )
 
     async def _release_unused(self, claimed: list[BindingChange], final: Overlay) -> None:
         """A claim made in an earlier round that the final round's decisions no longer hold is given back."""

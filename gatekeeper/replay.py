@@ -58,6 +58,7 @@ from gatekeeper.consumers.outcomes import (
     build,
     fit,
     iso,
+    next_attempt,
 )
 from gatekeeper.policy import (
     BindingChange,
@@ -731,6 +732,7 @@ class Replayer:
             key=rec.key,
             timestamp=None if ts < 0 else ts,
             headers=tuple(h.items()),
+            attempt=next_attempt(tuple(h.items())),
         )
 
     async def _producer(self) -> Any:
@@ -780,8 +782,7 @@ def _with_replayed(o: Outcome, it: _Item, now: float) -> Outcome:
     has it already) ``gk.attempt``, one more than the dead letter's."""
     extra = _replayed(it, now)
     if o.kind is OutcomeKind.OUTPUT:
-        attempt = Source(topic="", partition=0, offset=0, value=b"", headers=tuple(it.headers.items())).attempt
-        extra = (*extra, ("gk.attempt", str(attempt).encode()))
+        extra = (*extra, ("gk.attempt", str(next_attempt(tuple(it.headers.items()))).encode()))
     return dataclasses.replace(o, headers=o.headers + extra)
 
 

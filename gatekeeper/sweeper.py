@@ -89,11 +89,14 @@ from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from aiokafka.errors import KafkaError
+
 from gatekeeper import __version__
 from gatekeeper.consumers.outcomes import iso
 from gatekeeper.masking import masker_for
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import ConversationState, Overlay, RoutePolicy, apply
+from gatekeeper.policy.decide import error_text
 from gatekeeper.policy.lifecycle import (
     Action,
     IndexEntry,
@@ -105,7 +108,7 @@ from gatekeeper.policy.lifecycle import (
     overdue,
     record_cancel,
 )
-from gatekeeper.store import CancelIntent, Indexed, LifecycleStore
+from gatekeeper.store import CancelIntent, Indexed, LifecycleStore, StoreError
 from rwcore import Problem
 
 log = logging.getLogger(__name__)
@@ -192,6 +195,11 @@ class SweepReport:
         return self.of("cancelled")
 
 
+#: What a sweep treats as a service failing (the sweep stops, and is tried again): anything else a handoff's handling
+#: raises is a bug in the gatekeeper, and that handoff alone is set aside (``Sweeper.quarantined``).
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (StoreError, KafkaError, TimeoutError, OSError)
+
+
 class _Deferred(Exception):
     """A cancel that must wait: its intent is another sweeper's and not old enough, or too old to publish on."""
 
@@ -227,6 +235,9 @@ class Sweeper:
         self.max_per_sweep = max_per_sweep
         self.retention_seconds = retention_seconds
         self.open_retention_seconds = open_retention_seconds
+        #: Handoffs whose handling raised (a bug): skipped by every later sweep of this process, so one handoff that
+        #: cannot be swept never stops the others (its stack trace is logged once, and it is counted and alerted).
+        self.quarantined: set[tuple[str, str, str]] = set()
 
     async def sweep(self, owned: Iterable[tuple[str, int]], now: float | None = None) -> SweepReport:
         """One sweep of the (route, input partition) pairs this instance holds. Raises ``StoreError`` or the
@@ -269,8 +280,12 @@ class Sweeper:
         loaded = await self.store.load(rt.name, conversations, ())
         intents = await self.store.intents(rt.name, [(e.conversation, e.ho) for e in due]) if due else {}
         changed: set[str] = set()
+        broken: set[str] = set()  # conversations a handoff's handling raised in: not saved by this sweep
         try:
             for e in sorted(due, key=lambda x: (x.score, x.conversation, x.ho)):
+                if (rt.name, e.conversation, e.ho) in self.quarantined or e.conversation in broken:
+                    report.handled.append(Handled(rt.name, e.conversation, e.ho, "skipped: internal error"))
+                    continue
                 state = loaded.states[e.conversation]
                 if not state.lines:
                     log.warning(
@@ -279,13 +294,69 @@ class Sweeper:
                     )
                     report.handled.append(Handled(rt.name, e.conversation, e.ho, "dropped"))
                     continue
-                if await self._handle(rt, e, state, now, intents.get((e.conversation, e.ho)), report):
-                    changed.add(e.conversation)
+                try:
+                    if await self._handle(rt, e, state, now, intents.get((e.conversation, e.ho)), report):
+                        changed.add(e.conversation)
+                except INFRASTRUCTURE_ERRORS:
+                    raise
+                except Exception as exc:
+                    # its state may be half-changed: the conversation is not saved by this sweep; a cancel already
+                    # published for another of its handoffs is found again from its intent by the next sweep
+                    broken.add(e.conversation)
+                    changed.discard(e.conversation)
+                    await self._internal_error(rt, e.conversation, e.ho, exc, report, state)
         finally:
-            await self._save(rt, entries, loaded.states, changed)
+            keep = [e for e in entries if e.conversation not in broken]
+            await self._save(rt, keep, loaded.states, changed - broken, report)
+
+    async def _internal_error(
+        self,
+        rt: SweepRoute,
+        conversation: str,
+        ho: str,
+        exc: Exception,
+        report: SweepReport,
+        state: ConversationState,
+    ) -> None:
+        """A handoff whose handling raised: quarantined, logged with its stack trace once, counted, alerted."""
+        self.quarantined.add((rt.name, conversation, ho))
+        log.error(
+            "sweeping a handoff raised: it is skipped from now on",
+            exc_info=exc,
+            extra={"route": rt.name, "conversation": conversation, "handoff": ho, "error": error_text(exc)},
+        )
+        report.handled.append(Handled(rt.name, conversation, ho, "internal-error"))
+        if self.metrics is not None:
+            self.metrics.internal_errors.labels(route=rt.name, stage="sweep").inc()
+        doc = {
+            "alert": "internal-error",
+            "author": AUTHOR,
+            "action": "skipped",
+            "route": rt.name,
+            "conversation": conversation,
+            "handoff": ho,
+            "error": masker_for(_kept_text(state, ho), (), rt.sensitive).text(error_text(exc)),
+            "at": iso(self.clock()),
+            "dry_run": rt.dry_run,
+            "version": __version__,
+        }
+        headers: Headers = (
+            (AUTHOR_HEADER, AUTHOR.encode()),
+            (ALERT_HEADER, b"internal-error"),
+            (CANCEL_HANDOFF_HEADER, ho.encode()),
+            ("gk.conversation", conversation.encode("utf-8")),
+            ("gk.version", __version__.encode()),
+        )
+        value = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        await self.publisher.publish([OutRecord(rt.alerts, conversation.encode("utf-8"), value, headers)])
 
     async def _save(
-        self, rt: SweepRoute, entries: Sequence[Indexed], states: dict[str, ConversationState], changed: set[str]
+        self,
+        rt: SweepRoute,
+        entries: Sequence[Indexed],
+        states: dict[str, ConversationState],
+        changed: set[str],
+        report: SweepReport,
     ) -> None:
         seen: dict[tuple[str, int], set[str]] = {}
         for e in entries:
@@ -293,7 +364,12 @@ class Sweeper:
         rt_seconds = rt.policy.readback_timeout_seconds
         deadlines: list[IndexEntry] = []
         for (conv, partition), hos in seen.items():
-            found = index_of(states[conv], conv, partition, hos, rt_seconds)
+            try:
+                found = index_of(states[conv], conv, partition, hos, rt_seconds)
+            except Exception as exc:  # a bug: its index entries stay as they were, its handoffs are set aside
+                for ho in sorted(hos):
+                    await self._internal_error(rt, conv, ho, exc, report, states[conv])
+                continue
             known = {x.ho for x in found}
             deadlines.extend(found)
             # a handoff its state does not know (the state expired): out of the open and deadline indexes
@@ -508,6 +584,11 @@ class Sweeper:
         for p in problems:
             if p.code in HANDOFF_PROBLEM_CODES:
                 self.metrics.handoff_problems.labels(route=rt.name, code=p.code).inc()
+
+
+def _kept_text(state: ConversationState, line_id: str) -> str | None:
+    entry = state.lines.get(line_id)
+    return None if entry is None else entry.text
 
 
 def alert_document(

@@ -17,6 +17,15 @@ Rules:
   crash the held lines are consumed again, and the lines after them, already decided, get their stored first
   decisions back (same verdict, no second state change). A restart begins a held line's hold window again.
 
+- **Bounds.** Held lines are bounded per conversation, per input partition and per instance (``HoldLimits``), so
+  a flood of replies to handoffs nobody sent (on one key or on thousands) never stalls the other conversations:
+  intake is never paused for holds. When a bound is passed, whole queues are *forced*: decided at once as if their
+  hold windows had ended (fail closed: a reply whose handoff is still unknown is refused, or alerted, exactly as at
+  the end of its window). Which queues: the conversation's own (its bound), else the oldest queues of that partition
+  (the partition's), else the oldest queues of the partition holding the most lines (the instance's), so a flood
+  confined to some keys or partitions forces their holds and leaves the rest alone. ``Pending.forced`` names the
+  bound; ``pressure`` says which routes forced a queue recently.
+
 ``Watermarks`` keeps, per partition, the next offset to read and what was last committed, and answers which
 offsets may be committed given the offsets still open.
 """
@@ -56,6 +65,7 @@ class Pending:
     line_id: str | None = None
     awaits: str | None = None  # held: the id of the line it waits for (its re=); None for a line queued behind
     held: bool = False
+    forced: str | None = None  # the bound that forced it out of the buffer: decide it as if its window had ended
 
     @property
     def tp(self) -> TP:
@@ -74,6 +84,20 @@ class Pending:
 class _Queue:
     lines: list[Pending] = field(default_factory=list)
     due: float = 0.0
+    forced: str | None = None  # the bound that forced it: due now, its lines decided as if their windows ended
+
+
+@dataclass(frozen=True, slots=True)
+class HoldLimits:
+    """How many held (and queued) lines the buffer keeps: per conversation, per input partition, per instance."""
+
+    per_conversation: int = 100
+    per_partition: int = 1_000
+    total: int = 10_000
+
+
+#: How long a route counts as under hold pressure after one of its queues was forced (seconds).
+PRESSURE_SECONDS = 60.0
 
 
 def order_for_retry(queue: Sequence[Pending]) -> list[Pending]:
@@ -96,18 +120,47 @@ def order_for_retry(queue: Sequence[Pending]) -> list[Pending]:
 class HoldBuffer:
     """Held lines and the lines queued behind them, by (route, conversation)."""
 
-    def __init__(self, retry_interval: float = 1.0) -> None:
+    def __init__(self, retry_interval: float = 1.0, limits: HoldLimits | None = None) -> None:
         self.retry_interval = retry_interval
+        self.limits = limits if limits is not None else HoldLimits()
         self._queues: dict[tuple[str, str], _Queue] = {}
+        self._total = 0
+        self._by_tp: dict[TP, int] = {}
+        self._by_route: dict[str, int] = {}
+        self._forced_at: dict[str, float] = {}  # route -> when one of its queues was last forced
 
     def __len__(self) -> int:
-        return sum(len(q.lines) for q in self._queues.values())
+        return self._total
 
     def __bool__(self) -> bool:
         return bool(self._queues)
 
     def count(self, route: str) -> int:
-        return sum(len(q.lines) for (r, _), q in self._queues.items() if r == route)
+        return self._by_route.get(route, 0)
+
+    def count_partition(self, tp: TP) -> int:
+        return self._by_tp.get(tp, 0)
+
+    def pressure(self, now: float) -> list[str]:
+        """The routes that had a queue forced by a bound within the last ``PRESSURE_SECONDS``."""
+        return sorted(r for r, at in self._forced_at.items() if now - at < PRESSURE_SECONDS)
+
+    def _counted(self, lines: Iterable[Pending], sign: int) -> None:
+        for p in lines:
+            self._total += sign
+            self._by_tp[p.tp] = self._by_tp.get(p.tp, 0) + sign
+            self._by_route[p.route] = self._by_route.get(p.route, 0) + sign
+            if self._by_tp[p.tp] == 0:
+                del self._by_tp[p.tp]
+            if self._by_route[p.route] == 0:
+                del self._by_route[p.route]
+
+    def _take(self, key: tuple[str, str]) -> _Queue:
+        q = self._queues.pop(key)
+        self._counted(q.lines, -1)
+        for p in q.lines:
+            p.forced = q.forced
+        return q
 
     def holds(self, route: str, conversation: str) -> bool:
         return (route, conversation) in self._queues
@@ -128,8 +181,8 @@ class HoldBuffer:
         out: list[Pending] = []
         for key in list(self._queues):
             q = self._queues[key]
-            if key in joining or now >= q.due:
-                del self._queues[key]
+            if key in joining or now >= q.due or q.forced is not None:
+                self._take(key)
                 out.extend(order_for_retry([*q.lines, *joining.get(key, ())]))
         return out + rest
 
@@ -142,13 +195,58 @@ class HoldBuffer:
             p.awaits = awaits
             p.held = True
             key = (p.route, p.conversation)
+            p.forced = None
             q = self._queues.get(key)
             if q is None:
                 q = self._queues[key] = _Queue(due=now + self.retry_interval)
             q.lines.append(p)
+            self._counted((p,), +1)
             window_end = p.first_seen + hold_seconds.get(p.route, 0.0)
             if window_end > now:
                 q.due = min(q.due, window_end)
+        self._enforce(now)
+
+    def _force(self, key: tuple[str, str], bound: str, now: float) -> int:
+        """Force a queue (see the module docstring); returns how many lines it releases from the counts."""
+        q = self._queues[key]
+        if q.forced is not None:
+            return 0
+        q.forced, q.due = bound, now
+        self._forced_at[key[0]] = now
+        return len(q.lines)
+
+    def _enforce(self, now: float) -> None:
+        """Force queues until every bound holds (counting a forced queue as gone: it is decided at the next plan)."""
+        lim = self.limits
+        by_tp: dict[TP, list[tuple[float, tuple[str, str]]]] = {}
+        live: dict[TP, int] = {}
+        for key, q in self._queues.items():
+            if q.forced is not None:
+                continue
+            if len(q.lines) > lim.per_conversation:
+                self._force(key, "conversation", now)
+                continue
+            for p in q.lines:
+                live[p.tp] = live.get(p.tp, 0) + 1
+            by_tp.setdefault(q.lines[0].tp, []).append((q.lines[0].first_seen, key))
+        total = sum(live.values())
+        for tp, n in live.items():
+            if n > lim.per_partition:
+                for _, key in sorted(by_tp[tp]):
+                    if live[tp] <= lim.per_partition:
+                        break
+                    released = self._force(key, "partition", now)
+                    live[tp] -= released
+                    total -= released
+        while total > lim.total and live:
+            tp = max(live, key=lambda t: live[t])
+            queues = [k for _, k in sorted(by_tp.get(tp, [])) if self._queues[k].forced is None]
+            if not queues:
+                live.pop(tp)
+                continue
+            released = self._force(queues[0], "instance", now)
+            live[tp] -= released
+            total -= released
 
     def next_due(self) -> float | None:
         """When the next queue is due to be decided again (None when nothing is held)."""
@@ -170,7 +268,9 @@ class HoldBuffer:
         for key in list(self._queues):
             q = self._queues[key]
             keep = [p for p in q.lines if p.tp not in gone]
-            dropped.extend(p for p in q.lines if p.tp in gone)
+            lost = [p for p in q.lines if p.tp in gone]
+            dropped.extend(lost)
+            self._counted(lost, -1)
             if keep:
                 q.lines = keep
             else:
@@ -244,4 +344,15 @@ class Watermarks:
         return list(self._next)
 
 
-__all__ = ["TP", "HoldBuffer", "Pending", "Watermarks", "line_id", "lowest_offsets", "merge_lowest", "order_for_retry"]
+__all__ = [
+    "PRESSURE_SECONDS",
+    "TP",
+    "HoldBuffer",
+    "HoldLimits",
+    "Pending",
+    "Watermarks",
+    "line_id",
+    "lowest_offsets",
+    "merge_lowest",
+    "order_for_retry",
+]

@@ -14,6 +14,16 @@ in flight, not one held (``holds.py``: a reply whose handoff is not known yet is
 commit watermark stays at the held offset). Offsets are committed after every batch, when partitions are revoked
 (the in-flight batch finishes first), and before the consumer stops.
 
+**No line is fatal.** A line whose deciding raises is dead-lettered ``internal-error`` and alerted by the
+``Processor`` (see ``gatekeeper.processor``), and counted here (``gatekeeper_internal_errors_total``); the partition
+moves on. Only infrastructure errors pause it.
+
+**A flood never stalls the rest.** Held replies are bounded per conversation, per input partition and per instance
+(``settings.holds``, see ``holds.py``): past a bound the oldest holds are decided at once, as their window would have
+ended; intake is never paused for holds. A route whose dead-letter share passes its breaker's ratio
+(``routes[].dead_letter_breaker``, ``breaker.py``) raises a ``dead-letter-flood`` alert and, if configured, pauses
+that route alone for a while.
+
 **Infrastructure trouble is not a bad line.** Redis unavailable (``StoreError``), the broker refusing or timing out a
 produce or a commit: the partitions are paused, the same batch is retried with exponential backoff (capped), and
 ``/readyz`` says why it is not ready. No line is dead-lettered because a dependency failed. A retried batch gets the
@@ -44,6 +54,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import random
 import signal
@@ -62,22 +73,32 @@ from aiokafka.errors import (
     RecordTooLargeError,
 )
 
+from gatekeeper import __version__
 from gatekeeper.config import ConfigError, Route, Settings
-from gatekeeper.consumers.holds import TP, HoldBuffer, Pending, Watermarks, lowest_offsets, merge_lowest
+from gatekeeper.consumers.breaker import Change, DeadLetterBreaker
+from gatekeeper.consumers.holds import (
+    TP,
+    HoldBuffer,
+    HoldLimits,
+    Pending,
+    Watermarks,
+    lowest_offsets,
+    merge_lowest,
+)
 from gatekeeper.consumers.kafka import (
     DEFAULT_MAX_MESSAGE_BYTES,
     make_consumer,
     make_producer,
     topic_limits,
 )
-from gatekeeper.consumers.outcomes import Outcome, Source, Targets, build
+from gatekeeper.consumers.outcomes import Outcome, Source, Targets, build, iso
 from gatekeeper.http import HttpServer
 from gatekeeper.masking import mask_line
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
-from gatekeeper.policy import Decision, Mode, RoutePolicy, Verdict
+from gatekeeper.policy import Decision, Mode, Reason, RoutePolicy, Verdict
 from gatekeeper.processor import QUEUED, Line, Processor
 from gatekeeper.store import LifecycleStore, Store, StoreError
-from gatekeeper.sweeper import KafkaPublisher, Sweeper, SweepReport, SweepRoute
+from gatekeeper.sweeper import KafkaPublisher, OutRecord, Sweeper, SweepReport, SweepRoute
 from rwcore import get_profile
 
 log = logging.getLogger(__name__)
@@ -86,7 +107,7 @@ BACKOFF_MIN = 0.2  # seconds, the first retry after an infrastructure error
 BACKOFF_MAX = 10.0  # the cap of the exponential backoff
 PROBE_INTERVAL = 5.0  # how often an idle gatekeeper checks that Kafka and Redis still answer (readiness)
 LAG_INTERVAL = 2.0  # how often the consumer lag gauges are refreshed
-MAX_HELD = 10_000  # held lines beyond this pause intake until the hold buffer drains
+FLOOD_ALERT = "dead-letter-flood"  # the alert a tripped dead-letter breaker raises
 
 
 class GatekeeperError(Exception):
@@ -143,6 +164,7 @@ class _Route:
     processor: Processor
     targets: Targets
     sensitive: frozenset[str]
+    breaker: DeadLetterBreaker
 
 
 @dataclass(slots=True, eq=False)
@@ -258,12 +280,16 @@ class Gatekeeper:
                 processor=Processor(self._store, policy),
                 targets=Targets(r.output, r.dead_letter, r.alerts, r.input, r.mode == "dry-run"),
                 sensitive=frozenset(policy.profile.sensitive),
+                breaker=DeadLetterBreaker(r.dead_letter_breaker),
             )
         self._hold_seconds = {name: rt.config.hold_seconds for name, rt in self._routes.items()}
         if retry_interval is None:
             shortest = min(self._hold_seconds.values())
             retry_interval = min(1.0, max(0.05, shortest / 10))
-        self._holds = HoldBuffer(retry_interval)
+        hs = settings.holds
+        self._holds = HoldBuffer(
+            retry_interval, HoldLimits(hs.max_per_conversation, hs.max_per_partition, hs.max_total)
+        )
         self._watermarks = Watermarks()
         self._lock = asyncio.Lock()
         self._batch: _Batch | None = None
@@ -273,7 +299,8 @@ class Gatekeeper:
         self._max_batch_size = 16384
         self._work: asyncio.Task[None] | None = None
         self._failures = 0
-        self._paused_for: set[str] = set()
+        self._paused_for: set[str] = set()  # why every partition is paused (infrastructure backoff)
+        self._routes_paused: set[str] = set()  # routes paused alone (a tripped dead-letter breaker)
         self._started = False
         self._joined = False
         self._assigned: set[TP] = set()
@@ -284,7 +311,9 @@ class Gatekeeper:
         self._signals: list[signal.Signals] = []
         self.http = HttpServer(settings.http.host, settings.http.port, self.metrics, self.readiness) if http else None
         self._sweep_task: asyncio.Task[None] | None = None
-        self._publisher: KafkaPublisher | None = None
+        # the records the gatekeeper writes in its own name: the sweeper's cancels and alerts, the breaker's alerts
+        self._publisher = KafkaPublisher(self.settings.kafka, self._ensure_producer, on_failure=self._reset_producer)
+        self._pending_alerts: list[OutRecord] = []
         self._sweeper = self._make_sweeper()
 
     # ------------------------------------------------------------------------------------------------ public
@@ -321,7 +350,16 @@ class Gatekeeper:
             return False, {"reason": "kafka unavailable", "error": self._kafka_error}
         if not self._joined:
             return False, {"reason": "consumer group not joined yet"}
-        return True, {"partitions": len(self._assigned), "held": len(self._holds)}
+        detail: dict[str, Any] = {"partitions": len(self._assigned), "held": len(self._holds)}
+        pressure = self._holds.pressure(self._clock())
+        if pressure:
+            detail["holds_under_pressure"] = pressure
+        tripped = sorted(name for name, rt in self._routes.items() if rt.breaker.open)
+        if tripped:
+            detail["dead_letter_breaker_open"] = tripped
+        if self._routes_paused:
+            detail["routes_paused"] = sorted(self._routes_paused)
+        return True, detail
 
     async def run(self) -> None:
         """Run until stopped. Raises ``Unavailable`` when Kafka or Redis cannot be reached within the startup time,
@@ -561,7 +599,7 @@ class Gatekeeper:
                 Line(
                     b.lines[i].conversation,
                     b.lines[i].source.value,
-                    first_seen=b.lines[i].first_seen,
+                    first_seen=self._first_seen(b.lines[i], rt, now),
                     partition=b.lines[i].source.partition,
                 )
                 for i in idxs
@@ -576,6 +614,14 @@ class Gatekeeper:
         self._redis_error = None
         if b.sends is None:
             self._build_sends(b, now)
+
+    @staticmethod
+    def _first_seen(p: Pending, rt: _Route, now: float) -> float:
+        """When the line was first consumed, for its hold window; a line a hold bound forced out of the buffer is
+        decided as its window would have ended (fail closed)."""
+        if p.forced is None:
+            return p.first_seen
+        return min(p.first_seen, now - rt.config.hold_seconds - 1.0)
 
     def _build_sends(self, b: _Batch, now: float) -> None:
         sends: list[_Send] = []
@@ -799,6 +845,7 @@ class Gatekeeper:
         now = self._clock()
         self._holds.hold(b.held, now, self._hold_seconds)
         m = self.metrics
+        decided: dict[str, list[Any]] = {}  # route -> [lines decided now, reasons of those dead-lettered]
         for s in b.sends or ():
             if s.acked:
                 m.outcomes.labels(route=s.route, kind=s.outcome.kind.value).inc()
@@ -824,8 +871,18 @@ class Gatekeeper:
                 for pr in d.problems:
                     if pr.code in HANDOFF_PROBLEM_CODES:
                         m.handoff_problems.labels(route=name, code=pr.code).inc()
+                if d.reason is Reason.INTERNAL_ERROR:
+                    m.internal_errors.labels(route=name, stage="decide").inc()
+                counted = decided.setdefault(name, [0, []])
+                counted[0] += 1
+                if dead:
+                    counted[1].append(reason)
+            if p.forced is not None:
+                m.holds_forced.labels(route=name, bound=p.forced).inc()
             if dead or d.alerts:
                 self._log_decision(p, d, rt, dry)
+        for name, (n, dead_reasons) in decided.items():
+            self._breaker_changed(name, self._routes[name].breaker.record(now, n, dead_reasons), now)
         self._gauge_held()
 
     def _log_decision(self, p: Pending, d: Decision, rt: _Route, dry: bool) -> None:
@@ -920,8 +977,8 @@ class Gatekeeper:
         self._assigned = {(tp.topic, tp.partition) for tp in tps}
         self._joined = True
         self.metrics.assigned.set(len(self._assigned))
-        if self._paused_for and self._consumer is not None and tps:
-            self._consumer.pause(*tps)
+        if tps:
+            self._apply_pauses()
         self._update_ready()
         log.info("partitions assigned", extra={"partitions": len(tps)})
 
@@ -956,15 +1013,88 @@ class Gatekeeper:
 
     def _pause(self, why: str) -> None:
         self._paused_for.add(why)
-        if self._consumer is not None:
-            self._consumer.pause(*self._consumer.assignment())
+        self._apply_pauses()
 
     def _resume(self, why: str) -> None:
         if why not in self._paused_for:
             return
         self._paused_for.discard(why)
-        if not self._paused_for and self._consumer is not None:
-            self._consumer.resume(*self._consumer.paused())
+        self._apply_pauses()
+
+    def _apply_pauses(self) -> None:
+        """Pause every partition while an infrastructure reason holds, else only those of the routes paused alone;
+        resume the rest."""
+        if self._consumer is None:
+            return
+        assigned = self._consumer.assignment()
+        stop = set(assigned) if self._paused_for else {tp for tp in assigned if tp.topic in self._routes_paused}
+        if stop:
+            self._consumer.pause(*stop)
+        go = [tp for tp in self._consumer.paused() if tp not in stop]
+        if go:
+            self._consumer.resume(*go)
+
+    # ------------------------------------------------------------------------------------------------ the breaker
+
+    def _breaker_changed(self, name: str, change: Change | None, now: float) -> None:
+        rt = self._routes[name]
+        w = rt.breaker.window(now)
+        self.metrics.dead_letter_ratio.labels(route=name).set(w.ratio)
+        if change is None:
+            return
+        s = rt.config.dead_letter_breaker
+        if change is Change.TRIPPED:
+            self.metrics.breaker_trips.labels(route=name).inc()
+            self.metrics.breaker_open.labels(route=name).set(1)
+            action = "paused" if s.action == "pause" else "alerted"
+            log.error(
+                "dead-letter flood: the breaker tripped",
+                extra={"route": name, "ratio": round(w.ratio, 3), "lines": w.lines, "action": action},
+            )
+            if s.action == "pause":
+                self._routes_paused.add(name)
+                self._apply_pauses()
+            doc = {
+                "alert": FLOOD_ALERT,
+                "author": "gatekeeper",
+                "action": action,
+                "route": name,
+                "ratio": round(w.ratio, 4),
+                "threshold": s.ratio,
+                "window_seconds": s.window_seconds,
+                "lines": w.lines,
+                "dead_letters": w.dead,
+                "reasons": dict(sorted(w.reasons.items(), key=lambda kv: -kv[1])),
+                "pause_seconds": s.pause_seconds if s.action == "pause" else None,
+                "at": iso(now),
+                "version": __version__,
+            }
+            self._pending_alerts.append(
+                OutRecord(
+                    rt.config.alerts,
+                    name.encode("utf-8"),
+                    json.dumps(doc, separators=(",", ":")).encode("utf-8"),
+                    (("gk.author", b"gatekeeper"), ("gk.version", __version__.encode())),
+                )
+            )
+        else:
+            self.metrics.breaker_open.labels(route=name).set(0)
+            log.warning("dead-letter flood over: the breaker closed", extra={"route": name, "ratio": w.ratio})
+            if name in self._routes_paused:
+                self._routes_paused.discard(name)
+                self._apply_pauses()
+        self._update_ready()
+
+    async def _publish_alerts(self) -> None:
+        """Publish the breaker's alerts (at least once: one that fails is tried again at the next housekeeping)."""
+        if not self._pending_alerts:
+            return
+        try:
+            await self._publisher.publish(self._pending_alerts)
+            self._pending_alerts.clear()
+        except (KafkaError, TimeoutError) as exc:
+            self.metrics.kafka_errors.labels(operation="produce").inc()
+            log.warning("an alert could not be published; tried again later", extra={"error": _describe(exc)})
 
     async def _backoff_wait(self) -> None:
         """Wait before retrying the current batch, polling the (paused) consumer so the group keeps this member."""
@@ -996,15 +1126,14 @@ class Gatekeeper:
     # ------------------------------------------------------------------------------------------------ housekeeping
 
     async def _housekeeping(self) -> None:
-        """Between batches: retry a failed commit, pause intake while the hold buffer is full, probe the services
-        now and then, refresh the lag gauges."""
+        """Between batches: retry a failed commit, let a tripped breaker's pause end (and publish its alert), probe
+        the services now and then, refresh the lag gauges."""
         await self._commit()
-        if len(self._holds) >= MAX_HELD:
-            if "held" not in self._paused_for:
-                log.warning("hold buffer full: intake paused", extra={"held": len(self._holds)})
-            self._pause("held")
-        else:
-            self._resume("held")
+        wall = self._clock()
+        for name, rt in self._routes.items():
+            if rt.breaker.open:
+                self._breaker_changed(name, rt.breaker.evaluate(wall), wall)
+        await self._publish_alerts()
         now = time.monotonic()
         if now >= self._next_probe:
             self._next_probe = now + PROBE_INTERVAL
@@ -1040,8 +1169,10 @@ class Gatekeeper:
                 self.metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, hw - pos))
 
     def _gauge_held(self) -> None:
+        pressure = set(self._holds.pressure(self._clock()))
         for name in self._routes:
             self.metrics.held_lines.labels(route=name).set(self._holds.count(name))
+            self.metrics.hold_pressure.labels(route=name).set(1 if name in pressure else 0)
 
     def _update_ready(self) -> None:
         self.metrics.ready.set(1 if self.readiness()[0] else 0)
@@ -1066,7 +1197,6 @@ class Gatekeeper:
             )
             for rt in self._routes.values()
         ]
-        self._publisher = KafkaPublisher(self.settings.kafka, self._ensure_producer, on_failure=self._reset_producer)
         store: LifecycleStore = self._store  # type: ignore[assignment]  # checked above
         return Sweeper(
             store,
@@ -1134,8 +1264,7 @@ class Gatekeeper:
                     await self._commit()
         except Exception as exc:
             log.warning("final commit failed", extra={"error": _describe(exc)})
-        if self._publisher is not None:
-            await self._publisher.close()
+        await self._publisher.close()
         await self._close_kafka()
         if self._owns_store and self._store is not None:
             with contextlib.suppress(Exception):

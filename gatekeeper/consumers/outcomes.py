@@ -26,6 +26,9 @@ header                     on          value                                    
 ``gk.tier``                dlq         the tier of the first problem (``form``, ``record``, ``execution``...)     2
 ``gk.attempt``             dlq         1 on the first dead-letter; a replayed line's next dead-letter is +1       never
 ``gk.decided.at``          dlq         when the first decision about the line was made                            never
+``gk.error.class``         dlq         ``internal-error`` only: the class of the exception deciding it raised     never
+``gk.error.message``       dlq         ``internal-error`` only: its message, one line, at most 200 characters,    never
+                                       masked (the stack trace is in the gatekeeper's log, never in a header)
 ``gk.verdict``             output      ``forward``, or ``alert`` (forwarded, flagged, and an alert raised)        never
 ``gk.checked.at``          output      when the first decision about the line was made                            never
 ``gk.reason``              output      on ``alert`` only: the reason code (``check-dn``, ``check-thread``)        never
@@ -67,7 +70,7 @@ from typing import Any
 
 from gatekeeper import __version__
 from gatekeeper.masking import Masker, masker_for
-from gatekeeper.policy import Decision, Verdict
+from gatekeeper.policy import Decision, Reason, Verdict
 
 HEADER_PREFIX = "gk."
 OUTCOME_TOO_LARGE = "outcome-too-large"  # gk.reason of a forwarded line its output topic could not hold
@@ -95,22 +98,26 @@ class Source:
     key: bytes | None = None
     timestamp: int | None = None  # epoch milliseconds
     headers: Headers = ()
-
-    @property
-    def attempt(self) -> int:
-        """The attempt a dead-letter of this record is: 1, or one more than a ``gk.attempt`` it carries (a replayed
-        dead letter)."""
-        for k, v in self.headers:
-            if k == "gk.attempt":
-                try:
-                    return max(1, int(v.decode("ascii")) + 1)
-                except (UnicodeDecodeError, ValueError):
-                    return 1
-        return 1
+    #: The attempt a dead-letter of this record is: 1 for a consumed record (nothing the producer set counts), one
+    #: more than the dead letter's for a replayed one (``next_attempt``).
+    attempt: int = 1
 
     def passthrough(self) -> Headers:
         """The record's own headers, without any ``gk.*`` header."""
         return tuple((k, v) for k, v in self.headers if not k.lower().startswith(HEADER_PREFIX))
+
+
+def next_attempt(dead_letter_headers: Headers) -> int:
+    """The attempt of a replayed dead letter's next outcome: one more than the ``gk.attempt`` the gatekeeper wrote on
+    the dead letter (1 when it has none). Read only from the dead-letter topic, which only the gatekeeper writes;
+    never from a consumed input record, whose ``gk.*`` headers a producer could set."""
+    for k, v in dead_letter_headers:
+        if k == "gk.attempt":
+            try:
+                return max(1, int(v.decode("ascii")) + 1)
+            except (UnicodeDecodeError, ValueError):
+                return 1
+    return 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,13 +241,20 @@ def build(
     out: list[Outcome] = []
     if dead and not targets.dry_run:
         tier = next((p.tier for p in decision.problems if p.tier), None)
+        error_h: Headers = ()
+        if decision.reason is Reason.INTERNAL_ERROR and decision.problems:
+            first = masker.problem(decision.problems[0])
+            error_h = (
+                _h("gk.error.class", first.got or "Exception"),
+                _h("gk.error.message", first.message),
+            )
         draft = _Draft(
             kind=OutcomeKind.DEAD_LETTER,
             topic=targets.dead_letter,
             dead_letter=targets.dead_letter,
             key=source.key,
             value=source.value,
-            required=(*dlq_required[:3], _h("gk.reason", reason or ""), *dlq_required[3:]),
+            required=(*dlq_required[:3], _h("gk.reason", reason or ""), *dlq_required[3:], *error_h),
             problems=problems_h or (_h("gk.problems", "[]"),),
             optional=(
                 *((_h("gk.check", decision.check),) if decision.check else ()),
@@ -398,4 +412,5 @@ __all__ = [
     "build",
     "fit",
     "iso",
+    "next_attempt",
 ]

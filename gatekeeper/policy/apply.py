@@ -67,6 +67,13 @@ class Overlay:
             self._bindings[key] = None
             self._released[key] = holder
 
+    def checkpoint(self) -> tuple[dict[RecordKey, str | None], dict[RecordKey, str]]:
+        """The batch's binding changes so far, to ``rollback`` to (a line whose effects could not be applied)."""
+        return dict(self._bindings), dict(self._released)
+
+    def rollback(self, checkpoint: tuple[dict[RecordKey, str | None], dict[RecordKey, str]]) -> None:
+        self._bindings, self._released = dict(checkpoint[0]), dict(checkpoint[1])
+
     def changes(self) -> list[BindingChange]:
         out = []
         for key, after in self._bindings.items():

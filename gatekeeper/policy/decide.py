@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from gatekeeper.policy.gate import screen
+from gatekeeper.policy.gate import impossible_dates, screen
 from gatekeeper.policy.model import (
     AFFIRMATIVE,
     NEGATIVE,
@@ -35,6 +35,8 @@ from gatekeeper.policy.model import (
     RoutePolicy,
     Supersede,
     Verdict,
+    id_number,
+    is_reserved_id,
 )
 from gatekeeper.policy.state import (
     ConversationState,
@@ -233,6 +235,9 @@ class _Decider:
                 ),
                 parsed.raw,
             )
+        impossible = impossible_dates(msg, self.route.profile)
+        if impossible:
+            return self._invalid(impossible, parsed.raw)
         if self.route.senders is not None and msg.from_ not in self.route.senders:
             return self._dead(
                 Reason.SENDER_BINDING,
@@ -245,8 +250,7 @@ class _Decider:
                     msg.from_,
                 ),
             )
-        number = msg.id.rpartition("-")[2]
-        if number.isdigit() and RESERVED_ID_MIN <= int(number) <= RESERVED_ID_MAX:
+        if is_reserved_id(msg.id):
             return self._dead(
                 Reason.RESERVED_ID,
                 _p(
@@ -314,8 +318,8 @@ class _Decider:
             and isinstance(rtype, str)
             and rid.isascii()
             and rid.startswith(f"{rfrom}-")
-            and rid.rpartition("-")[2].isdigit()
-            and int(rid.rpartition("-")[2]) < RESERVED_ID_MIN
+            and (number := id_number(rid)) is not None
+            and number < RESERVED_ID_MIN
             and (self.route.senders is None or rfrom in self.route.senders)
             and rid not in self.state.lines
         ):
@@ -737,6 +741,68 @@ def _show(v: object) -> str:
     if isinstance(v, bool):
         return "Y" if v else "N"
     return str(v)
+
+
+#: How much of an exception's text an internal-error dead letter carries.
+ERROR_TEXT_MAX = 200
+
+
+def error_text(exc: BaseException) -> str:
+    """``OverflowError: date value out of range``: an exception's class and the start of its message, one line."""
+    text = " ".join(str(exc).split())
+    if len(text) > ERROR_TEXT_MAX:
+        text = text[: ERROR_TEXT_MAX - 3] + "..."
+    name = type(exc).__name__
+    return f"{name}: {text}" if text else name
+
+
+def internal_error(
+    raw: bytes,
+    state: ConversationState,
+    route: RoutePolicy,
+    now: float,
+    exc: BaseException,
+    prepared: Prepared | None = None,
+) -> Decision:
+    """The decision for a line whose deciding raised ``exc`` (a bug: never the line's fault, never infrastructure):
+    dead-lettered ``internal-error`` and alerted. When the line parses to an id this conversation has not used, that
+    id keeps a tombstone, so a redelivery gets the same verdict without deciding it again and replies to it are
+    refused; a replay decides it again (once the bug is fixed, it passes as any line would)."""
+    problem = _p(
+        "internal-error",
+        f"internal error: {error_text(exc)} (the gatekeeper failed deciding this line; its log has the details)",
+        "gatekeeper",
+        None,
+        None,
+        type(exc).__name__,
+    )
+    msg: Message | None = None
+    try:
+        parsed = prepared.parsed if prepared is not None else prepare(raw, route).parsed
+        msg = parsed.message if parsed is not None else None
+    except Exception:  # the parse is what raised: nothing about the line can be trusted
+        msg = None
+    effects: tuple[Effect, ...] = ()
+    if msg is not None and msg.id not in state.lines and not is_reserved_id(msg.id):
+        entry = LineEntry(
+            digest=line_digest(raw),
+            type=msg.type,
+            verdict=Verdict.DEAD_LETTER.value,
+            reason=Reason.INTERNAL_ERROR.value,
+            at=now,
+            re=msg.re,
+            problems=(problem,),
+        )
+        effects = (RememberLine(msg.id, entry),)
+    return Decision(
+        Verdict.DEAD_LETTER,
+        Reason.INTERNAL_ERROR,
+        (problem,),
+        message=msg,
+        decided_at=now,
+        raise_alert=True,
+        effects=effects,
+    )
 
 
 def decide(

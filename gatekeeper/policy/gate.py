@@ -10,14 +10,20 @@ A model reading a forwarded line must not be fooled by what it cannot see. Befor
   printable Unicode.
 
 ``screen`` returns the text, or the problems that make the line ``invalid``.
+
+After parsing, one more rule (``impossible_dates``): every slot the profile types as a date (``YYYYMMDD``) or a time
+(``YYYYMMDDTHHMMZ``) names a real instant of the calendar: a year 0001-9999, a month 01-12, a day the month has, an
+hour 00-23 and a minute 00-59. The RW1 parser checks only the shape (``20270230`` and ``T2599Z`` pass it); a line
+with a date that never comes would never expire, or expire at a time nobody wrote.
 """
 
 from __future__ import annotations
 
+import calendar
 import re
 import unicodedata
 
-from rwcore import Problem
+from rwcore import Message, Problem, Profile
 
 #: Unicode categories refused anywhere in a line: control, format, line and paragraph separators, unassigned,
 #: private use and surrogates.
@@ -81,3 +87,38 @@ def screen(raw: bytes, max_bytes: int) -> tuple[str | None, tuple[Problem, ...]]
     if problems:
         return None, tuple(problems)
     return text, ()
+
+
+_DATE_FIELDS = re.compile(r"(\d{4})(\d{2})(\d{2})")
+_TIME_FIELDS = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})Z")
+
+
+def _real_instant(value: str, kind: str) -> bool:
+    m = (_DATE_FIELDS if kind == "date" else _TIME_FIELDS).fullmatch(value)
+    if m is None:
+        return True  # not of the shape at all: the parser already refused it (or the slot is empty)
+    y, mo, d = int(m[1]), int(m[2]), int(m[3])
+    if not (1 <= y <= 9999 and 1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1]):
+        return False
+    return kind == "date" or (int(m[4]) <= 23 and int(m[5]) <= 59)
+
+
+def impossible_dates(msg: Message, profile: Profile) -> tuple[Problem, ...]:
+    """The date and time slots of a parsed line that name no real instant (see the module docstring)."""
+    problems: list[Problem] = []
+    for key, value in msg.slots.items():
+        kind = profile.slot_type(key)
+        if kind not in ("date", "time") or not isinstance(value, str) or _real_instant(value, kind):
+            continue
+        what = "date (YYYYMMDD)" if kind == "date" else "time (YYYYMMDDTHHMMZ, UTC)"
+        problems.append(
+            Problem(
+                code="input-impossible-date",
+                message=f"input: {key}={value} is not a real calendar {what}",
+                tier="input",
+                slot=key,
+                expected=f"a real {kind}",
+                got=value,
+            )
+        )
+    return tuple(problems)

@@ -213,16 +213,16 @@ def exp_deadline(exp: str | None) -> float | None:
     y, mo, d, h, mi = (int(g) for g in m.groups())
     try:
         day, exact = _first_day_at_or_after(y, mo, d)
-    except (ValueError, OverflowError):
+        start = _dt.datetime(day.year, day.month, day.day)
+        if not exact:
+            return _epoch(start)
+        if h > 23:
+            return _epoch(start + _dt.timedelta(days=1))
+        if mi > 59:
+            return _epoch(start + _dt.timedelta(hours=h + 1))
+        return _epoch(start + _dt.timedelta(hours=h, minutes=mi))
+    except (ValueError, OverflowError):  # past the calendar's end (year 9999) or before its start: saturate
         return _INF if y >= 9999 else 0.0
-    start = _dt.datetime(day.year, day.month, day.day)
-    if not exact:
-        return _epoch(start)
-    if h > 23:
-        return _epoch(start + _dt.timedelta(days=1))
-    if mi > 59:
-        return _epoch(start + _dt.timedelta(hours=h + 1))
-    return _epoch(start + _dt.timedelta(hours=h, minutes=mi))
 
 
 @functools.lru_cache(maxsize=8192)
@@ -237,9 +237,9 @@ def due_deadline(due: str | None) -> float | None:
         day, exact = _first_day_at_or_after(y, mo, d)
         if exact:
             day += _dt.timedelta(days=1)
-    except (ValueError, OverflowError):
+        return _epoch(_dt.datetime(day.year, day.month, day.day))
+    except (ValueError, OverflowError):  # past the calendar's end (year 9999) or before its start: saturate
         return _INF if y >= 9999 else 0.0
-    return _epoch(_dt.datetime(day.year, day.month, day.day))
 
 
 # ---------------------------------------------------------------- deadlines

@@ -37,6 +37,7 @@ class Reason(enum.StrEnum):
     CHECK_DN = "check-dn"
     CHECK_THREAD = "check-thread"
     TRANSLATION = "translation"
+    INTERNAL_ERROR = "internal-error"  # deciding the line raised: a bug, never the line's fault or infrastructure
     AWAITING_HANDOFF = "awaiting-handoff"  # the reason of a HOLD
 
 
@@ -58,12 +59,36 @@ CHECK_OF_REASON: Mapping[Reason, str] = {
     Reason.CHECK_DN: "check_dn",
     Reason.CHECK_THREAD: "check_thread",
     Reason.TRANSLATION: "translation",
+    Reason.INTERNAL_ERROR: "gatekeeper",
     Reason.AWAITING_HANDOFF: "conversation",
 }
 
 #: The gatekeeper writes its own lines (expiry cancels) with message numbers in this range; agents may not use it.
 RESERVED_ID_MIN = 900_000_000
 RESERVED_ID_MAX = 999_999_999
+
+_ID_DIGITS = len(str(RESERVED_ID_MAX))
+
+
+def id_number(msg_id: str) -> int | None:
+    """The number of a message id ``<sender>-<n>``, for comparing with the reserved range; None when the part after
+    the last ``-`` is not ASCII digits. A number longer than the range's own numbers (leading zeros aside) is
+    above every range the gatekeeper keeps: it is returned as ``RESERVED_ID_MAX + 1`` without converting it (``int``
+    refuses thousands of digits, and a line may carry that many)."""
+    number = msg_id.rpartition("-")[2]
+    if not (number.isascii() and number.isdigit()):
+        return None
+    significant = number.lstrip("0")
+    if len(significant) > _ID_DIGITS:
+        return RESERVED_ID_MAX + 1
+    return int(significant or "0")
+
+
+def is_reserved_id(msg_id: str) -> bool:
+    """Whether an id's number is in the range the gatekeeper keeps for its own lines."""
+    n = id_number(msg_id)
+    return n is not None and RESERVED_ID_MIN <= n <= RESERVED_ID_MAX
+
 
 AFFIRMATIVE = frozenset({"Y", "APPROVE"})
 NEGATIVE = frozenset({"N", "DECLINE", "REJECT", "HOLD", "CALLBACK"})

@@ -18,8 +18,9 @@ from gatekeeper.store import MemoryStore
 from gatekeeper.sweeper import OutRecord, Sweeper, SweepReport, SweepRoute
 
 
-class Crash(Exception):
-    """A simulated crash of the sweeper's process."""
+class Crash(BaseException):
+    """A simulated crash of the sweeper's process: a BaseException, as a kill is nothing the process can catch (the
+    sweeper sets aside a handoff whose handling raises an ordinary exception: a bug, not a crash)."""
 
 
 @dataclass

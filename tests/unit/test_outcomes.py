@@ -7,7 +7,17 @@ import json
 import pytest
 
 from gatekeeper import __version__
-from gatekeeper.consumers.outcomes import OUTCOME_TOO_LARGE, Outcome, OutcomeKind, Source, Targets, build, fit, iso
+from gatekeeper.consumers.outcomes import (
+    OUTCOME_TOO_LARGE,
+    Outcome,
+    OutcomeKind,
+    Source,
+    Targets,
+    build,
+    fit,
+    iso,
+    next_attempt,
+)
 from gatekeeper.policy import Decision, Reason, Verdict
 from tests.policy.world import DN, HO, NOW, RB, pay_world
 
@@ -98,10 +108,20 @@ def test_sensitive_values_are_masked_in_headers_but_not_in_the_value() -> None:
 
 def test_a_replayed_dead_letter_counts_its_attempt() -> None:
     d, bad = swapped()
-    (o,) = build(d, source(bad, headers=(("gk.attempt", b"2"),)), TARGETS, conversation="c1", now=NOW)
+    dead_letter_headers = (("gk.attempt", b"2"), ("gk.reason", b"check-ho"))
+    (o,) = build(d, source(bad, attempt=next_attempt(dead_letter_headers)), TARGETS, conversation="c1", now=NOW)
     assert headers(o)["gk.attempt"] == "3"
-    (o,) = build(d, source(bad, headers=(("gk.attempt", b"junk"),)), TARGETS, conversation="c1", now=NOW)
+    assert next_attempt((("gk.attempt", b"junk"),)) == 1
+    assert next_attempt((("gk.attempt", b"9" * 5000),)) == 1  # more digits than int() takes: not a count
+    assert next_attempt(()) == 1
+
+
+def test_a_gk_attempt_header_the_producer_set_is_not_read() -> None:
+    """Nothing the producer sets steers the gatekeeper: a consumed record's own ``gk.attempt`` counts for nothing."""
+    d, bad = swapped()
+    (o,) = build(d, source(bad, headers=(("gk.attempt", b"41"),)), TARGETS, conversation="c1", now=NOW)
     assert headers(o)["gk.attempt"] == "1"
+    assert [v for k, v in o.headers if k == "gk.attempt"] == [b"1"]  # and it is not passed through either
 
 
 def test_a_repeated_decision_is_marked() -> None:

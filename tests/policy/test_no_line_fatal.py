@@ -1,0 +1,667 @@
+"""No line is fatal: whatever a value carries, the batch path decides it and never raises.
+
+Hypothesis builds conversations of RW1 lines under the ``pay`` profile and the core vocabulary: handoffs, readbacks
+(echoing their handoff, or not), answers, done, unable and failed reports, cancels, status lines, questions, repeats
+and re-uses of ids, lines broken on purpose (a slot dropped, a value replaced) and plain junk (any bytes, any text).
+The values are the extreme ones: ``exp=``/``due=`` with years 0000-9999, months, days, hours and minutes 00-99
+(``99991231T2500Z``, ``00000000T0000Z``, ``20270230T1200Z``...), ids whose number is ``0``, has leading zeros, sits on
+the edges of the reserved range 900000000-999999999 or has thousands of digits (more than ``int()`` converts),
+``re=`` naming earlier lines or nothing, huge amounts and integers, lists.
+
+They go through the real ``Processor`` (with the input partition set, so the lifecycle indexes are computed) in
+batches of several lines and conversations, at times from 1970 to the last second of year 9999, with the sweeper run
+over the resulting state as time passes and at the end; each decision is built into its outcome records
+(``consumers.outcomes.build``) and trimmed. Then ``gatekeeper check``'s ``decide_lines`` takes the same kind of lines,
+read from a JSON-lines file, and the two-phase tool prepares statements for the handoffs.
+
+What must hold: nothing raises; every line gets exactly one decision; no decision is the safety net's
+``internal-error`` (that would be a bug caught late instead of fixed where it is).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gatekeeper.cli.check import InputLine, decide_lines, outcome, read_input, render_table
+from gatekeeper.consumers.outcomes import Source, Targets, build, fit
+from gatekeeper.metrics import Metrics
+from gatekeeper.policy import ConversationState, Decision, RoutePolicy, Verdict, rw_time
+from gatekeeper.processor import Line, Processor
+from gatekeeper.store import MemoryStore
+from gatekeeper.sweeper import Sweeper, SweepRoute
+from gatekeeper.twophase import CommitRefused, Refused, TwoPhaseTool
+from rwcore import Profile, get_profile, message_digest, parse_line
+from tests.lifecycle.memory import Clock, MemoryPublisher
+from tests.policy.world import NOW, RECORD, epoch
+from tests.seed import RECORD_VALUES
+
+PAY = get_profile("pay")
+CORE = get_profile(None)
+PROFILES: dict[str, Profile] = {"pay": PAY, "core": CORE}
+ROUTE = "agents.x"
+PARTITIONS = 3
+MAX_NOW = 253402300799.0  # 9999-12-31T23:59:59Z: the last second the calendar (and rw_time) has
+NOWS = (0.0, NOW, NOW + 59, NOW + 3600, NOW + 86400, epoch("21000101T0000Z"), epoch("99991231T2300Z"), MAX_NOW)
+
+AGENTS = {"pay": ("scheduler", "payer", "auditor", "human"), "core": ("alice", "bob", "carol", "human")}
+ASKS = {"pay": ("PAY", "PAY", "CHGBANK", "SEND", "RECON", "REVIEW", "UNDO"), "core": ("DRAFT", "REVIEW", "UNDO")}
+ITEMS = ("inv:MD-2026-057", "inv:MD-2026-057", "gh:x#1", "inv:INV-1", "run:2026-09")
+CONVERSATIONS = ("c1", "c2", "", "c/3", "☃", None)  # None: a record without a key (no conversation)
+
+# ---------------------------------------------------------------------------------------------------- values
+
+EXTREME_TIMES = (
+    "99991231T2359Z",
+    "99991231T2500Z",
+    "99991231T2360Z",
+    "99991231T9999Z",
+    "99991232T0000Z",
+    "99991299T0000Z",
+    "99991301T0000Z",
+    "99999999T9999Z",
+    "99990000T0000Z",
+    "00000000T0000Z",
+    "00000101T0000Z",
+    "00010101T0000Z",
+    "20270230T1200Z",
+    "20261301T0000Z",
+    "19700101T0000Z",
+    "20261001T0859Z",
+    "20261001T0900Z",
+    "20261001T0901Z",
+    "20261001T0960Z",
+)
+EXTREME_DATES = (
+    "99991231",
+    "99991232",
+    "99991299",
+    "99991301",
+    "99999999",
+    "99990000",
+    "00000000",
+    "00000101",
+    "00010101",
+    "20270230",
+    "20261301",
+    "19700101",
+    "20261001",
+    "20260930",
+)
+_years = st.one_of(st.sampled_from([0, 1, 1969, 1970, 2026, 2027, 9998, 9999]), st.integers(0, 9999))
+_two = st.integers(0, 99)
+
+times = st.one_of(
+    st.sampled_from(EXTREME_TIMES),
+    st.builds("{:04d}{:02d}{:02d}T{:02d}{:02d}Z".format, _years, _two, _two, _two, _two),
+    st.builds(lambda m: rw_time(NOW + 60 * m), st.integers(-(10**6), 10**6)),
+)
+dates = st.one_of(
+    st.sampled_from(EXTREME_DATES),
+    st.builds("{:04d}{:02d}{:02d}".format, _years, _two, _two),
+    st.builds(lambda d: rw_time(NOW + 86400 * d)[:8], st.integers(-400, 400)),
+)
+_huge = st.integers(4290, 5200)  # around int()'s limit of 4300 digits, and past it
+numbers = st.one_of(
+    st.none(),  # the agent's next number
+    st.none(),
+    st.sampled_from(
+        [
+            "0",
+            "00",
+            "007",
+            "899999999",
+            "900000000",
+            "900000001",
+            "999999999",
+            "1000000000",
+            "0900000000",
+            "0999999999",
+            "000000000000900000001",
+            "99999999999999999999",
+        ]
+    ),
+    _huge.map(lambda n: "9" * n),
+    _huge.map(lambda n: "0" * n + "900000000"),
+    _huge.map(lambda n: "1" + "0" * n),
+)
+money = st.one_of(
+    st.sampled_from(["5400.00", "0.00", "-0.00", "-5400.00", "0000.00", "5400.0", "5,400.00"]),
+    st.builds(lambda n, neg: ("-" if neg else "") + "9" * n + ".99", st.integers(1, 4500), st.booleans()),
+)
+ints = st.one_of(
+    st.integers(-5, 10001).map(str),
+    st.sampled_from(["00", "-0", "007", "1.5", "x"]),
+    _huge.map(lambda n: "9" * n),
+    _huge.map(lambda n: "-" + "9" * n),
+)
+tokens = st.text(alphabet="abcXYZ019:._-/#", min_size=1, max_size=12)
+lists = st.lists(tokens, min_size=1, max_size=4).map("+".join)
+tails = st.one_of(
+    st.none(),
+    st.none(),
+    st.sampled_from(["", "ok", "a // b", "x" * 301, "naïve café — ✓"]),
+    st.text(max_size=40),
+)
+
+# the optional slots of an HO, with their values (pay's slots only under pay)
+HO_SLOTS: dict[str, Any] = {
+    "exp": times,
+    "due": dates,
+    "pri": ints,
+    "conf": st.sampled_from(["L", "M", "H", "Q"]),
+    "rb": st.sampled_from(["exec", "all", "acc", "plan", "echo", "exec+acc", "all+plan", "sup+amt", "EXEC", "+"]),
+    "acc": st.sampled_from(["must:x", "len:120w+fmt:md", "must:alpha+no:beta+scope:gamma", "zzz:1", "len"]),
+    "keys": st.sampled_from(["len", "len+fmt", "must+no+src", "LEN"]),
+    "art": lists,
+    "keep": st.sampled_from(["alice", "payer+human"]),
+}
+PAY_SLOTS: dict[str, Any] = {
+    "sup": st.sampled_from(["marlow", "x"]),
+    "amt": money,
+    "cur": st.sampled_from(["GBP", "USD", "XXX"]),
+    "kind": st.sampled_from(["NET", "GROSS"]),
+    "acct": st.sampled_from(["40-12-88/61102938", "00-00-00/00000000", "1"]),
+    "paid": dates,
+    "ref": tokens,
+    "apref": st.sampled_from(["FD-0929", "FD-0001"]),
+    "eff": dates,
+    "addr": st.sampled_from(["a@b.example", "x"]),
+    "n": ints,
+    "tot": money,
+    "net": money,
+    "vat": money,
+    "var": money,
+    "flag": st.sampled_from(["DUP", "DUP+CN", "OVERLIM+FX+BANKCHG", "NOPE"]),
+    "src": lists,
+    "dec": st.sampled_from(["PAY", "HOLD", "EXCL"]),
+    "appr": st.sampled_from(["REQ", "OK", "NO", "NA"]),
+    "po": tokens,
+}
+RESOLVED = {**PAY_SLOTS, "prev": st.sampled_from(["40-12-88/61102938", "11-22-33/44556677"])}  # RB and DN only
+EXEC_COPY = ("due", "sup", "amt", "cur", "kind", "acct", "paid", "ref", "apref", "eff", "addr")
+VALS = ("Y", "N", "APPROVE", "DECLINE", "HOLD", "REJECT", "CALLBACK", "tail", "12", "-1.5", "20261001", "maybe")
+
+
+# ---------------------------------------------------------------------------------------------------- lines
+
+
+def render(typ: str, mid: str, slots: list[tuple[str, str]], tail: str | None) -> str:
+    line = " ".join(["RW1", typ, mid, *(f"{k}={v}" for k, v in slots)])
+    return line if tail is None else f"{line} // {tail}"
+
+
+@dataclass
+class Sent:
+    """A line the generator wrote, as its parts: later lines answer it."""
+
+    typ: str
+    id: str
+    frm: str
+    to: str
+    item: str
+    slots: dict[str, str]
+    line: str
+
+
+@st.composite
+def conversation_lines(draw: st.DrawFn, prof: str, max_size: int = 10) -> list[bytes]:
+    """The lines of one conversation: mostly parseable, answering each other, with extreme values."""
+    agents = st.sampled_from(AGENTS[prof])
+    counters: dict[str, int] = {}
+    hos: list[Sent] = []
+    answerable: list[Sent] = []  # RBs and CXs: what an AN answers
+    sent: list[Sent] = []
+    out: list[bytes] = []
+
+    def new_id(agent: str) -> str:
+        number = draw(numbers)
+        if number is None:
+            counters[agent] = counters.get(agent, 0) + 1
+            number = str(counters[agent])
+        return f"{agent}-{number}"
+
+    def ref(pool: list[Sent]) -> str:
+        """A ``re=``: mostly a line of the pool, else one sent before, else an unknown id."""
+        choice = draw(st.integers(0, 9))
+        if pool and choice < 7:
+            return draw(st.sampled_from(pool)).id
+        if sent and choice < 9:
+            return draw(st.sampled_from(sent)).id
+        return new_id(draw(agents))
+
+    def extra(table: dict[str, Any], keys: tuple[str, ...] | None = None) -> dict[str, str]:
+        names = draw(st.lists(st.sampled_from(sorted(keys or table)), max_size=4, unique=True))
+        return {k: draw(table[k]) for k in names}
+
+    def mangle(slots: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Sometimes break a line on purpose: drop a slot, repeat one, or put a foreign value in one."""
+        how = draw(st.integers(0, 9))
+        if not slots or how < 7:
+            return slots
+        at = draw(st.integers(0, len(slots) - 1))
+        if how == 7:
+            return slots[:at] + slots[at + 1 :]
+        if how == 8:
+            return [*slots, slots[at]]
+        return [*slots[:at], (slots[at][0], draw(st.one_of(tokens, ints, times))), *slots[at + 1 :]]
+
+    def emit(typ: str, frm: str, to: str, item: str, slots: dict[str, str], mid: str | None = None) -> Sent:
+        mid = mid if mid is not None else new_id(frm)
+        if prof == "pay" and draw(st.booleans()):
+            slots = {**slots, "p": "pay"}
+        envelope = [("from", frm), ("to", to)]
+        if "re" in slots:
+            envelope.insert(0, ("re", slots.pop("re")))
+        if item:
+            envelope.append(("item", item))
+        pairs = mangle(envelope + list(slots.items()))
+        line = render(typ, mid, pairs, draw(tails))
+        s = Sent(typ, mid, frm, to, item, dict(pairs), line)
+        sent.append(s)
+        out.append(line.encode("utf-8"))
+        return s
+
+    for _ in range(draw(st.integers(1, max_size))):
+        kind = draw(
+            st.sampled_from(
+                ["ho", "ho", "seed", "rb", "rb", "an", "dn", "close", "cx", "st", "aq", "again", "reuse", "junk"]
+            )
+        )
+        if kind in ("rb", "an", "dn", "close", "cx") and not hos:
+            kind = "ho"
+        if kind == "seed":
+            if prof != "pay":
+                kind = "ho"
+            else:  # the seed's approved payment, sometimes with a value changed
+                slots = {k: v for k, v in RECORD_VALUES.items() if k not in ("to", "item")}
+                slots["rb"] = "exec"
+                slots.update(extra({**HO_SLOTS, **PAY_SLOTS}, ("exp", "due", "amt", "acct", "paid", "rb", "ref")))
+                if hos and draw(st.booleans()):
+                    slots["re"] = ref(hos)
+                hos.append(emit("HO", "scheduler", "payer", RECORD.item, slots))
+                continue
+        if kind == "ho":
+            slots = {"ask": draw(st.sampled_from(ASKS[prof]))}
+            slots.update(extra(HO_SLOTS))
+            if prof == "pay":
+                slots.update(extra(PAY_SLOTS))
+            if draw(st.booleans()):
+                slots["exp"] = draw(times)
+            if sent and draw(st.integers(0, 3)) == 0:
+                slots["ctx"] = "+".join(draw(st.lists(st.sampled_from([s.id for s in sent]), min_size=1, max_size=2)))
+            if sent and draw(st.integers(0, 3)) == 0:
+                slots["re"] = ref(answerable)
+            hos.append(emit("HO", draw(agents), draw(agents), draw(st.sampled_from(ITEMS)), slots))
+        elif kind == "rb":
+            ho = draw(st.sampled_from(hos))
+            slots = {"re": ho.id if draw(st.integers(0, 5)) else ref(sent), "ask": ho.slots.get("ask", "DRAFT")}
+            slots.update({k: ho.slots[k] for k in EXEC_COPY if k in ho.slots})
+            if draw(st.booleans()):
+                parsed = parse_line(ho.line, PROFILES[prof])
+                slots["h"] = message_digest(parsed.message) if parsed.message is not None else "0" * 12
+            slots.update(extra({"exp": times, "eta": dates, "do": tokens, "acc": lists, "not": lists, "asm": lists}))
+            if prof == "pay" and draw(st.integers(0, 3)) == 0:
+                slots.update(extra(RESOLVED, ("amt", "acct", "paid", "prev")))
+            frm, to = (ho.to, ho.frm) if draw(st.integers(0, 5)) else (draw(agents), draw(agents))
+            answerable.append(emit("RB", frm, to, ho.item, slots))
+        elif kind == "an":
+            target = draw(st.sampled_from(answerable)) if answerable and draw(st.integers(0, 5)) else None
+            re_ = target.id if target is not None else ref(sent)
+            ho = next((h for h in hos if target is not None and h.id == target.slots.get("re")), None)
+            if ho is not None and draw(st.integers(0, 4)):
+                # a clearance comes from the handoff's sender, an acknowledgement of a cancel from its receiver
+                frm, to = (ho.frm, ho.to) if target is not None and target.typ == "RB" else (ho.to, ho.frm)
+            else:
+                frm, to = draw(agents), draw(agents)
+            emit("AN", frm, to, "", {"re": re_, "val": draw(st.sampled_from(VALS))})
+        elif kind == "dn":
+            ho = draw(st.sampled_from(hos))
+            slots = {"re": ho.id, "out": draw(st.sampled_from(["OK", "PARTIAL", "NOOP", "MAYBE"]))}
+            slots.update({k: ho.slots[k] for k in EXEC_COPY if k in ho.slots and k != "due"})
+            if prof == "pay":
+                slots.update(extra(RESOLVED, ("amt", "acct", "prev", "tot", "n")))
+            frm, to = (ho.to, ho.frm) if draw(st.integers(0, 5)) else (draw(agents), draw(agents))
+            emit("DN", frm, to, ho.item, slots)
+        elif kind == "close":
+            ho = draw(st.sampled_from(hos))
+            typ = draw(st.sampled_from(["UN", "FL"]))
+            slots = {"re": ho.id, "why": draw(st.sampled_from(["BUSY", "ERR", "EXPIRED", "NOPE"]))}
+            if typ == "FL" and draw(st.booleans()):
+                slots["retry"] = draw(st.sampled_from(["Y", "N", "maybe"]))
+            frm, to = (ho.to, ho.frm) if draw(st.integers(0, 5)) else (draw(agents), draw(agents))
+            emit(typ, frm, to, ho.item if typ == "FL" else "", slots)
+        elif kind == "cx":
+            ho = draw(st.sampled_from(hos))
+            slots = {"re": ho.id if draw(st.integers(0, 5)) else ref(sent), "why": "REVOKED"}
+            frm, to = (ho.frm, ho.to) if draw(st.integers(0, 5)) else (draw(agents), draw(agents))
+            answerable.append(emit("CX", frm, to, ho.item, slots))
+        elif kind == "st":
+            table = {"pct": ints, "eta": dates, "blk": lists, **(PAY_SLOTS if prof == "pay" else {})}
+            slots = extra(table)
+            if sent and draw(st.booleans()):
+                slots["re"] = ref(sent)
+            emit("ST", draw(agents), draw(agents), draw(st.sampled_from(ITEMS)), slots)
+        elif kind == "aq":
+            slots = {"need": draw(st.sampled_from(["ENUM", "TEXT", "NUM", "DATE", "YESNO"]))}
+            slots.update(extra({"opts": st.sampled_from(["APPROVE+DECLINE", "a+b", "HOLD"]), "by": dates}))
+            emit("AQ", draw(agents), draw(agents), "", slots)
+        elif kind == "again" and sent:  # the same line again (reprocessing), or its id on another line
+            s = draw(st.sampled_from(sent))
+            if draw(st.booleans()):
+                out.append(s.line.encode("utf-8"))
+            else:
+                emit(s.typ, s.frm, s.to, s.item, {**s.slots, "x_n": "2"}, mid=s.id)
+        elif kind == "reuse" and sent:  # a line cut short, or with a character put in
+            s = draw(st.sampled_from(sent)).line
+            at = draw(st.integers(0, len(s)))
+            if draw(st.booleans()):
+                out.append(s[:at].encode("utf-8"))
+            else:
+                out.append((s[:at] + draw(st.characters()) + s[at:]).encode("utf-8", "surrogatepass"))
+        else:
+            out.append(
+                draw(
+                    st.one_of(
+                        st.binary(max_size=80),
+                        st.text(max_size=80).map(lambda t: t.encode("utf-8", "surrogatepass")),
+                        st.text(max_size=60).map(lambda t: ("RW1 " + t).encode("utf-8", "surrogatepass")),
+                    )
+                )
+            )
+    return out
+
+
+def check_decision(d: Decision) -> None:
+    assert isinstance(d, Decision)
+    # the safety net in Processor.process turns an exception into this reason: a bug to fix where it is raised
+    assert d.reason is None or d.reason.value != "internal-error", d.problems
+
+
+# ---------------------------------------------------------------------------------------------------- scenarios
+
+
+@dataclass
+class Step:
+    batch: list[tuple[str | None, bytes]]
+    now: float
+    sweep_at: float | None
+
+
+@dataclass
+class Scenario:
+    profile: str
+    hold_seconds: float
+    readback_timeout: float | None
+    max_line_bytes: int
+    senders: frozenset[str] | None
+    dry_run: bool
+    steps: list[Step]
+
+
+now_values = st.one_of(st.sampled_from(NOWS), st.floats(0.0, MAX_NOW, allow_nan=False, allow_infinity=False))
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    prof = draw(st.sampled_from(["pay", "core"]))
+    convs = draw(st.lists(st.sampled_from(CONVERSATIONS), min_size=1, max_size=3, unique=True))
+    per_conv = {c: list(draw(conversation_lines(prof, 8))) for c in convs}
+    # interleaved, each conversation's lines in their order
+    order = draw(st.permutations([c for c in convs for _ in per_conv[c]]))
+    stream = [(c, per_conv[c].pop(0)) for c in order]
+    steps: list[Step] = []
+    at = draw(st.sampled_from(NOWS[:3]))
+    while stream:
+        n = draw(st.integers(1, 6))
+        batch, stream = stream[:n], stream[n:]
+        # time moves forward: a little, a lot, or to the end of the calendar
+        at = min(MAX_NOW, at + draw(st.sampled_from([0.0, 30.0, 61.0, 3600.0, 86400.0, 40 * 86400.0, MAX_NOW])))
+        sweep_at = draw(st.one_of(st.none(), st.just(at), st.sampled_from([at + 60.0, at + 86400.0, MAX_NOW])))
+        if sweep_at is not None:
+            sweep_at = min(MAX_NOW, sweep_at)
+        steps.append(Step(batch, at, sweep_at))
+        at = at if sweep_at is None else sweep_at  # one clock: the next batch is not before the sweep
+    senders = draw(st.one_of(st.none(), st.just(frozenset(AGENTS[prof][:2]))))
+    return Scenario(
+        profile=prof,
+        hold_seconds=draw(st.sampled_from([0.0, 30.0])),
+        readback_timeout=draw(st.sampled_from([None, 60.0, 600.0])),
+        max_line_bytes=draw(st.sampled_from([8192, 32768])),
+        senders=senders,
+        dry_run=draw(st.booleans()),
+        steps=steps,
+    )
+
+
+def partition_of(conversation: str | None) -> int | None:
+    return None if conversation is None else sum(conversation.encode()) % PARTITIONS
+
+
+class Harness:
+    """One route: a Processor and a Sweeper on a MemoryStore, outcomes built for every decision."""
+
+    def __init__(self, policy: RoutePolicy, dry_run: bool = False) -> None:
+        self.policy = policy
+        self.store = MemoryStore()
+        self.processor = Processor(self.store, policy)
+        self.clock = Clock(NOW)
+        self.publisher = MemoryPublisher(partitions=PARTITIONS)
+        route = SweepRoute(policy, "out", "alerts", dry_run=dry_run, sensitive=policy.profile.sensitive)
+        self.sweeper = Sweeper(self.store, [route], self.publisher, clock=self.clock, metrics=Metrics())
+        self.targets = Targets(output="out", dead_letter="dlq", alerts="alerts", name=policy.name, dry_run=dry_run)
+        self.offset = 0
+        self.conversations: set[str] = set()
+
+    async def setup(self) -> Harness:
+        await self.store.put_record(RECORD)
+        return self
+
+    async def process(self, lines: list[Line], now: float) -> list[Line]:
+        """Decide a batch; returns the held lines (decided again in the next batch, as the daemon does)."""
+        decisions = await self.processor.process(lines, now)
+        assert len(decisions) == len(lines)
+        held = []
+        for ln, d in zip(lines, decisions, strict=True):
+            check_decision(d)
+            if ln.conversation is not None:
+                self.conversations.add(ln.conversation)
+            if d.verdict is Verdict.HOLD:
+                held.append(ln)
+                continue
+            self.offset += 1
+            source = Source(
+                topic=self.policy.name,
+                partition=ln.partition or 0,
+                offset=self.offset,
+                value=ln.value,
+                key=None if ln.conversation is None else ln.conversation.encode("utf-8"),
+                timestamp=int(now * 1000),
+            )
+            outs = build(
+                d,
+                source,
+                self.targets,
+                conversation=ln.conversation,
+                sensitive=self.policy.profile.sensitive,
+                now=now,
+            )
+            assert len(outs) == 1 + d.alerts
+            for o in outs:
+                fit(o, 600)
+        return held
+
+    async def sweep(self, now: float) -> None:
+        self.clock.now = now
+        await self.sweeper.sweep([(self.policy.name, p) for p in range(PARTITIONS)], now=now)
+
+    def round_trip(self) -> None:
+        """Every state as the Redis store writes it (JSON) and reads it back."""
+        for c in self.conversations:
+            state = self.store.state(self.policy.name, c)
+            if state is not None:
+                text = json.dumps(state.to_dict(), separators=(",", ":"), ensure_ascii=False)
+                ConversationState.from_dict(json.loads(text))
+
+
+async def play(sc: Scenario) -> None:
+    policy = RoutePolicy(
+        name=ROUTE,
+        profile=PROFILES[sc.profile],
+        hold_seconds=sc.hold_seconds,
+        readback_timeout_seconds=sc.readback_timeout,
+        max_line_bytes=sc.max_line_bytes,
+        senders=sc.senders,
+    )
+    h = await Harness(policy, sc.dry_run).setup()
+    held: list[Line] = []
+    now = NOW
+    for step in sc.steps:
+        now = step.now
+        batch = [Line(c, v, first_seen=now, partition=partition_of(c)) for c, v in step.batch]
+        held = await h.process(held + batch, now)
+        if step.sweep_at is not None:
+            await h.sweep(step.sweep_at)
+    if held:  # the hold window runs out: every held line is decided
+        now = min(MAX_NOW, now + sc.hold_seconds + 1)
+        held = await h.process(held, now)
+    assert not held or now == MAX_NOW
+    for t in sorted({now, min(MAX_NOW, now + 3600), min(MAX_NOW, now + 40 * 86400), epoch("99991231T2359Z"), MAX_NOW}):
+        if t >= now:
+            await h.sweep(t)
+    h.round_trip()
+
+
+_SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=_SLOW)
+@given(sc=scenarios())
+def test_no_conversation_crashes_the_processor_or_the_sweeper(sc: Scenario) -> None:
+    asyncio.run(play(sc))
+
+
+@st.composite
+def single_lines(draw: st.DrawFn) -> tuple[str, bytes]:
+    prof = draw(st.sampled_from(["pay", "core"]))
+    lines = draw(conversation_lines(prof, 1))
+    return prof, lines[-1]
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=_SLOW)
+@given(case=single_lines(), now=now_values, partition=st.integers(0, PARTITIONS - 1))
+def test_no_single_line_crashes_the_batch_path(case: tuple[str, bytes], now: float, partition: int) -> None:
+    prof, value = case
+
+    async def go() -> None:
+        h = await Harness(RoutePolicy(name=ROUTE, profile=PROFILES[prof], hold_seconds=0.0)).setup()
+        await h.process([Line("c", value, first_seen=now, partition=partition)], now)
+        await h.sweep(max(now, MAX_NOW))
+        h.round_trip()
+
+    asyncio.run(go())
+
+
+# the two found first, pinned: a line that parses and crashed the batch, and the id int() refused
+KNOWN = [
+    pytest.param(b"RW1 HO alice-1 from=alice to=bob item=gh:x ask=DRAFT exp=99991231T2500Z", "core", id="exp-hour-25"),
+    pytest.param(b"RW1 HO alice-1 from=alice to=bob item=gh:x ask=DRAFT exp=99991231T2360Z", "core", id="exp-min-60"),
+    pytest.param(b"RW1 HO alice-1 from=alice to=bob item=gh:x ask=DRAFT due=99991231", "core", id="due-last-day"),
+    pytest.param(
+        b"RW1 HO scheduler-" + b"9" * 4400 + b" from=scheduler to=payer item=inv:INV-1 ask=REVIEW",
+        "pay",
+        id="id-4400-digits",
+    ),
+    pytest.param(
+        b"RW1 HO scheduler-" + b"9" * 4400 + b" from=scheduler to=payer item=inv:INV-1",
+        "pay",
+        id="invalid-line-id-4400-digits",
+    ),
+    pytest.param(b"RW1 HO alice-0900000001 from=alice to=bob item=gh:x ask=DRAFT", "core", id="reserved-leading-zero"),
+]
+
+
+@pytest.mark.parametrize(("value", "prof"), KNOWN)
+@pytest.mark.parametrize("now", [NOW, epoch("99991231T2300Z")])
+async def test_the_lines_found_so_far_are_decided(value: bytes, prof: str, now: float) -> None:
+    h = await Harness(RoutePolicy(name=ROUTE, profile=PROFILES[prof], hold_seconds=0.0)).setup()
+    await h.process([Line("c", value, first_seen=now, partition=0)], now)
+    for t in (now, MAX_NOW):
+        await h.sweep(t)
+    h.round_trip()
+    decisions = await decide_lines([InputLine(1, "c", value.decode())], [RECORD], _check_route(prof), now)
+    assert len(decisions) == 1
+    check_decision(decisions[0])
+
+
+# ---------------------------------------------------------------------------------------------------- gatekeeper check
+
+
+def _check_route(prof: str) -> RoutePolicy:
+    """The route ``gatekeeper check --profile`` builds (offline: no hold window)."""
+    return RoutePolicy(name="check", profile=PROFILES[prof], hold_seconds=0.0)
+
+
+# any text, lone surrogates too (a JSON line can escape one: "\\ud800")
+_any_text = st.one_of(st.text(max_size=30), st.text(alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=3))
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=_SLOW)
+@given(
+    prof=st.sampled_from(["pay", "core"]),
+    data=st.data(),
+    now=now_values,
+    odd=st.lists(_any_text, max_size=2),
+)
+def test_gatekeeper_check_decides_every_line(prof: str, data: st.DataObject, now: float, odd: list[str]) -> None:
+    values = data.draw(conversation_lines(prof, 8))
+    texts = [v.decode("utf-8", "replace") for v in values] + odd
+    keys = data.draw(st.lists(st.sampled_from(["c1", "c2", "☃"]), min_size=len(texts), max_size=len(texts)))
+    # a JSON-lines file, as `gatekeeper check lines.jsonl` reads it (any string JSON can escape, lone surrogates too)
+    jsonl = "\n".join(json.dumps({"key": k, "line": t}) for k, t in zip(keys, texts, strict=True))
+    lines = read_input(jsonl, "lines.jsonl")
+    assert len(lines) == len(texts)
+    decisions = asyncio.run(decide_lines(lines, [RECORD], _check_route(prof), now))
+    assert len(decisions) == len(lines)
+    for d in decisions:
+        check_decision(d)
+        assert d.verdict is not Verdict.HOLD  # offline, nothing is held
+    rows = [outcome(ln, d) for ln, d in zip(lines, decisions, strict=True)]
+    json.dumps(rows, ensure_ascii=False)
+    render_table(rows, colour=False)
+
+
+# ------------------------------------------------------------------------------------------------ the two-phase tool
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=_SLOW)
+@given(data=st.data(), now=now_values)
+def test_the_two_phase_tool_states_or_refuses_every_handoff(data: st.DataObject, now: float) -> None:
+    """``prepare`` returns a statement or raises its documented ``Refused``; ``commit`` a DN/FL or ``CommitRefused``;
+    the statement goes through the gatekeeper like any readback."""
+    values = data.draw(conversation_lines("pay", 4))
+    tool = TwoPhaseTool("payer", lambda v: None, profile="pay", clock=lambda: now)
+    for value in values:
+        text = value.decode("utf-8", "replace")
+        if not text.startswith("RW1 HO "):
+            continue
+        try:
+            statement = tool.prepare(text)
+        except Refused:
+            continue
+        with contextlib.suppress(CommitRefused):  # documented: expired by now
+            tool.commit(statement.token, confirmed=True)
+
+        async def through_the_gatekeeper(ho: bytes = value, rb: str = statement.line) -> None:
+            h = await Harness(RoutePolicy(name=ROUTE, profile=PAY, hold_seconds=0.0)).setup()
+            await h.process([Line("c", ho, partition=0), Line("c", rb.encode(), partition=0)], now)
+            await h.sweep(MAX_NOW)
+
+        asyncio.run(through_the_gatekeeper())
