@@ -290,3 +290,39 @@ async def test_a_takeover_is_won_by_one_sweeper() -> None:
     assert len(lc.cancels()) == 1
     whats = sorted(h.what for h in [*ra.handled, *rb.handled])
     assert whats[0] == "cancelled" and (len(whats) == 1 or whats[1].startswith("skipped"))
+
+
+async def test_a_handoff_that_cannot_be_swept_never_stops_the_sweep(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug while sweeping one handoff sets that handoff aside (logged once, counted, alerted); the others of the
+    sweep are cancelled as usual, and the next sweeps skip it without raising again."""
+    import gatekeeper.sweeper as sweeper_module
+
+    lc = await world()
+    draft = f"RW1 HO scheduler-1 p=pay from=scheduler to=desk item=doc:brief-1 ask=DRAFT exp={EXP}"
+    await lc.send("c-bad", draft.replace("doc:brief-1", "doc:poison"))
+    await lc.send("c-good", draft)
+    real = sweeper_module.overdue
+
+    def overdue_raising(state: Any, ho: str, *args: Any) -> Any:
+        if state.handoffs[ho].item == "doc:poison":
+            raise OverflowError("date value out of range")
+        return real(state, ho, *args)
+
+    monkeypatch.setattr(sweeper_module, "overdue", overdue_raising)
+    lc.clock.now = T_EXP
+    report = await lc.sweep()
+    assert sorted((h.conversation, h.what) for h in report.handled) == [
+        ("c-bad", "internal-error"),
+        ("c-good", "cancelled"),
+    ]
+    assert len(lc.cancels()) == 1 and lc.cancels()[0].key == b"c-good"
+    (alert,) = [a for a in lc.alerts_() if a.doc["alert"] == "internal-error"]
+    assert alert.doc["conversation"] == "c-bad" and "OverflowError" in alert.doc["error"]
+    assert value(lc, "gatekeeper_internal_errors_total", route="agents.pay", stage="sweep") == 1
+    again = await lc.sweep()
+    assert [(h.conversation, h.what) for h in again.handled] == [("c-bad", "skipped: internal error")]
+    assert value(lc, "gatekeeper_internal_errors_total", route="agents.pay", stage="sweep") == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR" and r.name == "gatekeeper.sweeper"]
+    assert len(errors) == 1 and errors[0].exc_info is not None

@@ -171,3 +171,68 @@ def test_forget_a_revoked_partition() -> None:
     wm.committed({("r", 0): 2})
     wm.forget([("r", 0)])
     assert wm.committable({}) == {} and wm.last_committed(("r", 0)) is None
+
+
+# ---------------------------------------------------------------- bounds: a flood never stalls the rest
+
+
+def held_lines(n: int, conv_of: object, partition: int = 0, t0: float = 0.0) -> list[Pending]:
+    return [line(i, conv_of(i), partition=partition, t=t0 + i * 0.001) for i in range(n)]  # type: ignore[operator]
+
+
+def test_a_conversation_past_its_bound_is_forced_whole() -> None:
+    from gatekeeper.consumers.holds import HoldLimits
+
+    buf = HoldBuffer(retry_interval=5.0, limits=HoldLimits(per_conversation=3, per_partition=100, total=100))
+    flood = held_lines(4, lambda i: "flood")
+    calm = line(50, "calm")
+    buf.hold([(p, "ho-1") for p in flood] + [(calm, "ho-3")], now=1.0, hold_seconds=HOLD)
+    planned = buf.plan([], now=1.0)  # not due for 5 s, but forced: decided now
+    assert planned == flood and all(p.forced == "conversation" for p in planned)
+    assert buf.holds("r", "calm") and not buf.holds("r", "flood") and len(buf) == 1
+    assert buf.pressure(1.0) == ["r"] and buf.pressure(1.0 + 61) == []
+
+
+def test_a_partition_past_its_bound_forces_its_oldest_queues_and_spares_other_partitions() -> None:
+    from gatekeeper.consumers.holds import HoldLimits
+
+    buf = HoldBuffer(retry_interval=5.0, limits=HoldLimits(per_conversation=10, per_partition=5, total=1000))
+    other = line(900, "legit", partition=1, t=-10.0)  # older than the whole flood, on another partition
+    buf.hold([(other, "ho-4")], now=0.0, hold_seconds=HOLD)
+    flood = held_lines(8, lambda i: f"k{i}", partition=0)
+    buf.hold([(p, "ho-1") for p in flood], now=1.0, hold_seconds=HOLD)
+    planned = buf.plan([], now=1.0)
+    assert planned == flood[:3]  # the three oldest of partition 0: it holds its bound of 5 again
+    assert {p.forced for p in planned} == {"partition"}
+    assert buf.count_partition(("r", 0)) == 5 and buf.holds("r", "legit")
+
+
+def test_the_instance_bound_forces_the_fullest_partition_first() -> None:
+    from gatekeeper.consumers.holds import HoldLimits
+
+    buf = HoldBuffer(retry_interval=5.0, limits=HoldLimits(per_conversation=10, per_partition=100, total=6))
+    legit = [line(900 + i, f"legit{i}", partition=1, t=-10.0) for i in range(2)]
+    buf.hold([(p, "ho-4") for p in legit], now=0.0, hold_seconds=HOLD)
+    flood = held_lines(6, lambda i: f"k{i}", partition=0)
+    buf.hold([(p, "ho-1") for p in flood], now=1.0, hold_seconds=HOLD)
+    planned = buf.plan([], now=1.0)
+    assert planned == flood[:2] and {p.forced for p in planned} == {"instance"}
+    assert len(buf) == 6 and all(buf.holds("r", f"legit{i}") for i in range(2))
+
+
+def test_a_forced_line_held_again_is_no_longer_forced() -> None:
+    from gatekeeper.consumers.holds import HoldLimits
+
+    buf = HoldBuffer(retry_interval=5.0, limits=HoldLimits(per_conversation=1, per_partition=100, total=100))
+    a, b = line(0, "c"), line(1, "c")
+    buf.hold([(a, "ho-1"), (b, None)], now=0.0, hold_seconds=HOLD)
+    assert buf.plan([], now=0.0) == [a, b]
+    buf.hold([(b, "ho-2")], now=0.1, hold_seconds=HOLD)  # within the bound now: held as any line
+    assert b.forced is None and buf.plan([], now=0.2) == []
+
+
+def test_dropping_revoked_partitions_keeps_the_counts() -> None:
+    buf = HoldBuffer()
+    buf.hold([(line(0, "a", partition=0), "x"), (line(1, "b", partition=1), "y")], now=0.0, hold_seconds=HOLD)
+    buf.drop([("r", 0)])
+    assert len(buf) == 1 and buf.count("r") == 1 and buf.count_partition(("r", 0)) == 0

@@ -1,0 +1,135 @@
+"""No line is fatal: a line whose deciding raises is dead-lettered ``internal-error`` and the batch goes on.
+
+The bugs are injected (``decide`` or ``apply`` made to raise on a marked line), so these tests keep proving the guard
+whatever the real bugs of the day are; ``tests/policy/test_no_line_fatal.py`` hunts for the real ones.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+from typing import Any
+
+import pytest
+
+import gatekeeper.processor as processor_module
+from gatekeeper.consumers.outcomes import Source, Targets, build
+from gatekeeper.policy import ConversationState, Decision, Overlay, Reason, Verdict
+from gatekeeper.policy import apply as real_apply
+from gatekeeper.policy import decide as real_decide
+from gatekeeper.processor import Line, Processor
+from gatekeeper.store import MemoryStore
+from tests.policy.world import NOW, RECORD, route
+from tests.seed import AN, DN, HO, RB
+
+ST = (
+    "RW1 ST scheduler-7 p=pay from=scheduler to=payer item=inv:MD-2026-057 src=email:4 amt=5400.00 cur=GBP kind=NET "
+    "acct=40-12-88/61102938"
+)
+POISON = ST + " // POISON"
+TARGETS = Targets("agents.pay.checked", "agents.pay.dlq", "agents.pay.alerts", "agents.pay")
+
+
+async def processor() -> Processor:
+    store = MemoryStore()
+    await store.put_record(RECORD)
+    return Processor(store, route())
+
+
+def lines(*texts: str, conversation: str = "c1", partition: int | None = 0) -> list[Line]:
+    return [Line(conversation, t.encode(), partition=partition) for t in texts]
+
+
+def decide_raising_on_poison(raw: bytes, *args: Any, **kw: Any) -> Decision:
+    if b"POISON" in raw:
+        raise OverflowError("date value out of range, near acct=40-12-88/61102938")
+    return real_decide(raw, *args, **kw)
+
+
+def apply_raising_on_poison(state: ConversationState, decision: Decision, overlay: Overlay) -> None:
+    real_apply(state, decision, overlay)  # half the work is done when it raises: the guard must undo it
+    if decision.message is not None and decision.message.id == "scheduler-7" and decision.reason is None:
+        raise KeyError("scheduler-7")
+
+
+async def test_a_line_whose_decision_raises_is_dead_lettered_and_the_batch_goes_on(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(processor_module, "decide", decide_raising_on_poison)
+    p = await processor()
+    with caplog.at_level(logging.ERROR, logger="gatekeeper.processor"):
+        decisions = await p.process(lines(HO, POISON, RB, AN, DN), NOW)
+    verdicts = [(d.verdict, d.reason) for d in decisions]
+    assert verdicts[1] == (Verdict.DEAD_LETTER, Reason.INTERNAL_ERROR)
+    assert [v for i, v in enumerate(verdicts) if i != 1] == [(Verdict.FORWARD, None)] * 4
+    bad = decisions[1]
+    assert bad.alerts and bad.problems[0].code == "internal-error" and bad.problems[0].got == "OverflowError"
+    # the stack trace is logged once, with the line masked
+    errors = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is not None
+    assert "40-12-88/61102938" not in errors[0].__dict__["line"]
+
+
+async def test_the_guarded_batch_equals_the_unguarded_one_on_every_other_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = await (await processor()).process(lines(HO, RB, AN, DN), NOW)
+    monkeypatch.setattr(processor_module, "decide", decide_raising_on_poison)
+    guarded = await (await processor()).process(lines(HO, POISON, RB, AN, DN), NOW)
+    del guarded[1]
+    assert [(d.verdict, d.reason, d.problems) for d in guarded] == [(d.verdict, d.reason, d.problems) for d in clean]
+
+
+async def test_an_apply_that_raises_halfway_is_rolled_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processor_module, "apply", apply_raising_on_poison)
+    p = await processor()
+    decisions = await p.process(lines(HO, ST, RB), NOW)
+    assert [d.reason for d in decisions] == [None, Reason.INTERNAL_ERROR, None]
+    loaded = await p.store.load("agents.pay", {"c1"}, ())
+    state = loaded.states["c1"]
+    # the tombstone, not the half-applied forward: the thread saw HO and RB only
+    assert state.lines["scheduler-7"].reason == "internal-error"
+    assert state.lines["scheduler-7"].verdict == "dead-letter"
+    assert state.seq == 2
+
+
+async def test_a_redelivered_internal_error_repeats_without_deciding_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processor_module, "decide", decide_raising_on_poison)
+    p = await processor()
+    await p.process(lines(HO, POISON), NOW)
+    monkeypatch.setattr(processor_module, "decide", real_decide)  # the bug is fixed meanwhile: same verdict anyway
+    (again,) = await p.process(lines(POISON), NOW + 60)
+    assert again.repeated and again.reason is Reason.INTERNAL_ERROR
+    # a reply to it is refused: fail closed
+    reply = "RW1 AN payer-5 re=scheduler-7 p=pay from=payer to=scheduler val=Y"
+    (d,) = await p.process(lines(reply), NOW + 60)
+    assert d.reason is Reason.REFUSED_HANDOFF
+    # a replay decides it again, now that it no longer raises
+    (replayed,) = await p.process([Line("c1", POISON.encode(), replay=True, partition=0)], NOW + 60)
+    assert replayed.verdict is Verdict.FORWARD
+
+
+async def test_a_line_the_gate_itself_raises_on_is_dead_lettered(monkeypatch: pytest.MonkeyPatch) -> None:
+    def prepare_raising(raw: bytes, route: Any) -> Any:
+        raise RecursionError("the parser looped")
+
+    monkeypatch.setattr(processor_module, "prepare", prepare_raising)
+    monkeypatch.setattr(importlib.import_module("gatekeeper.policy.decide"), "prepare", prepare_raising)
+    p = await processor()
+    (d,) = await p.process(lines(HO), NOW)
+    assert d.reason is Reason.INTERNAL_ERROR and d.message is None and d.effects == ()
+
+
+def test_the_dead_letter_names_the_error_masked_without_a_stack_trace() -> None:
+    from gatekeeper.policy.decide import internal_error
+
+    exc = ValueError("invalid literal: 40-12-88/61102938 " + "x" * 500)
+    d = internal_error(POISON.encode(), ConversationState(), route(), NOW, exc)
+    src = Source("agents.pay", 3, 17, POISON.encode(), key=b"c1", timestamp=1)
+    dl, alert = build(d, src, TARGETS, conversation="c1", sensitive={"acct"}, now=NOW)
+    h = {k: v.decode() for k, v in dl.headers}
+    assert h["gk.reason"] == "internal-error" and h["gk.error.class"] == "ValueError"
+    assert "40-12-88/61102938" not in h["gk.error.message"] and "****2938" in h["gk.error.message"]
+    assert len(h["gk.error.message"]) < 320 and "Traceback" not in json.dumps(h)
+    assert dl.value == POISON.encode()  # the record itself is unchanged
+    doc = json.loads(alert.value)
+    assert doc["alert"] == "internal-error" and "40-12-88/61102938" not in alert.value.decode()
