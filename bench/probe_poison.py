@@ -94,6 +94,7 @@ class Phase:
                 stdout=subprocess.DEVNULL,
                 stderr=log,
                 env=env,
+                cwd=self.dir,  # not the checkout: python -c puts the working directory first on sys.path
             )
         return self
 

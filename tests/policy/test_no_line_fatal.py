@@ -315,6 +315,12 @@ def conversation_lines(draw: st.DrawFn, prof: str, max_size: int = 10) -> list[b
         elif kind == "an":
             target = draw(st.sampled_from(answerable)) if answerable and draw(st.integers(0, 5)) else None
             re_ = target.id if target is not None else ref(sent)
+            if target is None and draw(st.integers(0, 3)) == 0:
+                # the gatekeeper's own cancel of a handoff: <sender>-<900000000 + its line number>
+                gk = draw(st.sampled_from(hos))
+                cx_id = f"{gk.frm}-{900_000_000 + draw(st.integers(1, 12))}"
+                target = Sent("CX", cx_id, gk.frm, gk.to, gk.item, {"re": gk.id}, "")
+                re_ = cx_id
             ho = next((h for h in hos if target is not None and h.id == target.slots.get("re")), None)
             if ho is not None and draw(st.integers(0, 4)):
                 # a clearance comes from the handoff's sender, an acknowledgement of a cancel from its receiver
@@ -390,7 +396,7 @@ def check_decision(d: Decision) -> None:
 
 @dataclass
 class Step:
-    batch: list[tuple[str | None, bytes]]
+    batch: list[tuple[str | None, bytes, float | None, bool]]
     now: float
     sweep_at: float | None
 
@@ -416,7 +422,11 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     per_conv = {c: list(draw(conversation_lines(prof, 8))) for c in convs}
     # interleaved, each conversation's lines in their order
     order = draw(st.permutations([c for c in convs for _ in per_conv[c]]))
-    stream = [(c, per_conv[c].pop(0)) for c in order]
+    # each line: its conversation, its value, how long before the batch it was first consumed, a replay or not
+    stream = [
+        (c, per_conv[c].pop(0), draw(st.sampled_from([0.0, 0.0, None, 29.0, 3600.0])), draw(st.integers(0, 9)) == 0)
+        for c in order
+    ]
     steps: list[Step] = []
     at = draw(st.sampled_from(NOWS[:3]))
     while stream:
@@ -525,7 +535,16 @@ async def play(sc: Scenario) -> None:
     now = NOW
     for step in sc.steps:
         now = step.now
-        batch = [Line(c, v, first_seen=now, partition=partition_of(c)) for c, v in step.batch]
+        batch = [
+            Line(
+                c,
+                v,
+                first_seen=None if first_seen is None else now - first_seen,
+                replay=replay,
+                partition=partition_of(c),
+            )
+            for c, v, first_seen, replay in step.batch  # first_seen: how long before now it was first consumed
+        ]
         held = await h.process(held + batch, now)
         if step.sweep_at is not None:
             await h.sweep(step.sweep_at)
