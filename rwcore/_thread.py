@@ -420,25 +420,7 @@ class ThreadTracker:
         ``[type, id]``, ``cancels`` a list of CX ids, ``wrong`` a list of ``[line, CX id, from, to]``, ``acked``
         0 or 1 and ``ran`` ``[DN id, out]`` or null. Empty trailing fields are dropped to keep it small.
         """
-        hos: list[list[Any]] = []
-        for h in self._hos:
-            rec: list[Any] = [
-                h.line_no,
-                h.id,
-                h.sender,
-                h.receiver,
-                h.item,
-                h.exp,
-                h.due,
-                [list(c) for c in h.closes],
-                list(h.cancels),
-                [list(w) for w in h.wrong],
-                1 if h.acked else 0,
-                list(h.ran) if h.ran is not None else None,
-            ]
-            while len(rec) > 5 and rec[-1] in (None, 0, []):
-                rec.pop()
-            hos.append(rec)
+        hos = [_encode_handoff(h) for h in self._hos]
         state: dict[str, Any] = {"v": STATE_VERSION, "n": self._last, "ho": hos}
         if self._cxs:
             state["cx"] = [list(c) for c in self._cxs]
@@ -447,6 +429,41 @@ class ThreadTracker:
         if self._shadowed:
             state["sh"] = sorted(self._shadowed)
         return state
+
+    def _add(self, h: _Handoff) -> None:
+        if not h.closed:
+            self._open[h.idx] = h
+        self._hos.append(h)
+        self._by_id[h.id] = (*self._by_id.get(h.id, ()), h)
+        if not h.acked:
+            for cx_id in h.cancels:
+                self._cx_wait.setdefault(cx_id, []).append(h)
+
+    # ------------------------------------------------------------ a part of a conversation
+
+    def handoff_state(self, id: str) -> list[Any] | None:
+        """One handoff's record, in ``to_state``'s ``ho`` format (the latest HO with this id), or None."""
+        hs = self._by_id.get(id)
+        return _encode_handoff(hs[-1]) if hs else None
+
+    @classmethod
+    def partial(cls, handoffs: Iterable[Sequence[Any]], last_line: int) -> ThreadTracker:
+        """A tracker holding only some handoffs of a conversation (records from ``handoff_state``), to be fed on
+        from ``last_line``: for a caller that keeps each handoff's record apart and loads only those the next lines
+        name, so that a line's cost never depends on the conversation's length (the gatekeeper's state store).
+
+        Feeding it a line gives exactly what the whole tracker would, for the handoffs it holds, provided the caller
+        loaded every handoff the line names (its ``re=``, and for an ``AN`` to a CX, the handoff that CX cancels) and
+        ids are unique in the conversation. ``report`` covers only the handoffs held (no cancel naming nothing, no
+        invalid line: those live in the whole tracker only). Raises ValueError on a malformed record."""
+        t = cls()
+        try:
+            t._last = int(last_line)
+            for rec in handoffs:
+                t._add(_decode_handoff(rec, len(t._hos)))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"malformed handoff record: {exc}") from exc
+        return t
 
     @classmethod
     def from_state(cls, state: Mapping[str, Any]) -> ThreadTracker:
@@ -458,36 +475,53 @@ class ThreadTracker:
         try:
             t._last = int(state["n"])
             for rec in state.get("ho", ()):
-                rec = list(rec) + [None] * (12 - len(rec))
-                line_no, id_, sender, receiver, item, exp, due, closes, cancels, wrong, acked, ran = rec
-                h = _Handoff(
-                    idx=len(t._hos),
-                    line_no=int(line_no),
-                    id=str(id_),
-                    sender=str(sender),
-                    receiver=str(receiver),
-                    item=item,
-                    exp=exp,
-                    due=due,
-                    closes=tuple((str(a), str(b)) for a, b in closes or ()),
-                    cancels=tuple(str(c) for c in cancels or ()),
-                    wrong=tuple((int(k), str(i), str(f), str(to)) for k, i, f, to in wrong or ()),
-                    acked=bool(acked),
-                    ran=(str(ran[0]), str(ran[1])) if ran else None,
-                )
-                if not h.closed:
-                    t._open[h.idx] = h
-                t._hos.append(h)
-                t._by_id[h.id] = (*t._by_id.get(h.id, ()), h)
-                if not h.acked:
-                    for cx_id in h.cancels:
-                        t._cx_wait.setdefault(cx_id, []).append(h)
+                t._add(_decode_handoff(rec, len(t._hos)))
             t._cxs = [(int(k), str(i), None if r is None else str(r)) for k, i, r in state.get("cx", ())]
             t._invalid = [(int(k), str(m)) for k, m in state.get("bad", ())]
             t._shadowed = {str(s) for s in state.get("sh", ())}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"malformed thread state: {exc}") from exc
         return t
+
+
+def _encode_handoff(h: _Handoff) -> list[Any]:
+    rec: list[Any] = [
+        h.line_no,
+        h.id,
+        h.sender,
+        h.receiver,
+        h.item,
+        h.exp,
+        h.due,
+        [list(c) for c in h.closes],
+        list(h.cancels),
+        [list(w) for w in h.wrong],
+        1 if h.acked else 0,
+        list(h.ran) if h.ran is not None else None,
+    ]
+    while len(rec) > 5 and rec[-1] in (None, 0, []):
+        rec.pop()
+    return rec
+
+
+def _decode_handoff(rec: Sequence[Any], idx: int) -> _Handoff:
+    rec = list(rec) + [None] * (12 - len(rec))
+    line_no, id_, sender, receiver, item, exp, due, closes, cancels, wrong, acked, ran = rec
+    return _Handoff(
+        idx=idx,
+        line_no=int(line_no),
+        id=str(id_),
+        sender=str(sender),
+        receiver=str(receiver),
+        item=item,
+        exp=exp,
+        due=due,
+        closes=tuple((str(a), str(b)) for a, b in closes or ()),
+        cancels=tuple(str(c) for c in cancels or ()),
+        wrong=tuple((int(k), str(i), str(f), str(to)) for k, i, f, to in wrong or ()),
+        acked=bool(acked),
+        ran=(str(ran[0]), str(ran[1])) if ran else None,
+    )
 
 
 # ---------------------------------------------------------------- the whole-thread check, built on the tracker

@@ -407,3 +407,40 @@ def test_state_round_trip_at_every_prefix(lines: list[str], now: str, data: st.D
         _feed(resumed, items[cut:])
         assert resumed.report(now) == want
         assert resumed.to_state() == whole.to_state()
+
+
+@given(lines=conversations(), now=nows)
+def test_a_partial_tracker_fed_line_by_line_equals_the_whole_one(lines: list[str], now: str) -> None:
+    """The gatekeeper's per-entry state: before each line, a tracker holding only the handoffs that line names (its
+    ``re=``, and for an answer to a CX the handoff that CX cancels) gives the same problems, and leaves those
+    handoffs exactly as the whole tracker does. Ids are unique in a gatekeeper conversation: only such are tested."""
+    items = [(n, m) for n, m in _items(lines) if isinstance(m, Message)]
+    ids = [m.id for _, m in items]
+    if len(set(ids)) != len(ids):
+        return
+    whole = ThreadTracker()
+    records: dict[str, list[object]] = {}  # what a store of per-handoff records would hold
+    cx_target: dict[str, str] = {}  # a CX's re=, as the gatekeeper remembers every line's re=
+    last = 0
+    for n, m in items:
+        named = {m.id} | ({m.re} if m.re else set())
+        if m.type == "AN" and m.re in cx_target:
+            named.add(cx_target[m.re])
+        part = ThreadTracker.partial(
+            [json.loads(json.dumps(records[i])) for i in sorted(named) if i in records], last_line=last
+        )
+        assert part.probe(m, n) == whole.probe(m, n)
+        assert part.feed(m, n) == whole.feed(m, n)
+        for i in named:
+            got = part.handoff_state(i)
+            assert got == whole.handoff_state(i)
+            if got is not None:
+                records[i] = got
+        if m.type == "CX" and m.re:
+            cx_target[m.id] = m.re
+        last = n
+    # and the whole report, over the handoffs held, is the whole tracker's (no cancel of nothing, no invalid line)
+    everything = ThreadTracker.partial(records.values(), last_line=last)
+    assert [p for p in everything.report(now).problems if p.code != "thread-cancel-no-handoff"] == [
+        p for p in whole.report(now).problems if p.code not in ("thread-cancel-no-handoff", "thread-invalid-line")
+    ]
