@@ -22,8 +22,13 @@ The lifecycle's indexes (``policy.lifecycle``: each open handoff's next deadline
 in the same round trip as the states, for the conversations of lines that carry their input ``partition``: the
 entries of the handoffs the batch's decisions touched (``lifecycle.touched``; one that closed leaves the open and
 deadline indexes), so the cost follows the lines, not the open handoffs. A conversation whose lines all repeat their
-stored decisions (a batch retried after a failed write) gets every open entry written again (idempotent), which
-repairs what that write may have left out.
+stored decisions (a batch retried after a failed write) gets the entries of every open handoff its lines loaded
+written again (idempotent), which repairs what that write may have left out: the handoffs a batch's effects touch
+are among those its lines name, so they are the ones loaded again.
+
+**The state a batch loads** is only what its lines name (``policy.state``): their ids, ``re=`` and ``ctx=``, and what
+those entries point to; the save writes only the entries the batch changed. A line's cost does not depend on how
+long its conversation is.
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ from gatekeeper.policy import (
 )
 from gatekeeper.policy.decide import Prepared, error_text, internal_error, prepare
 from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of, touched
+from gatekeeper.policy.state import line_ids
 from gatekeeper.store import Store, StoreError
 from rwcore import Problem
 
@@ -101,8 +107,13 @@ class Processor:
         (problem code ``queued-behind-held``): none overtakes it. A line whose deciding raises is dead-lettered
         ``internal-error`` (see the module docstring); nothing but ``StoreError`` leaves this method.
         Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later."""
-        conversations = {ln.conversation for ln in lines if ln.conversation is not None}
         prepared = [self._prepare(ln) for ln in lines]
+        wants: dict[str, set[str]] = {}
+        for ln, prep in zip(lines, prepared, strict=True):
+            if ln.conversation is not None:
+                named = wants.setdefault(ln.conversation, set())
+                if isinstance(prep, Prepared) and prep.parsed is not None:
+                    named.update(line_ids(prep.parsed.message, prep.parsed.raw))
         keys = {k for p in prepared if isinstance(p, Prepared) and (k := _record_key(p)) is not None}
         partitions = {
             ln.conversation: ln.partition for ln in lines if ln.conversation is not None and ln.partition is not None
@@ -112,7 +123,7 @@ class Processor:
         rounds = 0
         while rounds < MAX_CLAIM_ROUNDS:
             rounds += 1
-            loaded = await self.store.load(self.route.name, conversations, keys)
+            loaded = await self.store.load(self.route.name, wants, keys)
             overlay = Overlay(records=loaded.records, loaded_bindings=loaded.bindings)
             try:
                 decisions, changed, hit = self._decide_all(lines, prepared, loaded.states, overlay, now, guarded)
@@ -251,7 +262,7 @@ class Processor:
                 raise prep
             d = self._decide_one(ln, prep, state, overlay, now)
             if d.effects and conv is not None:
-                before = ConversationState.from_dict(state.to_dict())
+                before = state.copy()
                 apply(state, d, overlay)
                 if ln.partition is not None:
                     index_of(state, conv, ln.partition, touched(state, d.effects), self.route.readback_timeout_seconds)

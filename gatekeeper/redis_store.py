@@ -2,7 +2,11 @@
 
 Key layout (``<p>`` is ``redis.key_prefix``; the part in braces is the Redis Cluster hash tag)::
 
-    <p>:conv:{<route>/<conversation>}   one conversation's state: JSON of ConversationState.to_dict(), with a TTL
+    <p>:cs:{<route>/<conversation>}     HASH: one conversation's state, one field per entry (``policy.state``:
+                                        ``h`` the header, ``l:<id>`` a line's first decision, ``o:<id>`` a
+                                        handoff, ``r:<id>`` a readback, ``t:<id>`` a handoff's thread), with a TTL
+    <p>:conv:{<route>/<conversation>}   the same state as one JSON document (version 1, earlier releases): read
+                                        once, written as the hash, and deleted (see "Conversation state")
     <p>:rec:{<item>}:<ask>              an approved record: JSON of Record.to_dict(), no TTL
     <p>:bind:{<item>}:<ask>             the exec binding of that record: "<conversation>/<HO id>", no TTL
     <p>:recidx:{<item>}                 a set of the asks that have a record for <item> (``records get ITEM``)
@@ -29,8 +33,16 @@ The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partiti
   ``{`` -> ``%7B``, ``}`` -> ``%7D`` (and ``/`` -> ``%2F`` in the route, the separator of the conversation tag).
   The escape is deterministic and reversible, so two different (route, conversation) or items never share a key.
 
-Retention: a conversation's state is written with ``EX open_retention_seconds`` while it has an open handoff
-(``ConversationState.has_open_handoffs()``), else ``EX retention_seconds``; every write renews it. Records and
+**Conversation state.** A batch loads only the entries its lines name, in one ``EVALSHA`` of ``_LOAD`` per
+conversation on the batch's one pipeline: the header, the four entries of each id the lines name, and the entries
+of the ids those point to (the closure ``policy.state.wanted_fields`` computes in Python, here in Lua, next to the
+data). It writes only the entries that changed (one ``HSET`` of those fields and the header, and an ``EXPIRE``). A
+hash that does not exist yet is looked up as a version-1 document in the same script: such a state is converted on
+first touch (decoded whole once, written as fields by that batch's save, and the document deleted), so an upgrade
+needs no migration step and no downtime.
+
+Retention: a conversation's hash is written with ``EX open_retention_seconds`` while it has an open handoff (the
+header's ``open`` count), else ``EX retention_seconds``; every write renews it. Records and
 bindings never expire: an approval is withdrawn by ``gatekeeper records delete``, a binding by the protocol.
 
 Deleting a record does not delete its binding: the handoff bound to it may still be in flight (the act may be
@@ -62,7 +74,7 @@ from redis.asyncio import Redis
 from gatekeeper.config import ConfigError, RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
-from gatekeeper.store import CancelIntent, DueView, Indexed, IndexKind, Loaded, RecordExists, StoreError
+from gatekeeper.store import CancelIntent, DueView, Indexed, IndexKind, Loaded, RecordExists, StoreError, Wants
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +90,46 @@ if ARGV[3] == '1' then after = ARGV[4] end
 if cur ~= before and cur ~= after then return 0 end
 if after == nil then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], after) end
 return 1
+"""
+
+#: Load a part of one conversation's state. KEYS[1]: its hash, KEYS[2]: its version-1 document. ARGV: ``*`` for
+#: every field, else the ids the batch's lines name. Returns a flat list of field, value... (the header, the entries
+#: of each id, then the entries of the ids those point to: a line's ``re``, a readback's ``ho``, a handoff's
+#: ``cleared_by`` and ``passed_rb``), ``{}`` for a conversation never seen, or ``{"v1", document}``.
+_LOAD = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local old = redis.call('GET', KEYS[2])
+  if old then return {'v1', old} end
+  return {}
+end
+if ARGV[1] == '*' then return redis.call('HGETALL', KEYS[1]) end
+local out, seen, more = {}, {}, {}
+local kinds = {'l:', 'o:', 'r:', 't:'}
+local h = redis.call('HGET', KEYS[1], 'h')
+if h then out[1] = 'h'; out[2] = h end
+local function point(v)
+  if type(v) == 'string' then more[#more + 1] = v end
+end
+local function grab(id, first)
+  if seen[id] then return end
+  seen[id] = true
+  local vals = redis.call('HMGET', KEYS[1], 'l:' .. id, 'o:' .. id, 'r:' .. id, 't:' .. id)
+  for i = 1, 4 do
+    local v = vals[i]
+    if v then
+      out[#out + 1] = kinds[i] .. id
+      out[#out + 1] = v
+      if first and i < 4 then
+        local e = cjson.decode(v)
+        if i == 1 then point(e['re']) elseif i == 2 then point(e['cleared_by']); point(e['passed_rb'])
+        else point(e['ho']) end
+      end
+    end
+  end
+end
+for i = 1, #ARGV do grab(ARGV[i], true) end
+for i = 1, #more do grab(more[i], false) end
+return out
 """
 
 #: Write one record and its index entry. KEYS[1]: record key, KEYS[2]: the item's index set.
@@ -163,7 +215,13 @@ class Keys:
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
 
+    def state(self, route: str, conversation: str) -> str:
+        """A conversation's state hash."""
+        route_tag = escape_tag(route).replace("/", "%2F")
+        return f"{self.prefix}:cs:{{{route_tag}/{escape_tag(conversation)}}}"
+
     def conv(self, route: str, conversation: str) -> str:
+        """A conversation's version-1 state document (earlier releases; read once and converted)."""
         route_tag = escape_tag(route).replace("/", "%2F")
         return f"{self.prefix}:conv:{{{route_tag}/{escape_tag(conversation)}}}"
 
@@ -242,6 +300,7 @@ class RedisStore:
         self._owns_client = client is None
         self._redis: Any = client if client is not None else client_from_settings(settings)
         self._cas = self._redis.register_script(_CAS)
+        self._load = self._redis.register_script(_LOAD)
         self._put = self._redis.register_script(_PUT)
         self._claim_cancel = self._redis.register_script(_CLAIM)
         self._take_over = self._redis.register_script(_TAKE_OVER)
@@ -274,30 +333,43 @@ class RedisStore:
 
     # ------------------------------------------------------------ the Store protocol
 
-    async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
-        """One pipelined round trip: GET the states, the records and the bindings."""
-        convs = list(conversations)
+    async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
+        """One pipelined round trip: the part of each conversation's state its ids need (``_LOAD``), the records
+        and the bindings."""
+        convs = list(wants)
         rkeys = list(keys)
         if not convs and not rkeys:
             return Loaded()
-        pipe = self._redis.pipeline(transaction=False)
-        for conv in convs:
-            pipe.get(self.keys.conv(route, conv))
-        for k in rkeys:
-            pipe.get(self.keys.record(k))
-        for k in rkeys:
-            pipe.get(self.keys.binding(k))
-        try:
-            results = await pipe.execute()
-        except _REDIS_ERRORS as exc:
-            raise self._error("load", exc) from exc
+        results: list[Any] = []
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            for conv in convs:
+                ids = wants[conv]
+                args = ["*"] if ids is None else sorted(ids)
+                pipe.evalsha(self._load.sha, 2, self.keys.state(route, conv), self.keys.conv(route, conv), *args)
+            for k in rkeys:
+                pipe.get(self.keys.record(k))
+            for k in rkeys:
+                pipe.get(self.keys.binding(k))
+            try:
+                results = await pipe.execute(raise_on_error=False)
+            except _REDIS_ERRORS as exc:
+                raise self._error("load", exc) from exc
+            if attempt == 0 and any(isinstance(r, redis_exc.NoScriptError) for r in results):
+                # the server forgot the script (a restart, SCRIPT FLUSH, a failover): load it, read again
+                try:
+                    self._load.sha = await self._redis.script_load(_LOAD)
+                except _REDIS_ERRORS as exc:
+                    raise self._error("load (script load)", exc) from exc
+                continue
+            failed = next((r for r in results if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise self._error("load", failed) from failed
+            break
         loaded = Loaded()
         n = len(convs)
         for conv, raw in zip(convs, results[:n], strict=True):
-            if raw is None:
-                loaded.states[conv] = ConversationState()
-            else:
-                loaded.states[conv] = self._decode_state(self.keys.conv(route, conv), raw)
+            loaded.states[conv] = self._decode_state(self.keys.state(route, conv), raw)
         for k, raw in zip(rkeys, results[n : n + len(rkeys)], strict=True):
             if raw is not None:
                 loaded.records[k] = self._decode_record(self.keys.record(k), raw)
@@ -309,16 +381,21 @@ class RedisStore:
     async def save(
         self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
     ) -> None:
-        """One pipelined round trip: the lifecycle index changes (``deadlines``), then SET each state with its TTL
-        (longer while a handoff is open). The index goes first: a state written means its index entries were sent
-        before it on the same connection; an entry left behind by a failed write is harmless (the sweeper finds the
-        handoff closed and drops it) and a batch retried after a failure writes every open entry again."""
+        """One pipelined round trip: the lifecycle index changes (``deadlines``), then per state the fields it
+        changed (HSET) and its TTL (longer while a handoff is open); a state converted from a version-1 document
+        deletes the document. The index goes first: a state written means its index entries were sent before it on
+        the same connection; an entry left behind by a failed write is harmless (the sweeper finds the handoff
+        closed and drops it) and a batch retried after a failure writes its handoffs' entries again."""
         if not states and not deadlines:
             return
         pipe = self._redis.pipeline(transaction=False)
         self._queue_index(pipe, route, deadlines)
         for conv, state in states.items():
-            pipe.set(self.keys.conv(route, conv), _compact(state.to_dict()), ex=self.ttl_for(state))
+            key = self.keys.state(route, conv)
+            pipe.hset(key, mapping=state.changed_fields())
+            pipe.expire(key, self.ttl_for(state))
+            if state.legacy:
+                pipe.delete(self.keys.conv(route, conv))
         try:
             await pipe.execute()
         except _REDIS_ERRORS as exc:
@@ -547,10 +624,13 @@ class RedisStore:
 
     # ------------------------------------------------------------ decoding
 
-    def _decode_state(self, key: str, raw: bytes | str) -> ConversationState:
+    def _decode_state(self, key: str, raw: list[Any]) -> ConversationState:
         try:
-            return ConversationState.from_dict(json.loads(raw))
-        except (ValueError, KeyError, TypeError) as exc:
+            if len(raw) == 2 and _text(raw[0]) == "v1":
+                return ConversationState.from_dict(json.loads(raw[1]))
+            fields = {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw), 2)}
+            return ConversationState.from_fields(fields)
+        except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise StoreError(f"redis {self._where}: the state at {key} cannot be read: {exc}") from exc
 
     def _decode_record(self, key: str, raw: bytes | str) -> Record:

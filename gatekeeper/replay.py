@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import functools
 import re
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -70,8 +71,9 @@ from gatekeeper.policy import (
     line_digest,
 )
 from gatekeeper.policy.lifecycle import IndexEntry
+from gatekeeper.policy.state import wanted_fields
 from gatekeeper.processor import Line, Processor
-from gatekeeper.store import Loaded, Store, StoreError, claim_in_memory
+from gatekeeper.store import Loaded, Store, StoreError, Wants, claim_in_memory, pick
 from rwcore import Problem
 
 CHUNK = 100  # dead letters decided per batch (one Redis load and one save each)
@@ -221,23 +223,25 @@ class DryRunStore:
 
     def __init__(self, inner: Store) -> None:
         self.inner = inner
-        self._states: dict[tuple[str, str], dict[str, Any]] = {}
+        self._states: dict[tuple[str, str], dict[str, str]] = {}  # whole conversations, as fields
         self._records: dict[RecordKey, Record | None] = {}
         self._bindings: dict[RecordKey, str | None] = {}
 
-    async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
-        convs = [c for c in conversations if (route, c) not in self._states]
+    async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
+        convs = [c for c in wants if (route, c) not in self._states]
         rkeys = [k for k in keys if k not in self._records]
         if convs or rkeys:
-            got = await self.inner.load(route, convs, rkeys)
+            got = await self.inner.load(route, dict.fromkeys(convs), rkeys)  # each conversation whole, once
             for c in convs:
-                self._states[(route, c)] = got.states.get(c, ConversationState()).to_dict()
+                self._states[(route, c)] = got.states.get(c, ConversationState()).all_fields()
             for k in rkeys:
                 self._records[k] = got.records.get(k)
                 self._bindings[k] = got.bindings.get(k)
         out = Loaded()
-        for c in conversations:
-            out.states[c] = ConversationState.from_dict(self._states[(route, c)])
+        for c, ids in wants.items():
+            stored = self._states[(route, c)]
+            fields = dict(stored) if ids is None else wanted_fields(ids, functools.partial(pick, stored))
+            out.states[c] = ConversationState.from_fields(fields)
         for k in keys:
             rec, bound = self._records.get(k), self._bindings.get(k)
             if rec is not None:
@@ -253,7 +257,7 @@ class DryRunStore:
         self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
     ) -> None:
         for conv, state in states.items():
-            self._states[(route, conv)] = state.to_dict()
+            self._states.setdefault((route, conv), {}).update(state.changed_fields())
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:
         raise StoreError("a dry run does not load records")

@@ -2,6 +2,9 @@
 ``gatekeeper check``, and (in ``gatekeeper.redis_store``) the Redis store the daemon uses.
 
 The Protocol is batch-shaped on purpose: one call loads everything a batch needs, one call writes what it changed.
+A conversation's state is many small entries (``policy.state``): ``load`` takes, per conversation, the ids the
+batch's lines name and returns only the entries those lines' decisions can read (``policy.state.wanted_fields``);
+``save`` writes only the entries that changed.
 
 ``LifecycleStore`` adds what the handoff lifecycle's sweeper needs (``gatekeeper.sweeper``): the deadline indexes,
 bucketed by input partition, and the cancel intents that make one cancel per handoff. ``save`` writes a batch's
@@ -10,6 +13,7 @@ index changes (``policy.lifecycle.IndexEntry``) in the same round trip as the st
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -17,6 +21,11 @@ from typing import Any, Literal, Protocol
 
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
+from gatekeeper.policy.state import wanted_fields
+
+#: What a batch loads of one conversation: the ids its lines name (``policy.state.line_ids``), or None for the
+#: whole conversation (the operator's commands, ``gatekeeper handoffs``).
+Wants = Mapping[str, Collection[str] | None]
 
 
 class StoreError(Exception):
@@ -109,8 +118,10 @@ class CancelIntent:
 
 
 class Store(Protocol):
-    async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
-        """One round trip: the states of ``conversations`` on ``route``, and the records and bindings of ``keys``."""
+    async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
+        """One round trip: per conversation of ``wants`` on ``route``, the part of its state the named ids need
+        (all of it for None; a new, empty state for a conversation never seen), and the records and bindings of
+        ``keys``."""
         ...
 
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
@@ -121,7 +132,8 @@ class Store(Protocol):
     async def save(
         self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
     ) -> None:
-        """One round trip: write the states of the conversations a batch changed, and the lifecycle index entries
+        """One round trip: write the entries the batch changed in these conversations (``changed_fields``), renew
+        their retention, and write the lifecycle index entries
         of their handoffs (``deadlines``: an open entry is added or moved, a closed one leaves the open and deadline
         indexes; an entry with ``lapsed_at`` is in the lapsed index)."""
         ...
@@ -175,6 +187,11 @@ class LifecycleStore(Store, Protocol):
         ...
 
 
+def pick(stored: Mapping[str, str], names: Collection[str]) -> dict[str, str]:
+    """The fields among ``names`` that ``stored`` has (the in-memory stores' ``HMGET``)."""
+    return {n: stored[n] for n in names if n in stored}
+
+
 def claim_in_memory(
     bindings: MutableMapping[RecordKey, str | None], changes: Sequence[BindingChange]
 ) -> list[BindingChange]:
@@ -193,20 +210,22 @@ def claim_in_memory(
 
 class MemoryStore:
     """The Store in a process's memory: for unit tests, ``gatekeeper check`` and dry runs. States are kept as their
-    serialised form, so a test sees exactly what the Redis store would round-trip."""
+    fields, serialised, so a test sees exactly what the Redis store would round-trip, and loads only what a batch
+    names, as the Redis store does."""
 
     def __init__(self) -> None:
-        self._states: dict[tuple[str, str], dict[str, object]] = {}
+        self._states: dict[tuple[str, str], dict[str, str]] = {}
         self._records: dict[RecordKey, Record] = {}
         self._bindings: dict[RecordKey, str | None] = {}
         self._index: dict[tuple[str, int, IndexKind], dict[tuple[str, str], float]] = {}
         self._intents: dict[tuple[str, str, str], CancelIntent] = {}
 
-    async def load(self, route: str, conversations: Collection[str], keys: Collection[RecordKey]) -> Loaded:
+    async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
         loaded = Loaded()
-        for conv in conversations:
-            raw = self._states.get((route, conv))
-            loaded.states[conv] = ConversationState() if raw is None else ConversationState.from_dict(raw)
+        for conv, ids in wants.items():
+            stored = self._states.get((route, conv), {})
+            fields = dict(stored) if ids is None else wanted_fields(ids, functools.partial(pick, stored))
+            loaded.states[conv] = ConversationState.from_fields(fields)
         for key in keys:
             if key in self._records:
                 loaded.records[key] = self._records[key]
@@ -222,7 +241,7 @@ class MemoryStore:
         self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
     ) -> None:
         for conv, state in states.items():
-            self._states[(route, conv)] = state.to_dict()
+            self._states.setdefault((route, conv), {}).update(state.changed_fields())
         for e in deadlines:
             member = (e.conversation, e.ho)
             due = self._index.setdefault((route, e.partition, "due"), {})
@@ -311,8 +330,13 @@ class MemoryStore:
         return True
 
     def state(self, route: str, conversation: str) -> ConversationState | None:
+        """A whole conversation's state (tests), or None when it was never written."""
         raw = self._states.get((route, conversation))
-        return None if raw is None else ConversationState.from_dict(raw)
+        return None if raw is None else ConversationState.from_fields(raw)
+
+    def fields(self, route: str, conversation: str) -> dict[str, str]:
+        """A conversation's stored fields, as written (tests)."""
+        return dict(self._states.get((route, conversation), {}))
 
 
 def _match(key: RecordKey, item: str, ask: str | None) -> bool:

@@ -276,8 +276,10 @@ class Sweeper:
         entries = due + [o for o in ancient if all((o.conversation, o.ho) != (e.conversation, e.ho) for e in due)]
         if not entries:
             return
-        conversations = sorted({e.conversation for e in entries})
-        loaded = await self.store.load(rt.name, conversations, ())
+        wants: dict[str, set[str]] = {}
+        for e in entries:  # each conversation's part the sweep needs: the handoffs due (and what they point to)
+            wants.setdefault(e.conversation, set()).add(e.ho)
+        loaded = await self.store.load(rt.name, wants, ())
         intents = await self.store.intents(rt.name, [(e.conversation, e.ho) for e in due]) if due else {}
         changed: set[str] = set()
         broken: set[str] = set()  # conversations a handoff's handling raised in: not saved by this sweep
@@ -287,7 +289,7 @@ class Sweeper:
                     report.handled.append(Handled(rt.name, e.conversation, e.ho, "skipped: internal error"))
                     continue
                 state = loaded.states[e.conversation]
-                if not state.lines:
+                if e.ho not in state.lines:
                     log.warning(
                         "a handoff's conversation state is gone (retention): its deadline is dropped",
                         extra={"route": rt.name, "conversation": e.conversation, "handoff": e.ho},

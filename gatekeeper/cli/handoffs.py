@@ -263,7 +263,7 @@ async def _list(
             convs = sorted({c for c, _ in pairs})
             if not convs:
                 continue
-            loaded = await store.load(route.input, convs, ())
+            loaded = await store.load(route.input, dict.fromkeys(convs), ())  # whole conversations
             seen: set[tuple[str, str]] = set()
             for conv, only in pairs:
                 state = loaded.states[conv]
@@ -359,7 +359,7 @@ async def _show(
     settings: Settings, route: Route, conversation: str, handoff: str, now: float
 ) -> tuple[ConversationState, CancelIntent | None] | None:
     async with _store(settings) as store:
-        loaded = await store.load(route.input, [conversation], ())
+        loaded = await store.load(route.input, {conversation: None}, ())  # the whole conversation
         state = loaded.states[conversation]
         if not state.lines:
             return None

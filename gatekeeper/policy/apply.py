@@ -84,36 +84,51 @@ class Overlay:
 
 
 def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> None:
-    """Apply a decision's effects, in order, to the conversation's state and the batch's bindings."""
+    """Apply a decision's effects, in order, to the conversation's state and the batch's bindings, marking the
+    state's fields each effect changes (``ConversationState.dirty``: what the store writes)."""
     for effect in decision.effects:
         match effect:
             case RememberLine(id=line_id, entry=entry):
                 state.lines[line_id] = entry
+                state.mark(f"l:{line_id}")
             case OpenHandoff(entry=entry):
                 state.handoffs[entry.id] = replace(entry)  # the state owns its entries
+                state.mark(f"o:{entry.id}")
             case Supersede(ho=ho, by=by):
                 state.handoffs[ho].superseded_by = by
                 state.handoffs[ho].bound = False
+                state.mark(f"o:{ho}")
             case RecordReadback(entry=entry):
                 state.readbacks[entry.id] = replace(entry)
+                state.mark(f"r:{entry.id}")
             case PassReadback(ho=ho, rb=rb):
                 state.handoffs[ho].passed_rb = rb
+                state.mark(f"o:{ho}")
             case RefuseReadback(rb=rb):
                 state.readbacks[rb].refused = True
+                state.mark(f"r:{rb}")
             case Clear(ho=ho, rb=rb):
                 state.handoffs[ho].cleared_by = rb
+                state.mark(f"o:{ho}")
             case FeedThread(message=msg):
                 state.seq += 1
                 state.tracker.feed(msg, state.seq)
+                # what a line can change in the thread: its own handoff, the one it replies to, and for an answer
+                # to a cancel, the handoff the cancel names
+                target = state.lines.get(msg.re) if msg.re is not None else None
+                state.mark_thread(msg.id, msg.re, target.re if target is not None else None)
             case Bind(key=key, holder=holder):
                 overlay.bind(key, holder)
             case Release(key=key, holder=holder, ho=ho):
                 overlay.release(key, holder)
                 if ho in state.handoffs:
                     state.handoffs[ho].bound = False
+                    state.mark(f"o:{ho}")
             case GatekeeperCancel(ho=ho, cx=cx, why=why, at=at):
                 entry = state.handoffs[ho]
                 entry.gk_cancel, entry.gk_cancel_why, entry.gk_cancel_at = cx, why, at
+                state.mark(f"o:{ho}")
             case MarkOverdue(ho=ho, kind=kind, at=at):
                 entry = state.handoffs[ho]
                 entry.overdue, entry.overdue_at = kind, at
+                state.mark(f"o:{ho}")

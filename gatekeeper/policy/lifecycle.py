@@ -538,7 +538,8 @@ def _index_entry(
 def index_entries(
     state: ConversationState, conversation: str, partition: int, readback_timeout: float | None = None
 ) -> dict[str, IndexEntry]:
-    """The index entries of the conversation's open handoffs, by handoff id. O(open handoffs)."""
+    """The index entries of the open handoffs the state holds (those a batch loaded: its lines' handoffs, never the
+    whole conversation), by handoff id."""
     out: dict[str, IndexEntry] = {}
     for entry, _view in _live(state):
         e = _index_entry(state, conversation, partition, entry.id, readback_timeout)

@@ -1,27 +1,51 @@
 """What the gatekeeper remembers of one conversation, and the records it checks against.
 
-All of it is plain data that serialises to JSON (``to_dict``/``from_dict``); the store keeps one document per
-conversation, keyed with the conversation in a Redis Cluster hash tag.
+A conversation's state is **many small entries**, not one document, so that a line's cost never depends on how long
+its conversation is. Each entry is a field of the conversation's Redis hash (``gatekeeper.redis_store``; the
+in-memory store keeps the same fields):
 
-- ``lines``: every line the gatekeeper decided, by message id: its digest, verdict, reason, problems and the time
-  of the first decision. This is the memo that makes the same line get the same verdict on reprocessing, the
-  duplicate-id check, and the tombstone that refuses replies to a dead-lettered line.
-- ``handoffs``: every forwarded HO, with the record it was checked against (its ``resolved`` values and withheld
-  ``expect_acc`` criteria), whether a re-issue superseded it, and which readback an affirmative answer cleared; and,
-  from the lifecycle (``policy.lifecycle``), the CX the gatekeeper wrote for it and the alert raised at its expiry.
-- ``readbacks``: every RB the gatekeeper checked, whether it passed, and whether a negative answer refused it.
-- ``tracker``: rwcore's incremental thread tracker, fed every forwarded line: closes, cancels, acknowledgements.
+=============  ===================================================================================================
+field          what
+=============  ===================================================================================================
+``h``          the header: the format version, ``seq`` (lines fed to the thread so far: the next line's number)
+               and ``open`` (how many handoffs of the conversation are open: the state's retention)
+``l:<id>``     a line's first decision (``LineEntry``): digest, verdict, reason, problems, when; the text of a
+               forwarded HO or a checked RB. The memo that makes the same line get the same verdict, the
+               duplicate-id check, and the tombstone that refuses replies to a dead-lettered line.
+``o:<id>``     a forwarded HO (``HandoffEntry``): the record it was checked against, its binding, supersession,
+               clearance and lifecycle
+``r:<id>``     a checked RB (``ReadbackEntry``): whether it passed, whether a negative answer refused it
+``t:<id>``     the HO's thread record (``rwcore.ThreadTracker.handoff_state``): its closes, cancels, acknowledgement
+=============  ===================================================================================================
+
+**A batch loads only what its lines name** (``wanted_fields``, the closure of the ids they carry): for each id a
+line names (its own, ``re=``, ``ctx=``) the four entries of that id; then, for each entry found, the four entries of
+the ids it points to (a line's ``re=``, a readback's handoff, a handoff's passing or clearing readback). Two levels
+are enough: every decision reads at most a reply's target and what that target points to (an answer to a readback
+reads the readback's handoff; a done report reads its handoff's plan). The loaded ``ConversationState`` holds those
+entries, and its thread is a partial ``ThreadTracker`` of the loaded handoffs; everything the decision reads of it
+was loaded, so a missing entry means "not in the conversation", exactly as in a whole state.
+
+**A batch writes only what changed**: ``apply`` marks the fields each effect changes (``dirty``), and the store
+writes those and the header. ``open`` moves by the number of loaded handoffs that opened or closed
+(``open_delta``), so no line walks the conversation to know whether it still has an open handoff.
+
+Version 1 (the whole-document form of earlier releases) is read and converted on first touch (``from_dict``): the
+store writes it as fields and deletes the document.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rwcore import Problem, ThreadTracker
+from rwcore import Message, Problem, ThreadTracker
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # the per-entry form; 1 was one JSON document per conversation
+HEADER = "h"
+_KINDS = ("l:", "o:", "r:", "t:")
 
 
 def _problem_from(d: Mapping[str, Any]) -> Problem:
@@ -207,38 +231,197 @@ class ReadbackEntry:
         return cls(id=rid, ho=d["ho"], passed=bool(d["ok"]), exp=d.get("exp"), refused=bool(d.get("refused")))
 
 
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def entry_fields(line_id: str) -> tuple[str, ...]:
+    """The four fields an id may have."""
+    return tuple(k + line_id for k in _KINDS)
+
+
+def _pointers(name: str, value: Mapping[str, Any]) -> Iterable[str]:
+    """The ids an entry points to: what a decision about a line naming it may read next."""
+    if name.startswith("l:"):
+        re_ = value.get("re")
+        return (re_,) if isinstance(re_, str) else ()
+    if name.startswith("r:"):
+        ho = value.get("ho")
+        return (ho,) if isinstance(ho, str) else ()
+    if name.startswith("o:"):
+        return tuple(v for k in ("cleared_by", "passed_rb") if isinstance(v := value.get(k), str))
+    return ()
+
+
+def wanted_fields(ids: Collection[str], get: Callable[[Collection[str]], Mapping[str, str]]) -> dict[str, str]:
+    """The closure of ``ids`` (see the module docstring): the header, every entry of each id, then every entry of
+    the ids those point to. ``get(fields)`` returns the fields that exist. ``gatekeeper.redis_store`` runs the same
+    closure in a Lua script (one round trip); the in-memory store runs this one."""
+    first = {f for i in ids for f in entry_fields(i)}
+    found = dict(get([HEADER, *sorted(first)]))
+    second: set[str] = set()
+    for name, raw in found.items():
+        if name == HEADER or name.startswith("t:"):
+            continue
+        second.update(_pointers(name, json.loads(raw)))
+    more = {f for i in second for f in entry_fields(i)} - first
+    if more:
+        found.update(get(sorted(more)))
+    return found
+
+
+def line_ids(msg: Message | None, raw: Mapping[str, Any] | None = None) -> set[str]:
+    """The ids a line names, whose entries its decision may read: its own, its ``re=``, its ``ctx=``. For a line
+    that did not parse, the id and ``re=`` its raw fields carry (its tombstone)."""
+    out: set[str] = set()
+    if msg is not None:
+        out.add(msg.id)
+        if msg.re:
+            out.add(msg.re)
+        ctx = msg.slots.get("ctx")
+        if isinstance(ctx, str):
+            out.add(ctx)
+        elif isinstance(ctx, tuple):
+            out.update(str(c) for c in ctx)
+    elif raw is not None:
+        out.update(v for k in ("id", "re") if isinstance(v := raw.get(k), str))
+    return out
+
+
 @dataclass(slots=True)
 class ConversationState:
+    """The loaded part of one conversation's state (see the module docstring), or the whole of a new one.
+
+    ``dirty``: the fields ``apply`` changed since it was loaded; ``base_open``: the header's open count as loaded;
+    ``open_at_load``: which loaded handoffs were open then; ``legacy``: it was converted from a version-1 document
+    (the store deletes the document once the fields are written)."""
+
     lines: dict[str, LineEntry] = field(default_factory=dict)
     handoffs: dict[str, HandoffEntry] = field(default_factory=dict)
     readbacks: dict[str, ReadbackEntry] = field(default_factory=dict)
     tracker: ThreadTracker = field(default_factory=ThreadTracker)
-    seq: int = 0  # lines fed to the tracker
+    seq: int = 0  # lines fed to the thread (the whole conversation's count)
+    base_open: int = 0
+    open_at_load: frozenset[str] = frozenset()
+    dirty: set[str] = field(default_factory=set)
+    legacy: bool = False
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "v": STATE_VERSION,
-            "lines": {k: e.to_dict() for k, e in self.lines.items()},
-            "handoffs": {k: e.to_dict() for k, e in self.handoffs.items()},
-            "readbacks": {k: e.to_dict() for k, e in self.readbacks.items()},
-            "tracker": self.tracker.to_state(),
-            "seq": self.seq,
-        }
+    # ------------------------------------------------------------ open handoffs
+
+    def is_open(self, ho: str) -> bool:
+        h = self.handoffs.get(ho)
+        if h is None or h.superseded_by is not None:
+            return False
+        view = self.tracker.handoff(ho)
+        return view is not None and not view.closed
+
+    def open_delta(self) -> int:
+        """How the conversation's open count moved since the load: the loaded handoffs open now, less those open
+        then (a handoff opens or closes only through a line that names it, so it is loaded)."""
+        return sum(1 for h in self.handoffs if self.is_open(h)) - len(self.open_at_load)
+
+    def open_count(self) -> int:
+        return self.base_open + self.open_delta()
+
+    def has_open_handoffs(self) -> bool:
+        return self.open_count() > 0
+
+    # ------------------------------------------------------------ fields
+
+    def mark(self, *names: str) -> None:
+        self.dirty.update(names)
+
+    def mark_thread(self, *ids: str | None) -> None:
+        """The thread records of these handoffs may have changed (those loaded or created)."""
+        self.dirty.update(f"t:{i}" for i in ids if i is not None and i in self.handoffs)
+        self.dirty.add(HEADER)
+
+    def header(self) -> dict[str, Any]:
+        return {"v": STATE_VERSION, "seq": self.seq, "open": self.open_count()}
+
+    def field(self, name: str) -> str | None:
+        """One field's value as stored (None: the entry does not exist)."""
+        if name == HEADER:
+            return _dumps(self.header())
+        kind, key = name[:2], name[2:]
+        if kind == "l:":
+            line = self.lines.get(key)
+            return None if line is None else _dumps(line.to_dict())
+        if kind == "o:":
+            ho = self.handoffs.get(key)
+            return None if ho is None else _dumps(ho.to_dict())
+        if kind == "r:":
+            rb = self.readbacks.get(key)
+            return None if rb is None else _dumps(rb.to_dict())
+        if kind == "t:":
+            rec = self.tracker.handoff_state(key)
+            return None if rec is None else _dumps(rec)
+        raise ValueError(f"not a state field: {name!r}")
+
+    def changed_fields(self) -> dict[str, str]:
+        """What a save writes: every field ``apply`` marked, and the header."""
+        out = {HEADER: self.field(HEADER) or ""}
+        for name in self.dirty:
+            value = self.field(name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    def all_fields(self) -> dict[str, str]:
+        names = [HEADER]
+        for prefix, ids in (("l:", self.lines), ("o:", self.handoffs), ("r:", self.readbacks), ("t:", self.handoffs)):
+            names.extend(prefix + i for i in ids)
+        return {n: v for n in names if (v := self.field(n)) is not None}
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, str]) -> ConversationState:
+        """A state from stored fields (all of a conversation's, or the part a batch loaded). No header: a new
+        conversation. Raises ValueError on another version."""
+        head = json.loads(fields[HEADER]) if HEADER in fields else {"v": STATE_VERSION, "seq": 0, "open": 0}
+        if head.get("v") != STATE_VERSION:
+            raise ValueError(f"conversation state version {head.get('v')!r} is not {STATE_VERSION}")
+        st = cls(seq=int(head["seq"]), base_open=int(head["open"]))
+        threads = []
+        for name, raw in fields.items():
+            kind, key = name[:2], name[2:]
+            if kind == "l:":
+                st.lines[key] = LineEntry.from_dict(json.loads(raw))
+            elif kind == "o:":
+                st.handoffs[key] = HandoffEntry.from_dict(key, json.loads(raw))
+            elif kind == "r:":
+                st.readbacks[key] = ReadbackEntry.from_dict(key, json.loads(raw))
+            elif kind == "t:":
+                threads.append(json.loads(raw))
+        threads.sort(key=lambda rec: int(rec[0]))  # line order, as the whole tracker keeps them
+        st.tracker = ThreadTracker.partial(threads, last_line=st.seq)
+        st.open_at_load = frozenset(h for h in st.handoffs if st.is_open(h))
+        return st
+
+    def copy(self) -> ConversationState:
+        """An independent copy (the guard of ``gatekeeper.processor`` rolls a line's effects back with it)."""
+        st = ConversationState.from_fields(self.all_fields())
+        st.base_open, st.open_at_load = self.base_open, self.open_at_load
+        st.dirty, st.legacy = set(self.dirty), self.legacy
+        return st
+
+    # ------------------------------------------------------------ version 1: one document
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConversationState:
-        if d.get("v") != STATE_VERSION:
-            raise ValueError(f"conversation state version {d.get('v')!r} is not {STATE_VERSION}")
-        return cls(
+        """A version-1 document (earlier releases), converted: the whole conversation, every field to be written."""
+        if d.get("v") != 1:
+            raise ValueError(f"conversation state document version {d.get('v')!r} is not 1")
+        whole = ThreadTracker.from_state(d["tracker"])
+        st = cls(
             lines={k: LineEntry.from_dict(e) for k, e in d["lines"].items()},
             handoffs={k: HandoffEntry.from_dict(k, e) for k, e in d["handoffs"].items()},
             readbacks={k: ReadbackEntry.from_dict(k, e) for k, e in d["readbacks"].items()},
-            tracker=ThreadTracker.from_state(d["tracker"]),
             seq=int(d["seq"]),
+            legacy=True,
         )
-
-    def has_open_handoffs(self) -> bool:
-        return any(
-            h.superseded_by is None and (v := self.tracker.handoff(h.id)) is not None and not v.closed
-            for h in self.handoffs.values()
-        )
+        records = [rec for h in st.handoffs if (rec := whole.handoff_state(h)) is not None]
+        st.tracker = ThreadTracker.partial(records, last_line=st.seq)
+        st.base_open = 0
+        st.open_at_load = frozenset()  # counted from nothing: every open handoff is new to the header
+        st.dirty = set(st.all_fields())
+        return st

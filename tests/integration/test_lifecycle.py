@@ -123,7 +123,7 @@ async def test_a_handoff_past_its_exp_is_cancelled_acknowledged_and_a_late_done_
         await r.send("exp", ack)
         got = await r.collector.wait(lambda g: ack in forwarded(g, "exp"))
         assert await r.store.binding(RECORD.key) is None
-        loaded = await r.store.load(r.route.input, ["exp"], [])
+        loaded = await r.store.load(r.route.input, {"exp": None}, [])
         view = loaded.states["exp"].tracker.handoff("scheduler-1")
         assert view is not None and view.closed
         # a done report that says the act ran after the cancel: forwarded, flagged, alerted
@@ -290,7 +290,7 @@ async def test_a_sweeper_killed_between_publishing_and_bookkeeping_is_not_repeat
         with pytest.raises(Crash):
             await h.sweep(doomed)
         await collector.wait(lambda g: len(cancels(g)) >= 1)
-        state = (await h.store.load(h.route.input, ["crash"], [])).states["crash"]
+        state = (await h.store.load(h.route.input, {"crash": None}, [])).states["crash"]
         assert state.handoffs["scheduler-1"].gk_cancel is None  # the bookkeeping never happened
         restarted = await h.sweeper()  # a new process: another owner
         report = await h.sweep(restarted)  # the dead sweeper's claim is still young: left alone
@@ -300,7 +300,7 @@ async def test_a_sweeper_killed_between_publishing_and_bookkeeping_is_not_repeat
         assert [x.what for x in report.handled] == ["recovered"]
         await collector.settle(1.0)
         assert len(cancels(collector.got)) == 1  # found on the topic, not published again
-        state = (await h.store.load(h.route.input, ["crash"], [])).states["crash"]
+        state = (await h.store.load(h.route.input, {"crash": None}, [])).states["crash"]
         assert state.handoffs["scheduler-1"].gk_cancel == "scheduler-900000001"
         assert (await h.sweep(restarted)).handled == []
 

@@ -76,10 +76,10 @@ async def test_flow_round_trip_matches_memory_store(store: RedisStore) -> None:
         (b,) = await in_memory.process([line], NOW + i)
         assert (a.verdict, a.reason, a.problems) == (b.verdict, b.reason, b.problems)
         assert a.verdict is Verdict.FORWARD, a.problems
-        loaded = await store.load("agents.pay", ["conv-1"], [RECORD.key])
+        loaded = await store.load("agents.pay", {"conv-1": None}, [RECORD.key])
         expected = memory.state("agents.pay", "conv-1")
         assert expected is not None
-        assert loaded.states["conv-1"].to_dict() == expected.to_dict()
+        assert loaded.states["conv-1"].all_fields() == expected.all_fields()
         assert loaded.records == {RECORD.key: RECORD}
         assert loaded.bindings.get(RECORD.key) == await memory.binding(RECORD.key)
     assert await store.binding(RECORD.key) == "conv-1/scheduler-1"
@@ -89,24 +89,27 @@ async def test_flow_round_trip_matches_memory_store(store: RedisStore) -> None:
 
 
 async def test_load_of_unknown_conversations_and_records(store: RedisStore) -> None:
-    loaded = await store.load("agents.pay", ["never-seen"], [RecordKey("inv:none", "PAY")])
-    assert loaded.states["never-seen"].to_dict() == ConversationState().to_dict()
+    loaded = await store.load("agents.pay", {"never-seen": None}, [RecordKey("inv:none", "PAY")])
+    assert loaded.states["never-seen"].all_fields() == ConversationState().all_fields()
     assert loaded.records == {} and loaded.bindings == {}
-    assert (await store.load("agents.pay", [], [])).states == {}
+    assert (await store.load("agents.pay", {}, [])).states == {}
 
 
-async def test_save_is_one_document_per_conversation_with_ttl(store: RedisStore, redis_client: Any) -> None:
+async def test_save_writes_one_hash_per_conversation_with_ttl(store: RedisStore, redis_client: Any) -> None:
     await store.put_record(RECORD)
     proc = Processor(store, _route())
     await proc.process([Line("conv-ttl", HO.encode())], NOW)
-    key = store.keys.conv("agents.pay", "conv-ttl")
-    raw = await redis_client.get(key)
-    assert raw is not None and b": " not in raw and b", " not in raw  # compact JSON
-    assert json.loads(raw)["handoffs"]["scheduler-1"]["item"] == "inv:MD-2026-057"
+    key = store.keys.state("agents.pay", "conv-ttl")
+    fields = {k.decode(): v for k, v in (await redis_client.hgetall(key)).items()}
+    assert set(fields) == {"h", "l:scheduler-1", "o:scheduler-1", "t:scheduler-1"}
+    assert all(b": " not in v and b", " not in v for v in fields.values())  # compact JSON
+    assert json.loads(fields["o:scheduler-1"])["item"] == "inv:MD-2026-057"
+    assert json.loads(fields["h"]) == {"v": 2, "seq": 1, "open": 1}
     ttl_open = await redis_client.ttl(key)
     assert RETENTION < ttl_open <= OPEN_RETENTION  # a handoff is open
     for i, text in enumerate((RB, AN, DN), 1):
         await proc.process([Line("conv-ttl", text.encode())], NOW + i)
+    assert json.loads(await redis_client.hget(key, "h")) == {"v": 2, "seq": 4, "open": 0}
     ttl_closed = await redis_client.ttl(key)
     assert 0 < ttl_closed <= RETENTION  # every handoff closed: the shorter retention
     # records and bindings do not expire
@@ -114,10 +117,81 @@ async def test_save_is_one_document_per_conversation_with_ttl(store: RedisStore,
     assert await redis_client.ttl(store.keys.binding(RECORD.key)) == -1
 
 
+async def test_a_batch_writes_only_the_entries_it_changed(store: RedisStore, redis_client: Any) -> None:
+    await store.put_record(RECORD)
+    proc = Processor(store, _route())
+    key = store.keys.state("agents.pay", "conv-inc")
+    await proc.process([Line("conv-inc", HO.encode())], NOW)
+    for i in range(30):  # unrelated statements: each adds its own entry, never rewrites the handoff's
+        st = f"RW1 ST scheduler-{100 + i} p=pay from=scheduler to=payer item=doc:n{i}"
+        await proc.process([Line("conv-inc", st.encode())], NOW)
+    before = await redis_client.hget(key, "o:scheduler-1")
+    await redis_client.hset(key, "l:scheduler-100", b'{"sentinel": true}')  # would be overwritten by a whole SET
+    await proc.process([Line("conv-inc", RB.encode())], NOW + 1)
+    assert await redis_client.hget(key, "l:scheduler-100") == b'{"sentinel": true}'
+    assert await redis_client.hget(key, "o:scheduler-1") != before  # the readback passed: the handoff changed
+
+
+async def test_a_version_1_document_is_converted_on_first_touch(store: RedisStore, redis_client: Any) -> None:
+    """State written by the previous release (one JSON document) is read, decided on and converted to the hash;
+    the document is deleted."""
+    from gatekeeper.store import MemoryStore
+    from tests.policy.world import route as pay_route
+
+    mem = MemoryStore()
+    await mem.put_record(RECORD)
+    await Processor(mem, pay_route()).process([Line("old", HO.encode())], NOW)
+    whole = mem.state("agents.pay", "old")
+    assert whole is not None
+    doc = {
+        "v": 1,
+        "lines": {k: e.to_dict() for k, e in whole.lines.items()},
+        "handoffs": {k: e.to_dict() for k, e in whole.handoffs.items()},
+        "readbacks": {},
+        "tracker": {"v": 1, "n": whole.seq, "ho": [whole.tracker.handoff_state("scheduler-1")]},
+        "seq": whole.seq,
+    }
+    await redis_client.set(store.keys.conv("agents.pay", "old"), json.dumps(doc))
+    await store.put_record(RECORD)
+    await store.claim([BindingChange(RECORD.key, None, "old/scheduler-1")])
+    proc = Processor(store, _route())
+    (d,) = await proc.process([Line("old", RB.encode())], NOW + 1)
+    assert d.reason is None, d.problems  # the readback found its handoff in the old document
+    assert await redis_client.exists(store.keys.conv("agents.pay", "old")) == 0
+    fields = await redis_client.hgetall(store.keys.state("agents.pay", "old"))
+    assert {b"h", b"l:scheduler-1", b"o:scheduler-1", b"t:scheduler-1", b"l:payer-1", b"r:payer-1"} <= set(fields)
+    assert json.loads(fields[b"h"])["open"] == 1
+    (again,) = await proc.process([Line("old", HO.encode())], NOW + 2)
+    assert again.repeated  # the same line, the same verdict, across the upgrade
+
+
+async def test_the_lua_closure_is_the_python_one(store: RedisStore, redis_client: Any) -> None:
+    """The load script follows the same pointers as ``policy.state.wanted_fields`` (the in-memory stores' closure):
+    for any ids, the same fields."""
+    import random
+
+    from gatekeeper.policy.state import wanted_fields
+
+    await store.put_record(RECORD)
+    proc = Processor(store, _route())
+    lines = [HO, RB, AN, DN, "RW1 CX scheduler-3 re=scheduler-1 p=pay from=scheduler to=payer item=inv:MD-2026-057"]
+    for i, text in enumerate(lines):
+        await proc.process([Line("closure", text.encode())], NOW + i)
+    raw = await redis_client.hgetall(store.keys.state("agents.pay", "closure"))
+    stored = {k.decode(): v.decode() for k, v in raw.items()}
+    ids = ["scheduler-1", "payer-1", "scheduler-2", "payer-2", "scheduler-3", "nobody-9"]
+    rnd = random.Random(7)
+    for _ in range(25):
+        pick = rnd.sample(ids, rnd.randint(0, 3))
+        want = wanted_fields(pick, lambda names: {n: stored[n] for n in names if n in stored})
+        got = (await store.load("agents.pay", {"closure": pick}, [])).states["closure"].all_fields()
+        assert set(got) == set(want), pick
+
+
 async def test_unreadable_state_is_a_store_error_not_a_fresh_state(store: RedisStore, redis_client: Any) -> None:
-    await redis_client.set(store.keys.conv("agents.pay", "broken"), b"{not json")
+    await redis_client.hset(store.keys.state("agents.pay", "broken"), "h", b"{not json")
     with pytest.raises(StoreError, match="cannot be read"):
-        await store.load("agents.pay", ["broken"], [])
+        await store.load("agents.pay", {"broken": None}, [])
 
 
 class _CountingClient:
@@ -157,8 +231,9 @@ class _CountingClient:
 async def test_load_save_and_claim_are_one_round_trip_each(redis_url: str, redis_client: Any, prefix: str) -> None:
     counting = _CountingClient(redis_client)
     s = RedisStore(_settings(redis_url, prefix), client=counting)
-    await s.claim([BindingChange(RecordKey("warm", "PAY"), None, "c/0")])  # the script is loaded once, here
-    convs = [f"c{i}" for i in range(20)]
+    await s.claim([BindingChange(RecordKey("warm", "PAY"), None, "c/0")])  # the scripts are loaded once, here
+    await s.load("agents.pay", {"warm": ["x-1"]}, [])
+    convs = {f"c{i}": [f"x-{i}", "y-1"] for i in range(20)}
     keys = [RecordKey(f"inv:{i}", "PAY") for i in range(20)]
     for what, call in (
         ("load", s.load("agents.pay", convs, keys)),
@@ -268,7 +343,9 @@ async def test_braces_in_ids_stay_inside_their_hash_tag(store: RedisStore) -> No
     await store.put_record(rec)
     assert await store.get_records(item) == [rec]
     await store.save("agents.pay", {"c{1}/x": ConversationState()})
-    assert (await store.load("agents.pay", ["c{1}/x"], [])).states["c{1}/x"].to_dict() == ConversationState().to_dict()
+    assert (await store.load("agents.pay", {"c{1}/x": None}, [])).states[
+        "c{1}/x"
+    ].all_fields() == ConversationState().all_fields()
 
 
 def test_key_layout_is_cluster_safe() -> None:
@@ -290,7 +367,7 @@ async def test_unreachable_redis_is_a_store_error() -> None:
     s = RedisStore(_settings(f"redis://:hunter2@127.0.0.1:{_closed_port()}/0", "gk"))
     try:
         with pytest.raises(StoreError) as info:
-            await s.load("agents.pay", ["c"], [RECORD.key])
+            await s.load("agents.pay", {"c": None}, [RECORD.key])
         assert "hunter2" not in str(info.value)
         for call in (
             s.ping(),

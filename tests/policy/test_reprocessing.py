@@ -41,7 +41,7 @@ def run(lines: list[tuple[str, str]], world: World) -> list[tuple[str, str | Non
 
 
 def snapshot(world: World) -> str:
-    states = {k: v.to_dict() for k, v in sorted(world.states.items())}
+    states = {k: v.all_fields() for k, v in sorted(world.states.items())}
     bindings = {str(k): v for k, v in world.bindings.items()}
     return json.dumps([states, bindings], sort_keys=True)
 
@@ -75,7 +75,7 @@ def test_state_survives_serialisation_between_any_two_lines(lines: list[tuple[st
     for conv, line in lines:
         out.extend(run([(conv, line)], stored))
         stored.states = {
-            k: ConversationState.from_dict(json.loads(json.dumps(v.to_dict()))) for k, v in stored.states.items()
+            k: ConversationState.from_fields(json.loads(json.dumps(v.all_fields()))) for k, v in stored.states.items()
         }
     assert out == verdicts
     assert snapshot(stored) == snapshot(direct)

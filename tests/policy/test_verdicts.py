@@ -76,20 +76,20 @@ def test_the_gatekeepers_reserved_ids_are_refused() -> None:
 def test_an_id_reused_for_a_different_line_is_refused_and_changes_nothing() -> None:
     w = pay_world()
     w.send(HO)
-    before = w.state().to_dict()
+    before = w.state().all_fields()
     d = w.send(HO.replace("rb=exec", "rb=exec pri=1"))
     assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.DUPLICATE_ID)
-    assert d.effects == () and w.state().to_dict() == before
+    assert d.effects == () and w.state().all_fields() == before
 
 
 def test_the_same_line_again_gets_its_first_verdict_and_time_without_a_second_change() -> None:
     w = pay_world()
     first = w.send(HO)
     w.now += 3600
-    before = w.state().to_dict()
+    before = w.state().all_fields()
     again = w.send(HO)
     assert again.repeated and again.verdict is first.verdict and again.decided_at == NOW
-    assert again.effects == () and w.state().to_dict() == before
+    assert again.effects == () and w.state().all_fields() == before
 
 
 # ---------------------------------------------------------------- replies to dead-lettered lines

@@ -84,7 +84,7 @@ async def test_an_apply_that_raises_halfway_is_rolled_back(monkeypatch: pytest.M
     p = await processor()
     decisions = await p.process(lines(HO, ST, RB), NOW)
     assert [d.reason for d in decisions] == [None, Reason.INTERNAL_ERROR, None]
-    loaded = await p.store.load("agents.pay", {"c1"}, ())
+    loaded = await p.store.load("agents.pay", {"c1": None}, ())
     state = loaded.states["c1"]
     # the tombstone, not the half-applied forward: the thread saw HO and RB only
     assert state.lines["scheduler-7"].reason == "internal-error"
