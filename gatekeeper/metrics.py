@@ -22,6 +22,8 @@ metric                                         type       labels / meaning
 ``gatekeeper_line_seconds``                    histogram  route: one line, from consumed to its outcome acknowledged
 ``gatekeeper_batch_size``                      histogram  route: lines per decided batch
 ``gatekeeper_redis_errors_total``              counter    store operations that failed (Redis unavailable)
+``gatekeeper_redis_round_trips_total``         counter    operation (load, claim, save): the store's round trips to
+                                                          Redis on a batch's path (a pipeline is one)
 ``gatekeeper_kafka_errors_total``              counter    operation (connect, fetch, produce, commit, transaction)
 ``gatekeeper_consumer_lag``                    gauge      topic, partition: records not yet consumed (high water
                                                           mark minus position)
@@ -118,6 +120,12 @@ class Metrics:
             "gatekeeper_batch_size", "Lines per decided batch.", ["route"], buckets=BATCH_BUCKETS, registry=r
         )
         self.redis_errors = Counter("gatekeeper_redis_errors", "Store operations that failed.", registry=r)
+        self.redis_round_trips = Counter(
+            "gatekeeper_redis_round_trips",
+            "The store's round trips to Redis on a batch's path.",
+            ["operation"],
+            registry=r,
+        )
         self.kafka_errors = Counter(
             "gatekeeper_kafka_errors", "Kafka operations that failed.", ["operation"], registry=r
         )

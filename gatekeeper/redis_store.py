@@ -294,8 +294,9 @@ class RedisStore:
     """The ``Store`` on Redis. Build it from ``RedisSettings``; ``client`` may be given instead (a RedisCluster
     client, or a shared one). The store closes only a client it made."""
 
-    def __init__(self, settings: RedisSettings, *, client: Any | None = None) -> None:
+    def __init__(self, settings: RedisSettings, *, client: Any | None = None, metrics: Any | None = None) -> None:
         self.settings = settings
+        self._metrics = metrics  # gatekeeper.metrics.Metrics: counts the round trips of load, claim and save
         self.keys = Keys(settings.key_prefix)
         self._owns_client = client is None
         self._redis: Any = client if client is not None else client_from_settings(settings)
@@ -307,6 +308,10 @@ class RedisStore:
         self._where = redacted_url(settings.url)
 
     # ------------------------------------------------------------ plumbing
+
+    def _trip(self, operation: str) -> None:
+        if self._metrics is not None:
+            self._metrics.redis_round_trips.labels(operation=operation).inc()
 
     def _error(self, what: str, exc: BaseException) -> StoreError:
         return StoreError(f"redis {self._where}: {what} failed: {type(exc).__name__}: {exc}")
@@ -351,6 +356,7 @@ class RedisStore:
                 pipe.get(self.keys.record(k))
             for k in rkeys:
                 pipe.get(self.keys.binding(k))
+            self._trip("load")
             try:
                 results = await pipe.execute(raise_on_error=False)
             except _REDIS_ERRORS as exc:
@@ -396,6 +402,7 @@ class RedisStore:
             pipe.expire(key, self.ttl_for(state))
             if state.legacy:
                 pipe.delete(self.keys.conv(route, conv))
+        self._trip("save")
         try:
             await pipe.execute()
         except _REDIS_ERRORS as exc:
@@ -543,6 +550,7 @@ class RedisStore:
             pipe = self._redis.pipeline(transaction=False)
             for ch in pending:
                 pipe.evalsha(self._cas.sha, 1, self.keys.binding(ch.key), *_cas_args(ch))
+            self._trip("claim")
             try:
                 results = await pipe.execute(raise_on_error=False)
             except _REDIS_ERRORS as exc:

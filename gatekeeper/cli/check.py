@@ -138,7 +138,10 @@ async def decide_lines(lines: list[InputLine], records: list[Record], route: Rou
     processor = Processor(store, route)
     decisions: list[Decision] = []
     for ln in lines:
-        (d,) = await processor.process([Line(ln.conversation, ln.text.encode("utf-8"))], now)
+        # a JSON line may carry a lone surrogate (\ud800), which no UTF-8 encodes: its bytes go to the gate as they
+        # would arrive from Kafka, invalid UTF-8, and the line is dead-lettered as invalid (never an internal error)
+        value = ln.text.encode("utf-8", errors="surrogatepass")
+        (d,) = await processor.process([Line(ln.conversation, value)], now)
         decisions.append(d)
     return decisions
 
@@ -259,7 +262,13 @@ def check(
     fmt = output_format or ("table" if stdout_is_tty() else "jsonl")
     if fmt == "jsonl":
         for row in rows:
-            typer.echo(json.dumps(row, ensure_ascii=False, separators=(",", ":")))
+            text = json.dumps(row, ensure_ascii=False, separators=(",", ":"))
+            if not text.isascii():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate from a JSON input line: escaped, as JSON allows
+                    text = json.dumps(row, separators=(",", ":"))
+            typer.echo(text)
     else:
         typer.echo(render_table(rows, colour=stdout_is_tty()))
     ok = all(d.verdict is Verdict.FORWARD and not d.alerts for d in decisions)

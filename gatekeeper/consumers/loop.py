@@ -261,7 +261,7 @@ class Gatekeeper:
         if store is None:
             from gatekeeper.redis_store import RedisStore
 
-            store = RedisStore(settings.redis)
+            store = RedisStore(settings.redis, metrics=self.metrics)
             self._owns_store = True
         else:
             self._owns_store = False

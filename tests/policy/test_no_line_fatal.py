@@ -42,7 +42,7 @@ from gatekeeper.store import MemoryStore
 from gatekeeper.sweeper import Sweeper, SweepRoute
 from gatekeeper.twophase import CommitRefused, Refused, TwoPhaseTool
 from rwcore import Profile, encode_message, get_profile, make_readback, message_digest, parse_line
-from tests.lifecycle.memory import Clock, MemoryPublisher
+from tests.lifecycle.memory import Clock, Crash, MemoryPublisher
 from tests.policy.world import NOW, RECORD, epoch
 from tests.seed import AN as SEED_AN
 from tests.seed import DN as SEED_DN
@@ -486,6 +486,7 @@ class Step:
     batch: list[tuple[str | None, bytes, float | None, bool]]
     now: float
     sweep_at: float | None
+    crash: str | None = None  # the sweep's publisher dies "before" or "after" writing (then it sweeps again)
 
 
 @dataclass
@@ -524,7 +525,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         sweep_at = draw(st.one_of(st.none(), st.just(at), st.sampled_from([at + 60.0, at + 86400.0, MAX_NOW])))
         if sweep_at is not None:
             sweep_at = min(MAX_NOW, sweep_at)
-        steps.append(Step(batch, at, sweep_at))
+        crash = draw(mostly(st.none(), st.sampled_from(["before", "after"]), odds=6))
+        steps.append(Step(batch, at, sweep_at, crash))
         at = at if sweep_at is None else sweep_at  # one clock: the next batch is not before the sweep
     senders = draw(mostly(st.none(), st.just(frozenset(AGENTS[prof][:2]))))
     return Scenario(
@@ -595,9 +597,17 @@ class Harness:
                 fit(o, 600)
         return held
 
-    async def sweep(self, now: float) -> None:
+    async def sweep(self, now: float, crash: str | None = None) -> None:
+        """A sweep at ``now``; with ``crash``, its first publish dies (before or after writing) and the sweep runs
+        again, recovering the cancel it had claimed."""
         self.clock.now = now
-        report = await self.sweeper.sweep([(self.policy.name, p) for p in range(PARTITIONS)], now=now)
+        owned = [(self.policy.name, p) for p in range(PARTITIONS)]
+        if crash is not None:
+            setattr(self.publisher, f"crash_{crash}", 1)
+            with contextlib.suppress(Crash):  # the injected failure, and only that
+                await self.sweeper.sweep(owned, now=now)
+            self.publisher.crash_before = self.publisher.crash_after = 0
+        report = await self.sweeper.sweep(owned, now=now)
         # the sweeper's safety net: a handoff whose handling raised is quarantined, reported and alerted
         assert not [h for h in report.handled if "internal" in h.what], report.handled
         assert not [r for r in self.publisher.records("alerts") if r.headers.get("gk.alert") == b"internal-error"]
@@ -634,7 +644,7 @@ async def play(sc: Scenario) -> None:
         ]
         held = await h.process(held + batch, now)
         if step.sweep_at is not None:
-            await h.sweep(step.sweep_at)
+            await h.sweep(step.sweep_at, step.crash)
     if held:  # the hold window runs out: every held line is decided
         now = min(MAX_NOW, now + sc.hold_seconds + 1)
         held = await h.process(held, now)
@@ -682,11 +692,12 @@ def test_no_single_line_crashes_the_batch_path(case: tuple[str, bytes], now: flo
     exp=st.one_of(st.none(), WILD.times),
     due=st.one_of(st.none(), WILD.dates),
     done=st.booleans(),
+    one_batch=st.booleans(),
     readback_timeout=st.sampled_from([None, 60.0]),
     at=st.sampled_from(NOWS),
 )
 def test_a_cleared_payment_with_any_deadline(
-    exp: str | None, due: str | None, done: bool, readback_timeout: float | None, at: float
+    exp: str | None, due: str | None, done: bool, one_batch: bool, readback_timeout: float | None, at: float
 ) -> None:
     """The seed's payment handed off, read back, cleared and maybe done, with any ``exp=``/``due=``, then swept up
     to the end of the calendar: the path to ``cleared-not-done`` and to the gatekeeper's cancels."""
@@ -699,9 +710,8 @@ def test_a_cleared_payment_with_any_deadline(
     async def go() -> None:
         policy = RoutePolicy(name=ROUTE, profile=PAY, hold_seconds=0.0, readback_timeout_seconds=readback_timeout)
         h = await Harness(policy).setup()
-        for i, line in enumerate(lines):  # one batch, then one line a batch
-            batch = [Line("c", x.encode(), partition=1) for x in (lines if i == 0 else [line])]
-            await h.process(batch, at)
+        for batch in [lines] if one_batch else [[x] for x in lines]:
+            await h.process([Line("c", x.encode(), partition=1) for x in batch], at)
             await h.sweep(at)
         for t in (at + 61, at + 86400, epoch("99991231T2359Z"), MAX_NOW):
             await h.sweep(max(t, at))

@@ -1,0 +1,629 @@
+"""The gatekeeper end to end, on the local broker and Redis, against a raw Kafka passthrough in the same run.
+
+    .venv/bin/python bench/e2e.py                         # every section, 1,000,000 lines (tens of minutes here)
+    .venv/bin/python bench/e2e.py --lines 200000          # fewer lines
+    .venv/bin/python bench/e2e.py --only throughput,growth
+    .venv/bin/python bench/e2e.py --smoke                 # a few thousand lines per section: it runs, no figures
+
+Kafka and Redis come from the environment (``GK_KAFKA_BOOTSTRAP``, ``GK_REDIS_URL``: ``deploy/local/stack.sh env``).
+Every run makes topics and a Redis key prefix of its own and deletes them afterwards. The gatekeeper runs as
+``gatekeeper run`` with its default settings (one route, 6 input partitions), the baseline as ``bench/passthrough.py``
+(the gatekeeper's own client settings): each its own process, as in production.
+
+Sections (each prints a table; ratios are against figures taken in the same run):
+
+- ``throughput``: catch-up on the same traffic (payment flows with ``rb=exec`` and the tool's readback, drafting
+  flows with ``rb=acc``, cancels, a few per cent faulty and invalid lines; many conversations keyed by id), first
+  through the passthrough, then through the gatekeeper: sustained lines/s (between 5% and 95% of the outcomes), the
+  ratio, CPU ms per 1,000 lines (the process's user + system time), Redis round trips per batch (its metrics);
+- ``latency``: the gatekeeper fed at a fixed rate, 90% and 50% of its measured throughput: producer timestamp to
+  outcome timestamp, p50 and p99;
+- ``growth``: per-line cost in conversations of 10, 1,000 and 10,000 lines (one partition, the same line count);
+- ``open``: throughput and Redis memory per open handoff with 10,000 and 100,000 handoffs open (``--open`` for
+  others, 1,000,000 included);
+- ``pair``: two gatekeepers in one group on the 6 partitions: their combined rate, and that no outcome came twice.
+
+A benchmark, not a test: it prints figures; nothing asserts them (shared machines are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from redis.asyncio import Redis
+
+from gatekeeper.policy import Record, RecordKey
+from gatekeeper.redis_store import Keys
+from rwcore import make_rb
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOTSTRAP = os.environ.get("GK_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+REDIS_URL = os.environ.get("GK_REDIS_URL", "redis://127.0.0.1:6379/0")
+
+
+def say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- traffic
+
+
+@dataclass
+class Traffic:
+    lines: list[tuple[bytes, bytes]] = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
+
+
+def _payment(i: int) -> tuple[list[str], Record]:
+    acct = f"40-12-{i % 97:02d}/{61100000 + i:08d}"
+    item = f"inv:B-{i}"
+    values = {
+        "to": "payer",
+        "item": item,
+        "ask": "PAY",
+        "sup": "marlow",
+        "amt": f"{100 + i % 9000}.00",
+        "cur": "GBP",
+        "kind": "GROSS",
+        "acct": acct,
+        "paid": "20261002",
+        "ref": f"B-{i}",
+        "apref": f"FD-{i}",
+    }
+    ho = (
+        f"RW1 HO scheduler-1 p=pay from=scheduler to=payer item={item} ask=PAY rb=exec sup=marlow "
+        f"amt={values['amt']} cur=GBP kind=GROSS acct={acct} paid=20261002 ref=B-{i} apref=FD-{i}"
+    )
+    rb = make_rb(ho, "payer-1", profile="pay")
+    an = "RW1 AN scheduler-2 re=payer-1 p=pay from=scheduler to=payer val=Y"
+    dn = (
+        f"RW1 DN payer-2 re=scheduler-1 p=pay from=payer to=scheduler item={item} out=OK sup=marlow "
+        f"amt={values['amt']} cur=GBP kind=GROSS acct={acct} paid=20261002 ref=B-{i} apref=FD-{i}"
+    )
+    return [ho, rb, an, dn], Record(item=item, ask="PAY", values=values)
+
+
+def _drafting(i: int) -> tuple[list[str], Record]:
+    item = f"doc:B-{i}"
+    acc = ["len:120w", "tone:plain"]
+    ho = f"RW1 HO scheduler-1 p=pay from=scheduler to=desk item={item} ask=DRAFT rb=acc sup=marlow"
+    rb = make_rb(ho, "desk-1", profile="pay", acc=acc)
+    dn = f"RW1 DN desk-2 re=scheduler-1 p=pay from=desk to=scheduler item={item} out=OK"
+    rec = Record(item=item, ask="DRAFT", values={"to": "desk", "sup": "marlow"}, expect_acc=tuple(acc))
+    return [ho, rb, dn], rec
+
+
+def _cancel(i: int) -> list[str]:
+    item = f"doc:C-{i}"
+    return [
+        f"RW1 HO scheduler-1 p=pay from=scheduler to=desk item={item} ask=REVIEW sup=marlow",
+        f"RW1 CX scheduler-2 re=scheduler-1 p=pay from=scheduler to=desk item={item} why=REVOKED",
+        "RW1 AN desk-1 re=scheduler-2 p=pay from=desk to=scheduler val=Y",
+    ]
+
+
+def _faulty(i: int) -> list[str]:
+    lines, _ = _payment(i)
+    bad = lines[0].replace("acct=40-12-", "acct=40-21-")  # a digit swap: check-ho, and its readback refused
+    return [bad, lines[1], f"RW1 HO scheduler-3 p=pay from=scheduler to=payer ask=PAYY item=inv:B-{i}"]
+
+
+def traffic(n: int, seed: int = 7, tag: str = "") -> Traffic:
+    """About ``n`` lines of many conversations, interleaved (a conversation's lines stay in order)."""
+    rnd = random.Random(seed)
+    t = Traffic()
+    flows: list[tuple[bytes, list[str]]] = []
+    i = 0
+    total = 0
+    while total < n:
+        i += 1
+        r = rnd.random()
+        if r < 0.5:
+            lines, rec = _payment(i)
+            t.records.append(rec)
+        elif r < 0.8:
+            lines, rec = _drafting(i)
+            t.records.append(rec)
+        elif r < 0.95:
+            lines = _cancel(i)
+        else:
+            lines = _faulty(i)
+        flows.append((f"c{tag}-{i}".encode(), lines))
+        total += len(lines)
+    # interleave: a window of 64 conversations in flight, as many agents at once
+    live: list[tuple[bytes, list[str]]] = []
+    pending = iter(flows)
+    while True:
+        while len(live) < 64:
+            nxt = next(pending, None)
+            if nxt is None:
+                break
+            live.append((nxt[0], list(nxt[1])))
+        if not live:
+            break
+        k = rnd.randrange(len(live))
+        key, rest = live[k]
+        t.lines.append((key, rest.pop(0).encode()))
+        if not rest:
+            live.pop(k)
+    return t
+
+
+def long_conversations(n_lines: int, per_conversation: int, tag: str) -> list[tuple[bytes, bytes]]:
+    """Conversations of ``per_conversation`` lines: REVIEW handoffs, each HO, RB, DN and a statement."""
+    out: list[tuple[bytes, bytes]] = []
+    convs = max(1, n_lines // per_conversation)
+    streams = []
+    for c in range(convs):
+        key = f"g{tag}-{c}".encode()
+        lines = []
+        for h in range(1, per_conversation // 4 + 1):
+            item = f"doc:r{h}"
+            lines += [
+                f"RW1 HO scheduler-{h} p=pay from=scheduler to=desk item={item} ask=REVIEW sup=marlow",
+                f"RW1 RB desk-{3 * h - 2} re=scheduler-{h} from=desk to=scheduler item={item} ask=REVIEW p=pay "
+                "sup=marlow",
+                f"RW1 DN desk-{3 * h - 1} re=scheduler-{h} p=pay from=desk to=scheduler item={item} out=OK",
+                f"RW1 ST desk-{3 * h} p=pay from=desk to=scheduler item={item} // reviewed",
+            ]
+        streams.append((key, lines[:per_conversation]))
+    # round robin, so every conversation grows at the same pace
+    depth = max(len(s[1]) for s in streams)
+    for k in range(depth):
+        for key, lines in streams:
+            if k < len(lines):
+                out.append((key, lines[k].encode()))
+    return out
+
+
+# ---------------------------------------------------------------- services
+
+
+class Env:
+    def __init__(self, partitions: int) -> None:
+        self.partitions = partitions
+        self.run = uuid.uuid4().hex[:8]
+        self.created: list[str] = []
+        self.prefixes: list[str] = []
+        self.redis = Redis.from_url(REDIS_URL)
+        self.dir = Path(tempfile.mkdtemp(prefix="gk-e2e-"))
+
+    async def topics(self, name: str, partitions: int | None = None) -> dict[str, str]:
+        names = {k: f"e2e-{self.run}-{name}.{k}" for k in ("in", "out", "dlq", "alerts")}
+        admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+        await admin.start()
+        try:
+            parts = partitions or self.partitions
+            await admin.create_topics([NewTopic(t, parts if k == "in" else 1, 1) for k, t in names.items()])
+        finally:
+            await admin.close()
+        self.created += names.values()
+        return names
+
+    async def close(self) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=BOOTSTRAP)
+        await admin.start()
+        with contextlib.suppress(Exception):
+            await admin.delete_topics(self.created)
+        await admin.close()
+        for prefix in self.prefixes:
+            cursor = 0
+            while True:
+                cursor, keys = await self.redis.scan(cursor, match=f"{prefix}:*", count=5000)
+                if keys:
+                    await self.redis.unlink(*keys)
+                if cursor == 0:
+                    break
+        await self.redis.aclose()
+
+    def prefix(self, name: str) -> str:
+        p = f"e2e{self.run}{name}"[:32]
+        self.prefixes.append(p)
+        return p
+
+    async def load_records(self, prefix: str, records: Sequence[Record]) -> None:
+        """The approvals, written as ``gatekeeper records load`` writes them (the key layout of ``redis_store``)."""
+        keys = Keys(prefix)
+        for start in range(0, len(records), 5000):
+            pipe = self.redis.pipeline(transaction=False)
+            for rec in records[start : start + 5000]:
+                pipe.set(keys.record(RecordKey(rec.item, rec.ask)), json.dumps(rec.to_dict(), separators=(",", ":")))
+                pipe.sadd(keys.index(rec.item), rec.ask)
+            await pipe.execute()
+
+    async def memory(self) -> int:
+        info = await self.redis.info("memory")
+        return int(info["used_memory"])
+
+
+async def produce(topic: str, lines: Sequence[tuple[bytes, bytes]]) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=20, max_batch_size=262144)
+    await producer.start()
+    try:
+        futures = []
+        for key, value in lines:
+            futures.append(await producer.send(topic, value, key=key))
+            if len(futures) >= 20000:
+                await asyncio.gather(*futures)
+                futures = []
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+
+
+async def outcome_count(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> int:
+    ends = await consumer.end_offsets(tps)
+    return sum(ends.values())
+
+
+class Process:
+    """``gatekeeper run`` (or the passthrough) as a subprocess, on a config of its own."""
+
+    def __init__(self, env: Env, name: str, topics: dict[str, str], prefix: str, *, group: str, passthrough: bool):
+        config = {
+            "kafka": {"bootstrap_servers": BOOTSTRAP, "group_id": group},
+            "redis": {"url": REDIS_URL, "key_prefix": prefix},
+            "http": {"host": "127.0.0.1", "port": 0},
+            "routes": [
+                {
+                    "input": topics["in"],
+                    "output": topics["out"],
+                    "dead_letter": topics["dlq"],
+                    "alerts": topics["alerts"],
+                    "profile": "pay",
+                }
+            ],
+            "log_format": "json",
+        }
+        self.dir = env.dir / f"{name}-{uuid.uuid4().hex[:6]}"
+        self.dir.mkdir()
+        (self.dir / "gk.yaml").write_text(yaml.safe_dump(config))
+        self.log = self.dir / "process.log"
+        cmd = (
+            [sys.executable, str(ROOT / "bench" / "passthrough.py"), "gk.yaml"]
+            if passthrough
+            else [
+                sys.executable,
+                "-c",
+                "from gatekeeper.cli import main; main()",
+                "run",
+                "-c",
+                "gk.yaml",
+            ]
+        )
+        env_vars = {k: v for k, v in os.environ.items() if not k.startswith("GK_")}
+        env_vars["PYTHONPATH"] = str(ROOT)
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.DEVNULL, stderr=log, env=env_vars)
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / ticks
+
+    def metrics_url(self, timeout: float = 30.0) -> str | None:
+        """The metrics URL ``gatekeeper run`` prints on stderr once it listens."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = re.findall(r"metrics on (http://\S+)/metrics", self.log.read_text(errors="replace"))
+            if found:
+                return str(found[-1])
+            time.sleep(0.2)
+        return None
+
+    def metric(self, name: str) -> float:
+        url = self.metrics_url(1.0)
+        if url is None:
+            return float("nan")
+        text = urllib.request.urlopen(f"{url}/metrics", timeout=5).read().decode()
+        return sum(float(ln.rsplit(" ", 1)[1]) for ln in text.splitlines() if ln.startswith(name))
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+@dataclass
+class Catchup:
+    lines: int
+    rate: float
+    cpu_ms_per_1000: float
+    seconds: float
+    outcomes: int
+
+
+async def catch_up(procs: Sequence[Process], topics: dict[str, str], n: int, timeout: float) -> Catchup:
+    """Wait until every one of ``n`` input lines has its outcome; the sustained rate between 5% and 95%."""
+    watch = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP)
+    await watch.start()
+    tps = [TopicPartition(topics["out"], 0), TopicPartition(topics["dlq"], 0)]
+    t0 = time.monotonic()
+    lo_t = hi_t = None
+    lo_cpu = hi_cpu = 0.0
+    done = 0
+    try:
+        while time.monotonic() - t0 < timeout:
+            done = await outcome_count(watch, tps)
+            now = time.monotonic()
+            if lo_t is None and done >= 0.05 * n:
+                lo_t, lo_n, lo_cpu = now, done, sum(p.cpu_seconds() for p in procs)
+            if hi_t is None and done >= 0.95 * n:
+                hi_t, hi_n, hi_cpu = now, done, sum(p.cpu_seconds() for p in procs)
+            if done >= n:
+                break
+            await asyncio.sleep(0.1)
+        total = time.monotonic() - t0
+        await asyncio.sleep(1.0)  # anything beyond n (an outcome twice) shows here
+        done = await outcome_count(watch, tps)
+    finally:
+        await watch.stop()
+    if lo_t is None or hi_t is None or hi_t <= lo_t:
+        return Catchup(n, float("nan"), float("nan"), total, done)
+    rate = (hi_n - lo_n) / (hi_t - lo_t)
+    return Catchup(n, rate, 1e6 * (hi_cpu - lo_cpu) / max(1, hi_n - lo_n), total, done)
+
+
+# ---------------------------------------------------------------- sections
+
+
+def table(title: str, head: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    cells = [[str(c) for c in head], *[[_fmt(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(head))]
+    print(f"\n{title}")
+    for k, r in enumerate(cells):
+        print("  " + "  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))))
+        if k == 0:
+            print("  " + "  ".join("-" * w for w in widths))
+    sys.stdout.flush()
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, float):
+        if v != v:
+            return "n/a"
+        return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+    if isinstance(v, int):
+        return f"{v:,}"
+    return str(v)
+
+
+async def gatekeeper_run(
+    env: Env,
+    name: str,
+    lines: Sequence[tuple[bytes, bytes]],
+    records: Sequence[Record],
+    partitions: int | None = None,
+    instances: int = 1,
+    keep: bool = False,
+) -> tuple[Catchup, list[Process], dict[str, str], str]:
+    topics = await env.topics(name, partitions)
+    prefix = env.prefix(name)
+    await env.load_records(prefix, records)
+    await produce(topics["in"], lines)
+    group = f"e2e-{env.run}-{name}"
+    procs = [Process(env, name, topics, prefix, group=group, passthrough=False) for _ in range(instances)]
+    try:
+        result = await catch_up(procs, topics, len(lines), timeout=max(120.0, len(lines) / 500))
+    finally:
+        if not keep:
+            for p in procs:
+                p.stop()
+    return result, procs, topics, prefix
+
+
+async def section_throughput(env: Env, n: int) -> float:
+    t = traffic(n, tag="t")
+    say(f"throughput: {len(t.lines):,} lines, {len(t.records):,} records")
+    topics = await env.topics("pass")
+    await produce(topics["in"], t.lines)
+    base_proc = Process(env, "pass", topics, env.prefix("pass"), group=f"e2e-{env.run}-pass", passthrough=True)
+    try:
+        base = await catch_up([base_proc], topics, len(t.lines), timeout=max(120.0, n / 1000))
+    finally:
+        base_proc.stop()
+    gk, procs, _, _ = await gatekeeper_run(env, "gk", t.lines, t.records, keep=True)
+    batches = procs[0].metric("gatekeeper_batch_size_count")
+    trips = procs[0].metric("gatekeeper_redis_round_trips_total")
+    for p in procs:
+        p.stop()
+    table(
+        f"throughput: catch-up on {len(t.lines):,} lines, {env.partitions} partitions",
+        ["consumer", "lines/s", "ratio", "CPU ms / 1,000 lines", "Redis round trips / batch", "outcomes"],
+        [
+            ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, "-", base.outcomes],
+            [
+                "gatekeeper",
+                gk.rate,
+                gk.rate / base.rate,
+                gk.cpu_ms_per_1000,
+                trips / batches if batches else float("nan"),
+                gk.outcomes,
+            ],
+        ],
+    )
+    return gk.rate
+
+
+async def section_latency(env: Env, rate: float, seconds: float) -> None:
+    rows = []
+    for share in (0.9, 0.5):
+        target = max(100.0, rate * share)
+        n = int(target * seconds)
+        t = traffic(n, seed=11, tag=f"l{int(share * 100)}")
+        topics = await env.topics(f"lat{int(share * 100)}")
+        prefix = env.prefix(f"lat{int(share * 100)}")
+        await env.load_records(prefix, t.records)
+        proc = Process(env, "lat", topics, prefix, group=f"e2e-{env.run}-lat{share}", passthrough=False)
+        try:
+            await asyncio.sleep(4.0)  # joined
+            lat = await paced(topics, t.lines, target)
+        finally:
+            proc.stop()
+        rows.append([f"{share:.0%} of throughput", target, len(lat), _pct(lat, 50), _pct(lat, 99)])
+    table("latency: producer timestamp to outcome timestamp (ms)", ["load", "lines/s", "lines", "p50", "p99"], rows)
+
+
+def _pct(values: list[float], q: int) -> float:
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * q / 100))]
+
+
+async def paced(topics: dict[str, str], lines: Sequence[tuple[bytes, bytes]], rate: float) -> list[float]:
+    """Produce at ``rate`` lines/s; read the outcomes; latency = outcome timestamp - gk.original.timestamp."""
+    producer = AIOKafkaProducer(bootstrap_servers=BOOTSTRAP, acks="all", linger_ms=1)
+    reader = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False, auto_offset_reset="earliest")
+    await producer.start()
+    await reader.start()
+    tps = [TopicPartition(topics["out"], 0), TopicPartition(topics["dlq"], 0)]
+    reader.assign(tps)
+    lat: list[float] = []
+
+    async def read() -> None:
+        while len(lat) < len(lines):
+            batch = await reader.getmany(timeout_ms=200)
+            for recs in batch.values():
+                for r in recs:
+                    sent = dict(r.headers or ()).get("gk.original.timestamp")
+                    if sent is not None:
+                        lat.append(r.timestamp - int(sent))
+
+    reading = asyncio.create_task(read())
+    try:
+        start = time.monotonic()
+        futures = []
+        for k, (key, value) in enumerate(lines):
+            due = start + k / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            futures.append(await producer.send(topics["in"], value, key=key))
+        await asyncio.gather(*futures)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reading, 60)
+    finally:
+        reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading
+        await producer.stop()
+        await reader.stop()
+    return lat[len(lat) // 10 :]  # the first tenth warms up
+
+
+async def section_growth(env: Env, n: int) -> None:
+    rows = []
+    base = None
+    for per in (10, 1000, 10000):
+        lines = long_conversations(n, per, tag=str(per))
+        say(f"growth: {len(lines):,} lines in conversations of {per:,}")
+        res, _, _, _ = await gatekeeper_run(env, f"grow{per}", lines, [], partitions=1)
+        us = 1e6 / res.rate if res.rate == res.rate else float("nan")
+        base = base or us
+        rows.append([f"{per:,} lines", len(lines), res.rate, us, us / base])
+    table(
+        "growth: one partition, the same line count, conversations of N lines",
+        ["conversation", "lines", "lines/s", "µs per line", "vs 10 lines"],
+        rows,
+    )
+
+
+async def section_open(env: Env, n: int, sizes: Sequence[int]) -> None:
+    rows = []
+    base = None
+    for k in sizes:
+        name = f"open{k}"
+        topics = await env.topics(name)
+        prefix = env.prefix(name)
+        before = await env.memory()
+        opens = [
+            (f"o{k}-{i}".encode(), f"RW1 HO scheduler-1 p=pay from=scheduler to=desk item=doc:o{i} ask=REVIEW".encode())
+            for i in range(k)
+        ]
+        say(f"open: {k:,} handoffs to open first")
+        await produce(topics["in"], opens)
+        proc = Process(env, name, topics, prefix, group=f"e2e-{env.run}-{name}", passthrough=False)
+        try:
+            await catch_up([proc], topics, k, timeout=max(120.0, k / 400))
+            per_open = (await env.memory() - before) / k
+            t = traffic(n, seed=13, tag=name)
+            await env.load_records(prefix, t.records)
+            await produce(topics["in"], t.lines)
+            res = await catch_up([proc], topics, k + len(t.lines), timeout=max(120.0, n / 500))
+        finally:
+            proc.stop()
+        base = base or res.rate
+        rows.append([f"{k:,} open", res.rate, res.rate / base, per_open])
+    table(
+        f"open handoffs: catch-up on {n:,} lines with handoffs open",
+        ["open", "lines/s", "vs the first", "Redis bytes / open handoff"],
+        rows,
+    )
+
+
+async def section_pair(env: Env, n: int) -> None:
+    t = traffic(n, seed=17, tag="p")
+    res, _, _, _ = await gatekeeper_run(env, "pair", t.lines, t.records, instances=2)
+    table(
+        "two gatekeepers in one group, 6 partitions",
+        ["instances", "lines/s", "outcomes", "lines", "twice"],
+        [[2, res.rate, res.outcomes, len(t.lines), res.outcomes - len(t.lines)]],
+    )
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lines", type=int, default=1_000_000, help="lines per throughput run (default 1,000,000)")
+    ap.add_argument("--growth-lines", type=int, default=20_000)
+    ap.add_argument("--open", default="10000,100000", help="open handoffs to measure with, comma-separated")
+    ap.add_argument("--latency-seconds", type=float, default=20.0)
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--only", default="throughput,latency,growth,open,pair")
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs, figures mean nothing")
+    args = ap.parse_args()
+    only = set(args.only.split(","))
+    if args.smoke:
+        args.lines, args.growth_lines, args.open, args.latency_seconds = 3000, 2000, "500", 3.0
+    env = Env(args.partitions)
+    rate = 3000.0
+    try:
+        if "throughput" in only:
+            rate = await section_throughput(env, args.lines)
+        if "latency" in only:
+            await section_latency(env, rate, args.latency_seconds)
+        if "growth" in only:
+            await section_growth(env, args.growth_lines)
+        if "open" in only:
+            await section_open(env, min(args.lines, 100_000), [int(x) for x in args.open.split(",")])
+        if "pair" in only:
+            await section_pair(env, args.lines)
+    finally:
+        await env.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
