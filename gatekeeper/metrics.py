@@ -22,6 +22,8 @@ metric                                         type       labels / meaning
 ``gatekeeper_line_seconds``                    histogram  route: one line, from consumed to its outcome acknowledged
 ``gatekeeper_batch_size``                      histogram  route: lines per decided batch
 ``gatekeeper_redis_errors_total``              counter    store operations that failed (Redis unavailable)
+``gatekeeper_fenced_writes_total``             counter    state writes refused because a newer owner of the partition
+                                                          wrote (this instance lost it in a rebalance)
 ``gatekeeper_redis_round_trips_total``         counter    operation (load, claim, save): the store's round trips to
                                                           Redis on a batch's path (a pipeline is one)
 ``gatekeeper_kafka_errors_total``              counter    operation (connect, fetch, produce, commit, transaction)
@@ -120,6 +122,9 @@ class Metrics:
             "gatekeeper_batch_size", "Lines per decided batch.", ["route"], buckets=BATCH_BUCKETS, registry=r
         )
         self.redis_errors = Counter("gatekeeper_redis_errors", "Store operations that failed.", registry=r)
+        self.fenced = Counter(
+            "gatekeeper_fenced_writes", "State writes refused: a newer owner of the partition wrote.", registry=r
+        )
         self.redis_round_trips = Counter(
             "gatekeeper_redis_round_trips",
             "The store's round trips to Redis on a batch's path.",

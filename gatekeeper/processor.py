@@ -100,13 +100,19 @@ class Processor:
     def __init__(self, store: Store, route: RoutePolicy) -> None:
         self.store = store
         self.route = route
+        #: The owner epoch of each input partition this instance holds (``Store.take_epochs``, set by the worker on
+        #: assignment): the states of a partition's conversations are written fenced by it. A line without a
+        #: partition, or of a partition with no epoch here (``gatekeeper check``, replay), is written unfenced.
+        self.epochs: dict[int, int] = {}
 
     async def process(self, lines: Sequence[Line], now: float) -> list[Decision]:
         """Decide ``lines`` in order, as if one by one, and persist what changed. Returns one decision per line.
         Once a line of a conversation is held (``HOLD``), its later lines in ``lines`` are held too, undecided
         (problem code ``queued-behind-held``): none overtakes it. A line whose deciding raises is dead-lettered
         ``internal-error`` (see the module docstring); nothing but ``StoreError`` leaves this method.
-        Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later."""
+        Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later; its subclass
+        ``Fenced`` when a newer owner of a partition wrote one of the batch's conversations (this instance lost the
+        partition: the batch must not land)."""
         prepared = [self._prepare(ln) for ln in lines]
         wants: dict[str, set[str]] = {}
         for ln, prep in zip(lines, prepared, strict=True):
@@ -147,10 +153,8 @@ class Processor:
             if not any(c.after is not None for c in conflicts):
                 await self._release_unused(claimed, overlay)
                 states = {c: loaded.states[c] for c in changed}
-                if deadlines:
-                    await self.store.save(self.route.name, states, deadlines)
-                else:
-                    await self.store.save(self.route.name, states)
+                fences = {c: self.epochs[p] for c, p in partitions.items() if p in self.epochs}
+                await self.store.save(self.route.name, states, deadlines, fences or None)
                 return decisions
         raise StoreError(f"exec bindings kept changing under this batch after {MAX_CLAIM_ROUNDS} rounds")
 

@@ -21,6 +21,8 @@ The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partiti
                                         HASH: the cancel intent of one handoff (``store.CancelIntent``), with the
                                         conversation's TTL (``open_retention_seconds``)
 
+    <p>:epoch:{<route>/#<n>}            the owner epoch of the partition: INCR'd by each instance it is assigned to
+
   Members of the three indexes are the JSON array ``["<conversation>","<HO id>"]``. The three keys of one partition
   share a slot (one hash tag), so a bucket is never split across nodes; partitions spread over slots, and a sweeper
   reads only the buckets of the partitions it holds. The cancel intent shares its conversation's slot.
@@ -40,6 +42,14 @@ data). It writes only the entries that changed (one ``HSET`` of those fields and
 hash that does not exist yet is looked up as a version-1 document in the same script: such a state is converted on
 first touch (decoded whole once, written as fields by that batch's save, and the document deleted), so an upgrade
 needs no migration step and no downtime.
+
+**Fenced writes.** An instance takes a new epoch for each input partition it is assigned (``take_epochs``: INCR of
+the partition's epoch key, so every assignment's epoch is higher than every earlier one's). Every write of a batch
+carries it: a conversation's hash is written by ``_SAVE`` only if the epoch it was last written under (its ``e``
+field) is not higher, and a partition's indexes by ``_INDEX`` only if the partition's epoch key is not higher (the
+indexes and the epoch key share the partition's slot). An instance that lost its partitions in a rebalance and has
+not noticed yet (a GC pause, a slow network) therefore cannot overwrite what the new owner wrote: its save raises
+``Fenced``, and it drops the batch as it would on any store error, until the revocation reaches it.
 
 Retention: a conversation's hash is written with ``EX open_retention_seconds`` while it has an open handoff (the
 header's ``open`` count), else ``EX retention_seconds``; every write renews it. Records and
@@ -74,7 +84,17 @@ from redis.asyncio import Redis
 from gatekeeper.config import ConfigError, RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
-from gatekeeper.store import CancelIntent, DueView, Indexed, IndexKind, Loaded, RecordExists, StoreError, Wants
+from gatekeeper.store import (
+    CancelIntent,
+    DueView,
+    Fenced,
+    Indexed,
+    IndexKind,
+    Loaded,
+    RecordExists,
+    StoreError,
+    Wants,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +150,41 @@ end
 for i = 1, #ARGV do grab(ARGV[i], true) end
 for i = 1, #more do grab(more[i], false) end
 return out
+"""
+
+#: Write a batch's changes to one conversation, fenced. KEYS[1]: its hash, KEYS[2]: its version-1 document.
+#: ARGV: the writer's epoch ("" for an unfenced write), the TTL, "1" to delete the document, then field, value...
+#: Returns 1 when written, 0 when a higher epoch wrote the conversation last (nothing written).
+_SAVE = """
+local epoch = tonumber(ARGV[1])
+if epoch then
+  local last = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
+  if last > epoch then return 0 end
+  redis.call('HSET', KEYS[1], 'e', ARGV[1])
+end
+for i = 4, #ARGV, 2000 do
+  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 1999, #ARGV)))
+end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+if ARGV[3] == '1' then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+
+#: Write a batch's changes to one partition's lifecycle indexes, fenced. KEYS: the partition's epoch key, its due,
+#: open and lapsed indexes. ARGV: the writer's epoch, then triples op, member, score with op ``due``/``open``/
+#: ``lapsed`` (add) or ``-due``/``-open`` (remove; the score is ignored). Returns 1 written, 0 refused.
+_INDEX = """
+if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then return 0 end
+local key = {due = KEYS[2], open = KEYS[3], lapsed = KEYS[4]}
+for i = 2, #ARGV, 3 do
+  local op, member = ARGV[i], ARGV[i + 1]
+  if string.sub(op, 1, 1) == '-' then
+    redis.call('ZREM', key[string.sub(op, 2)], member)
+  else
+    redis.call('ZADD', key[op], ARGV[i + 2], member)
+  end
+end
+return 1
 """
 
 #: Write one record and its index entry. KEYS[1]: record key, KEYS[2]: the item's index set.
@@ -302,6 +357,8 @@ class RedisStore:
         self._redis: Any = client if client is not None else client_from_settings(settings)
         self._cas = self._redis.register_script(_CAS)
         self._load = self._redis.register_script(_LOAD)
+        self._save = self._redis.register_script(_SAVE)
+        self._index = self._redis.register_script(_INDEX)
         self._put = self._redis.register_script(_PUT)
         self._claim_cancel = self._redis.register_script(_CLAIM)
         self._take_over = self._redis.register_script(_TAKE_OVER)
@@ -384,54 +441,119 @@ class RedisStore:
                 loaded.bindings[k] = _text(raw)
         return loaded
 
+    async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
+        """One pipelined round trip: INCR each partition's epoch key."""
+        parts = sorted(set(partitions))
+        if not parts:
+            return {}
+        pipe = self._redis.pipeline(transaction=False)
+        for p in parts:
+            pipe.incr(self.keys.lifecycle("epoch", route, p))
+        try:
+            results = await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("epochs", exc) from exc
+        return {p: int(e) for p, e in zip(parts, results, strict=True)}
+
     async def save(
-        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+        self,
+        route: str,
+        states: Mapping[str, ConversationState],
+        deadlines: Sequence[IndexEntry] = (),
+        fences: Mapping[str, int] | None = None,
     ) -> None:
         """One pipelined round trip: the lifecycle index changes (``deadlines``), then per state the fields it
-        changed (HSET) and its TTL (longer while a handoff is open); a state converted from a version-1 document
-        deletes the document. The index goes first: a state written means its index entries were sent before it on
-        the same connection; an entry left behind by a failed write is harmless (the sweeper finds the handoff
-        closed and drops it) and a batch retried after a failure writes its handoffs' entries again."""
+        changed (``_SAVE``: HSET and its TTL, longer while a handoff is open; a state converted from a version-1
+        document deletes the document), each fenced by its writer's epoch when ``fences`` names one. The index goes
+        first: a state written means its index entries were sent before it on the same connection; an entry left
+        behind by a failed write is harmless (the sweeper finds the handoff closed and drops it) and a batch retried
+        after a failure writes its handoffs' entries again. Raises ``Fenced`` naming the conversations refused."""
         if not states and not deadlines:
             return
-        pipe = self._redis.pipeline(transaction=False)
-        self._queue_index(pipe, route, deadlines)
-        for conv, state in states.items():
-            key = self.keys.state(route, conv)
-            pipe.hset(key, mapping=state.changed_fields())
-            pipe.expire(key, self.ttl_for(state))
-            if state.legacy:
-                pipe.delete(self.keys.conv(route, conv))
-        self._trip("save")
-        try:
-            await pipe.execute()
-        except _REDIS_ERRORS as exc:
-            raise self._error("save", exc) from exc
-
-    def _queue_index(self, pipe: Any, route: str, entries: Sequence[IndexEntry]) -> None:
-        """ZADD/ZREM per partition's index, one command per index and kind of change."""
-        adds: dict[str, dict[str, float]] = {}
-        rems: dict[str, list[str]] = {}
-        for e in entries:
-            member = _member(e.conversation, e.ho)
-            due, opened = (
-                self.keys.lifecycle("due", route, e.partition),
-                self.keys.lifecycle("open", route, e.partition),
+        fences = fences or {}
+        convs = list(states)
+        results: list[Any] = []
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            n_index = self._queue_index(pipe, route, deadlines, fences)
+            for conv in convs:
+                state = states[conv]
+                epoch = fences.get(conv)
+                args: list[Any] = ["" if epoch is None else epoch, self.ttl_for(state), "1" if state.legacy else "0"]
+                for name, value in state.changed_fields().items():
+                    args += (name, value)
+                pipe.evalsha(self._save.sha, 2, self.keys.state(route, conv), self.keys.conv(route, conv), *args)
+            self._trip("save")
+            try:
+                results = await pipe.execute(raise_on_error=False)
+            except _REDIS_ERRORS as exc:
+                raise self._error("save", exc) from exc
+            if attempt == 0 and any(isinstance(r, redis_exc.NoScriptError) for r in results):
+                # the server forgot the scripts: load them and write again (every write here is idempotent)
+                try:
+                    self._save.sha = await self._redis.script_load(_SAVE)
+                    self._index.sha = await self._redis.script_load(_INDEX)
+                except _REDIS_ERRORS as exc:
+                    raise self._error("save (script load)", exc) from exc
+                continue
+            failed = next((r for r in results if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise self._error("save", failed) from failed
+            break
+        refused = [c for c, r in zip(convs, results[len(results) - len(convs) :], strict=True) if int(r) == 0]
+        index_refused = sum(1 for r in results[:n_index] if r is not None and not isinstance(r, bool) and r == 0)
+        if refused or index_refused:
+            raise Fenced(
+                f"a newer owner of the partition wrote {len(refused)} conversation(s) of this batch"
+                + (f" and {index_refused} index bucket(s)" if index_refused else ""),
+                refused,
             )
-            if e.open and e.due_at is not None:
-                adds.setdefault(due, {})[member] = e.due_at
-            else:
-                rems.setdefault(due, []).append(member)
-            if e.open:
-                adds.setdefault(opened, {})[member] = e.opened_at if e.opened_at is not None else 0.0
-            else:
-                rems.setdefault(opened, []).append(member)
-            if e.lapsed_at is not None:
-                adds.setdefault(self.keys.lifecycle("lapsed", route, e.partition), {})[member] = e.lapsed_at
-        for key, members in rems.items():
-            pipe.zrem(key, *members)
-        for key, scores in adds.items():
-            pipe.zadd(key, {m: _finite(t) for m, t in scores.items()})
+
+    def _queue_index(
+        self, pipe: Any, route: str, entries: Sequence[IndexEntry], fences: Mapping[str, int] | None = None
+    ) -> int:
+        """The index changes: per partition, one ``_INDEX`` call when the entries' conversations are fenced (its
+        result is 1, or 0 when refused), else ZADD/ZREM per index and kind of change. Returns how many results the
+        index commands add to the pipeline's (they come first)."""
+        fences = fences or {}
+        buckets: dict[int, list[IndexEntry]] = {}
+        for e in entries:
+            buckets.setdefault(e.partition, []).append(e)
+        queued = 0
+        for partition, group in sorted(buckets.items()):
+            epochs = [fences[e.conversation] for e in group if e.conversation in fences]
+            ops: list[tuple[str, str, float | str]] = []
+            for e in group:
+                member = _member(e.conversation, e.ho)
+                ops.append(
+                    ("due", member, _finite(e.due_at)) if e.open and e.due_at is not None else ("-due", member, 0)
+                )
+                ops.append(("open", member, e.opened_at or 0.0) if e.open else ("-open", member, 0))
+                if e.lapsed_at is not None:
+                    ops.append(("lapsed", member, _finite(e.lapsed_at)))
+            keys = [self.keys.lifecycle(k, route, partition) for k in ("due", "open", "lapsed")]
+            if epochs:
+                args: list[Any] = [min(epochs)]
+                for triple in ops:
+                    args += triple
+                pipe.evalsha(self._index.sha, 4, self.keys.lifecycle("epoch", route, partition), *keys, *args)
+                queued += 1
+                continue
+            adds: dict[str, dict[str, float | str]] = {}
+            rems: dict[str, list[str]] = {}
+            where = dict(zip(("due", "open", "lapsed"), keys, strict=True))
+            for op, member, score in ops:
+                if op.startswith("-"):
+                    rems.setdefault(where[op[1:]], []).append(member)
+                else:
+                    adds.setdefault(where[op], {})[member] = score
+            for key, members in rems.items():
+                pipe.zrem(key, *members)
+                queued += 1
+            for key, scores in adds.items():
+                pipe.zadd(key, scores)
+                queued += 1
+        return queued
 
     # ------------------------------------------------------------ the lifecycle (LifecycleStore)
 

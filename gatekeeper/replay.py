@@ -253,8 +253,15 @@ class DryRunStore:
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
         return claim_in_memory(self._bindings, changes)
 
+    async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
+        return dict.fromkeys(partitions, 0)  # a dry run owns nothing and writes nothing: no fence to take
+
     async def save(
-        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+        self,
+        route: str,
+        states: Mapping[str, ConversationState],
+        deadlines: Sequence[IndexEntry] = (),
+        fences: Mapping[str, int] | None = None,
     ) -> None:
         for conv, state in states.items():
             self._states.setdefault((route, conv), {}).update(state.changed_fields())

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
-from gatekeeper.policy.state import wanted_fields
+from gatekeeper.policy.state import EPOCH, wanted_fields
 
 #: What a batch loads of one conversation: the ids its lines name (``policy.state.line_ids``), or None for the
 #: whole conversation (the operator's commands, ``gatekeeper handoffs``).
@@ -30,6 +30,15 @@ Wants = Mapping[str, Collection[str] | None]
 
 class StoreError(Exception):
     """The store cannot be reached or answered wrongly: infrastructure trouble, never a bad line."""
+
+
+class Fenced(StoreError):
+    """A state write refused: a newer owner of the conversation's input partition wrote it (a higher epoch). This
+    instance lost the partition in a rebalance and has not noticed yet: its batch must not land."""
+
+    def __init__(self, message: str, conversations: Collection[str]) -> None:
+        super().__init__(message)
+        self.conversations = tuple(conversations)
 
 
 class RecordExists(Exception):
@@ -129,13 +138,26 @@ class Store(Protocol):
         Returns the changes that did not apply: another handoff changed that binding first."""
         ...
 
+    async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
+        """A new owner epoch for each of these input partitions (one round trip), taken when they are assigned:
+        higher than any taken before for that partition, by any instance."""
+        ...
+
     async def save(
-        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+        self,
+        route: str,
+        states: Mapping[str, ConversationState],
+        deadlines: Sequence[IndexEntry] = (),
+        fences: Mapping[str, int] | None = None,
     ) -> None:
         """One round trip: write the entries the batch changed in these conversations (``changed_fields``), renew
         their retention, and write the lifecycle index entries
         of their handoffs (``deadlines``: an open entry is added or moved, a closed one leaves the open and deadline
-        indexes; an entry with ``lapsed_at`` is in the lapsed index)."""
+        indexes; an entry with ``lapsed_at`` is in the lapsed index).
+
+        ``fences``: per conversation, the writer's epoch on its input partition (``take_epochs``). A conversation
+        last written under a higher epoch is not written, and ``Fenced`` is raised naming it (the other
+        conversations of the call are written: their writer still owns them)."""
         ...
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:
@@ -219,6 +241,7 @@ class MemoryStore:
         self._bindings: dict[RecordKey, str | None] = {}
         self._index: dict[tuple[str, int, IndexKind], dict[tuple[str, str], float]] = {}
         self._intents: dict[tuple[str, str, str], CancelIntent] = {}
+        self._epochs: dict[tuple[str, int], int] = {}
 
     async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
         loaded = Loaded()
@@ -237,11 +260,29 @@ class MemoryStore:
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
         return claim_in_memory(self._bindings, changes)
 
+    async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
+        out = {}
+        for p in partitions:
+            out[p] = self._epochs[(route, p)] = self._epochs.get((route, p), 0) + 1
+        return out
+
     async def save(
-        self, route: str, states: Mapping[str, ConversationState], deadlines: Sequence[IndexEntry] = ()
+        self,
+        route: str,
+        states: Mapping[str, ConversationState],
+        deadlines: Sequence[IndexEntry] = (),
+        fences: Mapping[str, int] | None = None,
     ) -> None:
+        refused = []
         for conv, state in states.items():
-            self._states.setdefault((route, conv), {}).update(state.changed_fields())
+            stored = self._states.setdefault((route, conv), {})
+            epoch = None if fences is None else fences.get(conv)
+            if epoch is not None:
+                if int(stored.get(EPOCH, "0")) > epoch:
+                    refused.append(conv)
+                    continue
+                stored[EPOCH] = str(epoch)
+            stored.update(state.changed_fields())
         for e in deadlines:
             member = (e.conversation, e.ho)
             due = self._index.setdefault((route, e.partition, "due"), {})
@@ -256,6 +297,8 @@ class MemoryStore:
                 opened.pop(member, None)
             if e.lapsed_at is not None:
                 self._index.setdefault((route, e.partition, "lapsed"), {})[member] = e.lapsed_at
+        if refused:
+            raise Fenced(f"a newer owner wrote {len(refused)} conversation(s) of this batch", refused)
 
     async def due_view(
         self, route: str, partitions: Collection[int], now: float, limit: int, *, forget_lapsed_before: float | None

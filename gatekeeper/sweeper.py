@@ -85,7 +85,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -238,10 +238,18 @@ class Sweeper:
         #: Handoffs whose handling raised (a bug): skipped by every later sweep of this process, so one handoff that
         #: cannot be swept never stops the others (its stack trace is logged once, and it is counted and alerted).
         self.quarantined: set[tuple[str, str, str]] = set()
+        self._epochs: dict[tuple[str, int], int] = {}
 
-    async def sweep(self, owned: Iterable[tuple[str, int]], now: float | None = None) -> SweepReport:
+    async def sweep(
+        self,
+        owned: Iterable[tuple[str, int]],
+        now: float | None = None,
+        epochs: Mapping[tuple[str, int], int] | None = None,
+    ) -> SweepReport:
         """One sweep of the (route, input partition) pairs this instance holds. Raises ``StoreError`` or the
-        publisher's error when a service fails: what was finished is saved first, the rest is tried next time."""
+        publisher's error when a service fails: what was finished is saved first, the rest is tried next time.
+        ``epochs``: this instance's owner epoch of each (route, partition): the sweep's writes are fenced by them."""
+        self._epochs = dict(epochs or {})
         now = self.clock() if now is None else now
         by_route: dict[str, set[int]] = {}
         for route, partition in owned:
@@ -376,7 +384,10 @@ class Sweeper:
             deadlines.extend(found)
             # a handoff its state does not know (the state expired): out of the open and deadline indexes
             deadlines.extend(IndexEntry(partition, conv, ho, open=False) for ho in hos - known)
-        await self.store.save(rt.name, {c: states[c] for c in changed}, deadlines)
+        fences = {
+            conv: epoch for (conv, partition) in seen if (epoch := self._epochs.get((rt.name, partition))) is not None
+        }
+        await self.store.save(rt.name, {c: states[c] for c in changed}, deadlines, fences or None)
 
     async def _handle(
         self,

@@ -43,6 +43,12 @@ are not waited for: their offsets are not committed, so the next run consumes th
 batch lock (a batch and a sweep never interleave; a revocation waits for the sweep). It stops the same two-stage way:
 no new sweep once stopping, the one in progress drains up to ``grace_seconds``, then is cancelled.
 
+**Fenced writes.** On assignment the worker takes a new owner epoch for each partition (``Store.take_epochs``), and
+every state write of its batches and sweeps carries it: a newer owner's writes cannot be overwritten by this instance
+once it has lost a partition and not noticed yet. A refused write (``Fenced``) drops the batch like a store error
+(paused, retried with backoff, never produced or committed) until the revocation arrives and takes the partition's
+lines out of it; ``gatekeeper_fenced_writes_total`` counts them.
+
 **Exactly-once** (``kafka.transactional``): a batch's outcomes and its offsets are one Kafka transaction
 (``send_offsets_to_transaction``); the consumer reads ``read_committed``.
 
@@ -97,7 +103,7 @@ from gatekeeper.masking import mask_line
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import Decision, Mode, Reason, RoutePolicy, Verdict
 from gatekeeper.processor import QUEUED, Line, Processor
-from gatekeeper.store import LifecycleStore, Store, StoreError
+from gatekeeper.store import Fenced, LifecycleStore, Store, StoreError
 from gatekeeper.sweeper import KafkaPublisher, OutRecord, Sweeper, SweepReport, SweepRoute
 from rwcore import get_profile
 
@@ -301,6 +307,8 @@ class Gatekeeper:
         self._failures = 0
         self._paused_for: set[str] = set()  # why every partition is paused (infrastructure backoff)
         self._routes_paused: set[str] = set()  # routes paused alone (a tripped dead-letter breaker)
+        self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
+        self._fenced: str | None = None  # why the last batch was refused (readiness)
         self._started = False
         self._joined = False
         self._assigned: set[TP] = set()
@@ -348,6 +356,8 @@ class Gatekeeper:
             return False, {"reason": "redis unavailable", "error": self._redis_error}
         if self._kafka_error is not None:
             return False, {"reason": "kafka unavailable", "error": self._kafka_error}
+        if self._fenced is not None:
+            return False, {"reason": "fenced: a newer owner holds a partition of the batch", "error": self._fenced}
         if not self._joined:
             return False, {"reason": "consumer group not joined yet"}
         detail: dict[str, Any] = {"partitions": len(self._assigned), "held": len(self._holds)}
@@ -559,11 +569,17 @@ class Gatekeeper:
                 return
             b.attempts += 1
             try:
+                await self._take_epochs()
                 await self._decide(b)
                 if self.settings.kafka.transactional:
                     await self._produce_transaction(b)
                 else:
                     await self._produce(b)
+            except Fenced as exc:
+                self.metrics.fenced.inc()
+                self._fenced = _describe(exc)
+                self._failed("fenced", exc)
+                return
             except (StoreError, ConnectionError, TimeoutError) as exc:
                 self.metrics.redis_errors.inc()
                 self._redis_error = _describe(exc)
@@ -963,6 +979,9 @@ class Gatekeeper:
             dropped = self._holds.drop(tps)
             self._watermarks.forget(tps)
             for topic, partition in tps:
+                if topic in self._routes:
+                    self._routes[topic].processor.epochs.pop(partition, None)
+            for topic, partition in tps:
                 self.metrics.forget_partition(topic, partition)
             self._assigned -= tps
             self.metrics.assigned.set(len(self._assigned))
@@ -972,9 +991,35 @@ class Gatekeeper:
             if locked:
                 self._lock.release()
 
+    async def _take_epochs(self) -> None:
+        """Take the owner epoch of every assigned partition that has none yet (one round trip per route). Raises
+        ``StoreError``: the batch waits, its writes are never made unfenced."""
+        pending = self._unfenced & self._assigned
+        by_route: dict[str, list[int]] = {}
+        for topic, partition in pending:
+            if topic in self._routes:
+                by_route.setdefault(topic, []).append(partition)
+        for name, parts in by_route.items():
+            epochs = await self._store.take_epochs(name, parts)
+            self._routes[name].processor.epochs.update(epochs)
+            self._unfenced -= {(name, p) for p in parts}
+            log.info("owner epochs taken", extra={"route": name, "epochs": {str(p): e for p, e in epochs.items()}})
+        self._unfenced &= self._assigned
+
+    def _epochs(self) -> dict[tuple[str, int], int]:
+        return {(name, p): e for name, rt in self._routes.items() for p, e in rt.processor.epochs.items()}
+
     async def _on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         tps = list(assigned)
         self._assigned = {(tp.topic, tp.partition) for tp in tps}
+        for name, rt in self._routes.items():  # a partition given back to us gets a new epoch: the old one is stale
+            for p in [p for p in rt.processor.epochs if (name, p) in self._assigned]:
+                del rt.processor.epochs[p]
+        self._unfenced = set(self._assigned)
+        try:
+            await self._take_epochs()
+        except StoreError as exc:  # taken before the first batch of those partitions instead
+            log.warning("owner epochs not taken at assignment; retried", extra={"error": _describe(exc)})
         self._joined = True
         self.metrics.assigned.set(len(self._assigned))
         if tps:
@@ -1006,6 +1051,7 @@ class Gatekeeper:
         if self._failures:
             log.info("recovered", extra={"after_attempts": self._failures})
         self._failures = 0
+        self._fenced = None
         self._redis_error = None
         self._kafka_error = None
         self._resume("backoff")
@@ -1228,7 +1274,13 @@ class Gatekeeper:
         async with self._lock:
             owned = [(topic, partition) for topic, partition in self._assigned if topic in self._routes]
             try:
-                return await self._sweeper.sweep(owned, now=self._clock())
+                await self._take_epochs()
+                return await self._sweeper.sweep(owned, now=self._clock(), epochs=self._epochs())
+            except Fenced as exc:
+                self.metrics.fenced.inc()
+                log.warning(
+                    "sweep refused: a newer owner holds a partition; tried again later", extra={"error": str(exc)}
+                )
             except StoreError as exc:
                 self.metrics.redis_errors.inc()
                 log.warning("sweep failed: redis unavailable; tried again later", extra={"error": _describe(exc)})

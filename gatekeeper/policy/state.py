@@ -16,6 +16,7 @@ field          what
                clearance and lifecycle
 ``r:<id>``     a checked RB (``ReadbackEntry``): whether it passed, whether a negative answer refused it
 ``t:<id>``     the HO's thread record (``rwcore.ThreadTracker.handoff_state``): its closes, cancels, acknowledgement
+``e``          the owner epoch of the last write (the store's fence: a write under an older epoch is refused)
 =============  ===================================================================================================
 
 **A batch loads only what its lines name** (``wanted_fields``, the closure of the ids they carry): for each id a
@@ -45,6 +46,7 @@ from rwcore import Message, Problem, ThreadTracker
 
 STATE_VERSION = 2  # the per-entry form; 1 was one JSON document per conversation
 HEADER = "h"
+EPOCH = "e"  # the owner epoch of the last write (``store.Store.save``'s fence); not part of the decision's state
 _KINDS = ("l:", "o:", "r:", "t:")
 
 
@@ -383,6 +385,8 @@ class ConversationState:
         st = cls(seq=int(head["seq"]), base_open=int(head["open"]))
         threads = []
         for name, raw in fields.items():
+            if name == EPOCH:
+                continue
             kind, key = name[:2], name[2:]
             if kind == "l:":
                 st.lines[key] = LineEntry.from_dict(json.loads(raw))

@@ -460,3 +460,32 @@ def test_client_from_settings_tls_and_credentials() -> None:
     with pytest.raises(ConfigError, match="unix"):
         client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", tls=True))
     assert redacted_url("rediss://user:secret@host:1/0") == "rediss://host:1/0"
+
+
+async def test_a_zombie_s_late_write_is_refused_by_redis(store: RedisStore, redis_client: Any) -> None:
+    """The fence in the Lua save script: the scenario of ``tests/unit/test_fencing.py`` on real Redis."""
+    from tests.unit.test_fencing import zombie_scenario
+
+    raised, (clearance,) = await zombie_scenario(store)
+    assert raised is not None and raised.__name__ == "Fenced"
+    assert [p.code for p in clearance.problems] == ["clearance-refused"]
+    rb = json.loads(await redis_client.hget(store.keys.state("agents.pay", "c1"), "r:payer-1"))
+    assert rb["refused"] is True
+    assert await redis_client.hget(store.keys.state("agents.pay", "c1"), "e") == b"2"
+
+
+async def test_the_lifecycle_index_is_fenced_by_the_partition_s_epoch(store: RedisStore, redis_client: Any) -> None:
+    from gatekeeper.policy.lifecycle import IndexEntry
+    from gatekeeper.store import Fenced
+
+    old = (await store.take_epochs("agents.pay", [3]))[3]
+    new = (await store.take_epochs("agents.pay", [3]))[3]
+    entry = IndexEntry(3, "c9", "scheduler-1", open=True, opened_at=NOW, due_at=NOW + 60)
+    await store.save("agents.pay", {}, [entry], {"c9": new})
+    assert await redis_client.zscore(store.keys.lifecycle("open", "agents.pay", 3), '["c9","scheduler-1"]') == NOW
+    closed = IndexEntry(3, "c9", "scheduler-1", open=False)
+    with pytest.raises(Fenced):
+        await store.save("agents.pay", {}, [closed], {"c9": old})  # the zombie's view: closed; refused
+    assert await redis_client.zscore(store.keys.lifecycle("open", "agents.pay", 3), '["c9","scheduler-1"]') == NOW
+    await store.save("agents.pay", {}, [closed], {"c9": new})
+    assert await redis_client.zscore(store.keys.lifecycle("open", "agents.pay", 3), '["c9","scheduler-1"]') is None
