@@ -35,6 +35,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -419,6 +420,7 @@ async def gatekeeper_run(
     partitions: int | None = None,
     instances: int = 1,
     keep: bool = False,
+    profile: str | None = None,
 ) -> tuple[Catchup, list[Process], dict[str, str], str]:
     topics = await env.topics(name, partitions)
     prefix = env.prefix(name)
@@ -426,16 +428,63 @@ async def gatekeeper_run(
     await produce(topics["in"], lines)
     group = f"e2e-{env.run}-{name}"
     procs = [Process(env, name, topics, prefix, group=group, passthrough=False) for _ in range(instances)]
+    spy = None
+    if profile:
+        spy = subprocess.Popen(
+            [
+                shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"),
+                "record",
+                "--pid",
+                str(procs[0].proc.pid),
+                "--format",
+                "raw",
+                "-o",
+                profile,
+                "--rate",
+                "250",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     try:
         result = await catch_up(procs, topics, len(lines), timeout=max(120.0, len(lines) / 500))
     finally:
+        if spy is not None:
+            spy.send_signal(2)  # SIGINT: py-spy writes its file
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                spy.wait(30)
         if not keep:
             for p in procs:
                 p.stop()
     return result, procs, topics, prefix
 
 
-async def section_throughput(env: Env, n: int) -> float:
+def top_entries(raw: str, n: int = 25) -> list[tuple[str, float, float]]:
+    """The profile's top entries from py-spy's collapsed stacks: (function, % of samples inside it, % on top)."""
+    inclusive: dict[str, int] = {}
+    own: dict[str, int] = {}
+    total = 0
+    for line in Path(raw).read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        k = int(count)
+        total += k
+        frames = [_frame(f) for f in stack.split(";")]
+        for f in set(frames):
+            inclusive[f] = inclusive.get(f, 0) + k
+        own[frames[-1]] = own.get(frames[-1], 0) + k
+    top = sorted(own, key=lambda f: -own[f])[:n]
+    return [(f, 100 * inclusive[f] / total, 100 * own[f] / total) for f in top]
+
+
+def _frame(f: str) -> str:
+    """``func (path/file.py:12)`` -> ``func (file.py)``."""
+    name, sep, where = f.partition(" (")
+    return f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})" if sep else f
+
+
+async def section_throughput(env: Env, n: int, profile: str | None = None) -> float:
     t = traffic(n, tag="t")
     say(f"throughput: {len(t.lines):,} lines, {len(t.records):,} records")
     topics = await env.topics("pass")
@@ -445,7 +494,7 @@ async def section_throughput(env: Env, n: int) -> float:
         base = await catch_up([base_proc], topics, len(t.lines), timeout=max(120.0, n / 1000))
     finally:
         base_proc.stop()
-    gk, procs, _, _ = await gatekeeper_run(env, "gk", t.lines, t.records, keep=True)
+    gk, procs, _, _ = await gatekeeper_run(env, "gk", t.lines, t.records, keep=True, profile=profile)
     batches = procs[0].metric("gatekeeper_batch_size_count")
     trips = procs[0].metric("gatekeeper_redis_round_trips_total")
     for p in procs:
@@ -465,6 +514,12 @@ async def section_throughput(env: Env, n: int) -> float:
             ],
         ],
     )
+    if profile and Path(profile).exists():
+        table(
+            f"the gatekeeper's profile during the catch-up (py-spy, {profile})",
+            ["function (file)", "inside %", "on top %"],
+            top_entries(profile),
+        )
     return gk.rate
 
 
@@ -604,6 +659,9 @@ async def main() -> None:
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--only", default="throughput,latency,growth,open,pair")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs, figures mean nothing")
+    ap.add_argument(
+        "--profile", metavar="FILE", help="py-spy the gatekeeper during the throughput catch-up (raw stacks)"
+    )
     args = ap.parse_args()
     only = set(args.only.split(","))
     if args.smoke:
@@ -612,7 +670,7 @@ async def main() -> None:
     rate = 3000.0
     try:
         if "throughput" in only:
-            rate = await section_throughput(env, args.lines)
+            rate = await section_throughput(env, args.lines, args.profile)
         if "latency" in only:
             await section_latency(env, rate, args.latency_seconds)
         if "growth" in only:

@@ -119,7 +119,8 @@ class Processor:
             if ln.conversation is not None:
                 named = wants.setdefault(ln.conversation, set())
                 if isinstance(prep, Prepared) and prep.parsed is not None:
-                    named.update(line_ids(prep.parsed.message, prep.parsed.raw))
+                    msg = prep.parsed.message  # the raw fields (built on demand) only for a line that did not parse
+                    named.update(line_ids(msg, None if msg is not None else prep.parsed.raw))
         keys = {k for p in prepared if isinstance(p, Prepared) and (k := _record_key(p)) is not None}
         partitions = {
             ln.conversation: ln.partition for ln in lines if ln.conversation is not None and ln.partition is not None

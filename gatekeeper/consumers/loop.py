@@ -307,6 +307,7 @@ class Gatekeeper:
         self._failures = 0
         self._paused_for: set[str] = set()  # why every partition is paused (infrastructure backoff)
         self._routes_paused: set[str] = set()  # routes paused alone (a tripped dead-letter breaker)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
         self._fenced: str | None = None  # why the last batch was refused (readiness)
         self._started = False
@@ -862,9 +863,10 @@ class Gatekeeper:
         self._holds.hold(b.held, now, self._hold_seconds)
         m = self.metrics
         decided: dict[str, list[Any]] = {}  # route -> [lines decided now, reasons of those dead-lettered]
+        child = self._child
         for s in b.sends or ():
             if s.acked:
-                m.outcomes.labels(route=s.route, kind=s.outcome.kind.value).inc()
+                child(m.outcomes, s.route, s.outcome.kind.value).inc()
         for p, d in b.done:
             rt = self._routes[p.route]
             name = p.route
@@ -872,17 +874,17 @@ class Gatekeeper:
             dry = rt.targets.dry_run
             dead = d.verdict is Verdict.DEAD_LETTER
             verdict = Verdict.FORWARD.value if dead and dry else d.verdict.value
-            m.lines.labels(route=name, type=typ, verdict=verdict).inc()
-            m.line_seconds.labels(route=name).observe(max(0.0, now - p.first_seen))
+            child(m.lines, name, typ, verdict).inc()
+            child(m.line_seconds, name).observe(max(0.0, now - p.first_seen))
             reason = d.reason.value if d.reason is not None else "none"
             if d.repeated:
-                m.repeated.labels(route=name).inc()
+                child(m.repeated, name).inc()
             if dead and dry:
-                m.would_dead_letter.labels(route=name, reason=reason).inc()
+                child(m.would_dead_letter, name, reason).inc()
             elif dead:
-                m.dead_letters.labels(route=name, reason=reason).inc()
+                child(m.dead_letters, name, reason).inc()
             if d.alerts:
-                m.alerts.labels(route=name, reason=reason).inc()
+                child(m.alerts, name, reason).inc()
             if not d.repeated:
                 for pr in d.problems:
                     if pr.code in HANDOFF_PROBLEM_CODES:
@@ -900,6 +902,15 @@ class Gatekeeper:
         for name, (n, dead_reasons) in decided.items():
             self._breaker_changed(name, self._routes[name].breaker.record(now, n, dead_reasons), now)
         self._gauge_held()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        """A metric's child for these label values, kept: ``labels()`` costs a lock and a lookup per call, and a
+        batch counts every line. Label values come from closed sets, so the cache stays small."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
 
     def _log_decision(self, p: Pending, d: Decision, rt: _Route, dry: bool) -> None:
         level = logging.WARNING if d.alerts else logging.INFO

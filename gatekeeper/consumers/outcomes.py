@@ -62,11 +62,13 @@ Alerts (``ALERT``) are JSON objects on the route's alerts topic::
 from __future__ import annotations
 
 import enum
-import json
+import functools
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
+
+import orjson
 
 from gatekeeper import __version__
 from gatekeeper.masking import Masker, masker_for
@@ -183,8 +185,10 @@ class Outcome:
         return _render(self.draft, self.source, self.level + 1)
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(epoch: float) -> str:
-    """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z``."""
+    """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z``. Memoised: a batch's lines share their
+    decision time, so a batch formats it once."""
     return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
@@ -192,11 +196,19 @@ def _h(name: str, value: object) -> tuple[str, bytes]:
     return name, str(value).encode("utf-8")
 
 
+_VERSION = ("gk.version", __version__.encode())
+
+
+@functools.lru_cache(maxsize=1024)
+def _topic_header(topic: str) -> tuple[str, bytes]:
+    return "gk.original.topic", topic.encode("utf-8")
+
+
 def _origin(source: Source) -> Headers:
     return (
-        _h("gk.original.topic", source.topic),
-        _h("gk.original.partition", source.partition),
-        _h("gk.original.offset", source.offset),
+        _topic_header(source.topic),
+        ("gk.original.partition", b"%d" % source.partition),
+        ("gk.original.offset", b"%d" % source.offset),
     )
 
 
@@ -222,9 +234,7 @@ def build(
         masker_for(source.value, decision.problems, sensitive) if decision.problems or decision.alerts else Masker()
     )
     problems = _masked_problems(decision, masker)
-    problems_h: Headers = (
-        (_h("gk.problems", json.dumps(problems, separators=(",", ":"), ensure_ascii=False)),) if problems else ()
-    )
+    problems_h: Headers = (("gk.problems", orjson.dumps(problems)),) if problems else ()
     common_optional: Headers = (
         _h("gk.original.timestamp", source.timestamp if source.timestamp is not None else -1),
         *((_h("gk.conversation", conversation),) if conversation is not None else ()),
@@ -234,7 +244,7 @@ def build(
     dead = decision.verdict is Verdict.DEAD_LETTER
     dlq_required: Headers = (
         *_origin(source),
-        _h("gk.version", __version__),
+        _VERSION,
         _h("gk.attempt", source.attempt),
         _h("gk.decided.at", iso(decision.decided_at)),
     )
@@ -268,7 +278,7 @@ def build(
         required: list[tuple[str, bytes]] = [
             _h("gk.verdict", verdict),
             _h("gk.checked.at", iso(decision.decided_at)),
-            _h("gk.version", __version__),
+            _VERSION,
             *_origin(source),
         ]
         flagged = decision.verdict is Verdict.ALERT or dead
@@ -337,7 +347,7 @@ def _alert(
         dead_letter=targets.dead_letter,
         key=source.key,
         value=b"",
-        required=(*_origin(source), _h("gk.version", __version__)),
+        required=(*_origin(source), _VERSION),
         problems=(),
         optional=(),
         alert=doc,
@@ -346,7 +356,7 @@ def _alert(
 
 
 def _json(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return orjson.dumps(doc)
 
 
 _TRIMMED = ("problems", "headers", "value")

@@ -103,12 +103,27 @@ def _real_instant(value: str, kind: str) -> bool:
     return kind == "date" or (int(m[4]) <= 23 and int(m[5]) <= 59)
 
 
+_CALENDAR_SLOTS: dict[int, tuple[Profile, tuple[tuple[str, str], ...]]] = {}
+
+
+def _calendar_slots(profile: Profile) -> tuple[tuple[str, str], ...]:
+    """The profile's date and time slots, as (key, kind), computed once per profile (kept with it, by identity)."""
+    found = _CALENDAR_SLOTS.get(id(profile))
+    if found is None or found[0] is not profile:
+        found = _CALENDAR_SLOTS[id(profile)] = (
+            profile,
+            tuple((k, t) for k, t in profile.slot_types.items() if t in ("date", "time")),
+        )
+    return found[1]
+
+
 def impossible_dates(msg: Message, profile: Profile) -> tuple[Problem, ...]:
     """The date and time slots of a parsed line that name no real instant (see the module docstring)."""
     problems: list[Problem] = []
-    for key, value in msg.slots.items():
-        kind = profile.slot_type(key)
-        if kind not in ("date", "time") or not isinstance(value, str) or _real_instant(value, kind):
+    slots = msg.slots
+    for key, kind in _calendar_slots(profile):
+        value = slots.get(key)
+        if not isinstance(value, str) or _real_instant(value, kind):
             continue
         what = "date (YYYYMMDD)" if kind == "date" else "time (YYYYMMDDTHHMMZ, UTC)"
         problems.append(

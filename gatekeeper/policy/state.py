@@ -37,10 +37,11 @@ store writes it as fields and deletes the document.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from rwcore import Message, Problem, ThreadTracker
 
@@ -234,7 +235,7 @@ class ReadbackEntry:
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return orjson.dumps(obj).decode("utf-8")  # compact, UTF-8, the keys in insertion order: as json.dumps wrote it
 
 
 def entry_fields(line_id: str) -> tuple[str, ...]:
@@ -265,7 +266,7 @@ def wanted_fields(ids: Collection[str], get: Callable[[Collection[str]], Mapping
     for name, raw in found.items():
         if name == HEADER or name.startswith("t:"):
             continue
-        second.update(_pointers(name, json.loads(raw)))
+        second.update(_pointers(name, orjson.loads(raw)))
     more = {f for i in second for f in entry_fields(i)} - first
     if more:
         found.update(get(sorted(more)))
@@ -379,7 +380,7 @@ class ConversationState:
     def from_fields(cls, fields: Mapping[str, str]) -> ConversationState:
         """A state from stored fields (all of a conversation's, or the part a batch loaded). No header: a new
         conversation. Raises ValueError on another version."""
-        head = json.loads(fields[HEADER]) if HEADER in fields else {"v": STATE_VERSION, "seq": 0, "open": 0}
+        head = orjson.loads(fields[HEADER]) if HEADER in fields else {"v": STATE_VERSION, "seq": 0, "open": 0}
         if head.get("v") != STATE_VERSION:
             raise ValueError(f"conversation state version {head.get('v')!r} is not {STATE_VERSION}")
         st = cls(seq=int(head["seq"]), base_open=int(head["open"]))
@@ -389,13 +390,13 @@ class ConversationState:
                 continue
             kind, key = name[:2], name[2:]
             if kind == "l:":
-                st.lines[key] = LineEntry.from_dict(json.loads(raw))
+                st.lines[key] = LineEntry.from_dict(orjson.loads(raw))
             elif kind == "o:":
-                st.handoffs[key] = HandoffEntry.from_dict(key, json.loads(raw))
+                st.handoffs[key] = HandoffEntry.from_dict(key, orjson.loads(raw))
             elif kind == "r:":
-                st.readbacks[key] = ReadbackEntry.from_dict(key, json.loads(raw))
+                st.readbacks[key] = ReadbackEntry.from_dict(key, orjson.loads(raw))
             elif kind == "t:":
-                threads.append(json.loads(raw))
+                threads.append(orjson.loads(raw))
         threads.sort(key=lambda rec: int(rec[0]))  # line order, as the whole tracker keeps them
         st.tracker = ThreadTracker.partial(threads, last_line=st.seq)
         st.open_at_load = frozenset(h for h in st.handoffs if st.is_open(h))

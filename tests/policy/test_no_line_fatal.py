@@ -1,21 +1,25 @@
 """No line is fatal: whatever a value carries, the batch path decides it and never raises.
 
-Hypothesis builds conversations of RW1 lines under the ``pay`` profile and the core vocabulary: handoffs, readbacks
-(echoing their handoff, or not), answers, done, unable and failed reports, cancels, status lines, questions, repeats
-and re-uses of ids, lines broken on purpose (a slot dropped, a value replaced) and plain junk (any bytes, any text).
-The values are the extreme ones: ``exp=``/``due=`` with years 0000-9999, months, days, hours and minutes 00-99
-(``99991231T2500Z``, ``00000000T0000Z``, ``20270230T1200Z``...), ids whose number is ``0``, has leading zeros, sits on
-the edges of the reserved range 900000000-999999999 or has thousands of digits (more than ``int()`` converts),
-``re=`` naming earlier lines or nothing, huge amounts and integers, lists.
+Hypothesis builds conversations of RW1 lines under the ``pay`` profile and the core vocabulary: handoffs (the seed's
+approved payment among them), readbacks (echoing their handoff, or not), answers (to readbacks, to cancels, to the
+gatekeeper's own cancels), done, unable and failed reports, cancels, status lines, questions, lines sent again and
+ids used again. A conversation is tame (every line parses and passes the gate, with extreme values: the calendar's
+first and last minutes, ids and amounts of thousands of digits, ids on the edges of the reserved range
+900000000-999999999 or with leading zeros) or wild (also ``exp=``/``due=`` with years 0000-9999 and months, days,
+hours and minutes 00-99: ``99991231T2500Z``, ``00000000T0000Z``, ``20270230T1200Z``; out-of-range integers, unknown
+codes, lines broken on purpose, lines cut short, any bytes, any text).
 
 They go through the real ``Processor`` (with the input partition set, so the lifecycle indexes are computed) in
-batches of several lines and conversations, at times from 1970 to the last second of year 9999, with the sweeper run
-over the resulting state as time passes and at the end; each decision is built into its outcome records
-(``consumers.outcomes.build``) and trimmed. Then ``gatekeeper check``'s ``decide_lines`` takes the same kind of lines,
-read from a JSON-lines file, and the two-phase tool prepares statements for the handoffs.
+batches of several lines and conversations, at times from 1970 to the last second of year 9999, some replayed, some
+held and decided again; the sweeper runs over the resulting state as time passes and at the end (its publisher dying
+now and then, then recovering); each decision is built into its outcome records (``consumers.outcomes.build``) and
+trimmed. The seed's payment is also cleared with any deadline and swept to the end of the calendar;
+``gatekeeper check``'s ``decide_lines`` takes such lines from JSON-lines and plain files; the two-phase tool states,
+commits and cancels what it is sent, and what it writes goes through the gatekeeper too.
 
-What must hold: nothing raises; every line gets exactly one decision; no decision is the safety net's
-``internal-error`` (that would be a bug caught late instead of fixed where it is).
+What must hold: nothing raises; every line gets exactly one decision; no safety net catches anything: no decision is
+``internal-error``, the sweeper quarantines no handoff, nothing is logged with an exception (each of those would be a
+bug caught late instead of fixed where it is raised).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from gatekeeper.policy import Decision, RoutePolicy, Verdict, rw_time
 from gatekeeper.processor import Line, Processor
 from gatekeeper.store import MemoryStore
 from gatekeeper.sweeper import Sweeper, SweepRoute
-from gatekeeper.twophase import CommitRefused, Refused, TwoPhaseTool
+from gatekeeper.twophase import AlreadyExecuted, CommitRefused, Refused, TwoPhaseTool
 from rwcore import Profile, encode_message, get_profile, make_readback, message_digest, parse_line
 from tests.lifecycle.memory import Clock, Crash, MemoryPublisher
 from tests.policy.world import NOW, RECORD, epoch
@@ -662,7 +666,7 @@ async def play(sc: Scenario) -> None:
 _SLOW = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=_SLOW)
+@settings(max_examples=700, deadline=None, suppress_health_check=_SLOW)
 @given(sc=scenarios())
 def test_no_conversation_crashes_the_processor_or_the_sweeper(sc: Scenario) -> None:
     with nothing_caught():
@@ -676,7 +680,7 @@ def single_lines(draw: st.DrawFn) -> tuple[str, bytes]:
     return prof, lines[-1]
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=_SLOW)
+@settings(max_examples=1000, deadline=None, suppress_health_check=_SLOW)
 @given(case=single_lines(), now=now_values, partition=st.integers(0, PARTITIONS - 1))
 def test_no_single_line_crashes_the_batch_path(case: tuple[str, bytes], now: float, partition: int) -> None:
     prof, value = case
@@ -691,7 +695,7 @@ def test_no_single_line_crashes_the_batch_path(case: tuple[str, bytes], now: flo
         asyncio.run(go())
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=_SLOW)
+@settings(max_examples=300, deadline=None, suppress_health_check=_SLOW)
 @given(
     exp=st.one_of(st.none(), WILD.times),
     due=st.one_of(st.none(), WILD.dates),
@@ -776,7 +780,7 @@ def _check_route(prof: str) -> RoutePolicy:
 _any_text = st.one_of(st.text(max_size=30), st.text(alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=3))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=_SLOW)
+@settings(max_examples=250, deadline=None, suppress_health_check=_SLOW)
 @given(
     prof=st.sampled_from(["pay", "core"]),
     data=st.data(),
@@ -809,28 +813,41 @@ def test_gatekeeper_check_decides_every_line(prof: str, data: st.DataObject, now
 # ------------------------------------------------------------------------------------------------ the two-phase tool
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=_SLOW)
+@settings(max_examples=200, deadline=None, suppress_health_check=_SLOW)
 @given(data=st.data(), now=now_values)
 def test_the_two_phase_tool_states_or_refuses_every_handoff(data: st.DataObject, now: float) -> None:
-    """``prepare`` returns a statement or raises its documented ``Refused``; ``commit`` a DN/FL or ``CommitRefused``;
-    the statement goes through the gatekeeper like any readback."""
-    values = data.draw(conversation_lines("pay", 4))
+    """The receiver's two-phase tool takes the conversation's lines: ``prepare`` states an HO or raises its documented
+    ``Refused``, ``commit`` reports the act (DN, FL) or raises ``CommitRefused``, ``cancel`` answers a CX or raises
+    ``Refused``/``AlreadyExecuted`` (with the done report). Everything it writes goes through the gatekeeper."""
+    values = data.draw(conversation_lines("pay", 5))
     tool = TwoPhaseTool("payer", lambda v: None, profile="pay", clock=lambda: now)
-    for value in values:
-        text = value.decode("utf-8", "replace")
-        if not text.startswith("RW1 HO "):
-            continue
-        try:
-            statement = tool.prepare(text)
-        except Refused:
-            continue
-        with contextlib.suppress(CommitRefused):  # documented: expired by now
-            tool.commit(statement.token, confirmed=True)
 
-        async def through_the_gatekeeper(ho: bytes = value, rb: str = statement.line) -> None:
-            h = await Harness(RoutePolicy(name=ROUTE, profile=PAY, hold_seconds=0.0)).setup()
-            await h.process([Line("c", ho, partition=0), Line("c", rb.encode(), partition=0)], now)
-            await h.sweep(MAX_NOW)
+    def replies(text: str) -> list[str]:
+        """What the tool sends back for one line (the documented refusals send nothing)."""
+        if text.startswith("RW1 HO "):
+            try:
+                statement = tool.prepare(text, conversation="c")
+            except Refused:
+                return []
+            try:
+                return [statement.line, tool.commit(statement.token, confirmed=True)]
+            except CommitRefused:  # expired by now
+                return [statement.line]
+        if text.startswith("RW1 CX "):
+            try:
+                return [tool.cancel(text, conversation="c")]
+            except Refused:
+                return []
+            except AlreadyExecuted as done:
+                return [done.done_report]
+        return []
 
-        with nothing_caught():
-            asyncio.run(through_the_gatekeeper())
+    async def go() -> None:
+        h = await Harness(RoutePolicy(name=ROUTE, profile=PAY, hold_seconds=0.0)).setup()
+        for value in values:
+            sent = [value, *(r.encode() for r in replies(value.decode("utf-8", "replace")))]
+            await h.process([Line("c", v, first_seen=now, partition=0) for v in sent], now)
+        await h.sweep(MAX_NOW)
+
+    with nothing_caught():
+        asyncio.run(go())
