@@ -57,6 +57,7 @@ from gatekeeper.redis_store import Keys
 from rwcore import make_rb
 
 ROOT = Path(__file__).resolve().parents[1]
+CODE: str | None = None  # --code: run the gatekeeper from another checkout (the same run measures before and after)
 BOOTSTRAP = os.environ.get("GK_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 REDIS_URL = os.environ.get("GK_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -312,7 +313,7 @@ class Process:
             ]
         )
         env_vars = {k: v for k, v in os.environ.items() if not k.startswith("GK_")}
-        env_vars["PYTHONPATH"] = str(ROOT)
+        env_vars["PYTHONPATH"] = CODE or str(ROOT)
         with self.log.open("wb") as log:
             self.proc = subprocess.Popen(cmd, cwd=self.dir, stdout=subprocess.DEVNULL, stderr=log, env=env_vars)
 
@@ -662,7 +663,12 @@ async def main() -> None:
     ap.add_argument(
         "--profile", metavar="FILE", help="py-spy the gatekeeper during the throughput catch-up (raw stacks)"
     )
+    ap.add_argument(
+        "--code", metavar="DIR", help="run the gatekeeper from this checkout (PYTHONPATH), e.g. an older one"
+    )
     args = ap.parse_args()
+    global CODE
+    CODE = args.code
     only = set(args.only.split(","))
     if args.smoke:
         args.lines, args.growth_lines, args.open, args.latency_seconds = 3000, 2000, "500", 3.0
