@@ -42,7 +42,7 @@ from gatekeeper.consumers.holds import line_id
 from gatekeeper.consumers.outcomes import Source, Targets, build, fit
 from gatekeeper.masking import mask_line
 from gatekeeper.metrics import Metrics
-from gatekeeper.policy import Decision, RoutePolicy, Verdict, rw_time
+from gatekeeper.policy import Decision, Reason, RoutePolicy, Verdict, rw_time
 from gatekeeper.processor import Line, Processor
 from gatekeeper.store import MemoryStore
 from gatekeeper.sweeper import Sweeper, SweepRoute
@@ -776,6 +776,23 @@ def _check_route(prof: str) -> RoutePolicy:
     return RoutePolicy(name="check", profile=PROFILES[prof], hold_seconds=0.0)
 
 
+@pytest.mark.parametrize("key", ["\ud800", "c"])
+async def test_gatekeeper_check_takes_any_key(key: str) -> None:
+    """A JSON line's key is the conversation: any string, a lone surrogate too (found: the approval's holder, named in
+    the next handoff's ``record-used`` problem, could not be stored)."""
+    text = "\n".join(json.dumps({"key": k, "line": SEED_HO}) for k in (key, "other", key))
+    lines = read_input(text, "lines.jsonl")
+    with nothing_caught():
+        decisions = await decide_lines(lines, [RECORD], _check_route("pay"), NOW)
+    # the approval is bound in the first conversation; the second is refused naming it; the first's line repeats
+    assert [(d.verdict.value, d.reason) for d in decisions] == [
+        ("forward", None),
+        ("dead-letter", Reason.RECORD_USED),
+        ("forward", None),
+    ]
+    assert decisions[2].repeated
+
+
 # any text, lone surrogates too (a JSON line can escape one: "\\ud800")
 _any_text = st.one_of(st.text(max_size=30), st.text(alphabet=st.characters(categories=["Cs"]), min_size=1, max_size=3))
 
@@ -790,7 +807,8 @@ _any_text = st.one_of(st.text(max_size=30), st.text(alphabet=st.characters(categ
 def test_gatekeeper_check_decides_every_line(prof: str, data: st.DataObject, now: float, odd: list[str]) -> None:
     values = data.draw(conversation_lines(prof, 8))
     texts = [v.decode("utf-8", "replace") for v in values] + odd
-    keys = data.draw(st.lists(st.sampled_from(["c1", "c2", "☃"]), min_size=len(texts), max_size=len(texts)))
+    convs = st.sampled_from(["c1", "c2", "c1", "c2", "☃", "\ud800", "a/b", "x" * 300])  # a JSON key can be any string
+    keys = data.draw(st.lists(convs, min_size=len(texts), max_size=len(texts)))
     # a JSON-lines file, as `gatekeeper check lines.jsonl` reads it (any string JSON can escape, lone surrogates too)
     jsonl = "\n".join(json.dumps({"key": k, "line": t}) for k, t in zip(keys, texts, strict=True))
     lines = read_input(jsonl, "lines.jsonl")
