@@ -44,6 +44,7 @@ from gatekeeper.masking import mask_line
 from gatekeeper.metrics import Metrics
 from gatekeeper.policy import Decision, Reason, RoutePolicy, Verdict, rw_time
 from gatekeeper.processor import Line, Processor
+from gatekeeper.records import RecordsError, parse_records
 from gatekeeper.store import MemoryStore
 from gatekeeper.sweeper import Sweeper, SweepRoute
 from gatekeeper.twophase import AlreadyExecuted, CommitRefused, Refused, TwoPhaseTool
@@ -826,6 +827,30 @@ def test_gatekeeper_check_decides_every_line(prof: str, data: st.DataObject, now
     rows = [outcome(ln, d) for ln, d in zip(lines, decisions, strict=True)]
     json.dumps(rows, ensure_ascii=False)
     render_table(rows, colour=False)
+
+
+# ---------------------------------------------------------------------------------------------------- the records file
+
+_DIGITS = "9" * 4400
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param(f'{{"item": "inv:X", "ask": "PAY", "to": "payer", "n": "{_DIGITS}"}}', id="int-slot-4400-digits"),
+        pytest.param('{"item": "inv:X", "ask": "PAY", "to": "payer", "n": "²"}', id="int-slot-superscript-digit"),
+        pytest.param(f'{{"item": "inv:X", "ask": "PAY", "to": "payer", "n": {_DIGITS}}}', id="json-number-4400-digits"),
+        pytest.param(
+            f'{{"item": "inv:X", "ask": "PAY", "to": "payer"}}\n{{"item": "inv:Y", "ask": "PAY", "n": {_DIGITS}}}',
+            id="json-lines-number-4400-digits",
+        ),
+    ],
+)
+def test_a_records_file_with_any_value_is_refused_as_such(text: str) -> None:
+    """``gatekeeper check --records`` and ``gatekeeper records load`` read values the way lines carry them: a bad one
+    is the documented ``RecordsError`` (a usage error), never another exception."""
+    with pytest.raises(RecordsError):
+        parse_records(text, source="records.json", profile=PAY)
 
 
 # ------------------------------------------------------------------------------------------------ the two-phase tool
