@@ -60,6 +60,12 @@ class KafkaSettings(_Strict):
     max_batch: int = Field(500, ge=1, le=100_000, description="records per getmany() call")
     batch_timeout_ms: int = Field(100, ge=0, description="how long getmany() waits for a batch to fill")
     request_timeout_ms: int = Field(30_000, ge=1000)
+    commit_interval_ms: int = Field(
+        100,
+        ge=0,
+        description="offsets are committed at most this often (0: after every batch); only acknowledged outcomes' "
+        "offsets are ever committed, so a longer interval only means more lines decided again after a crash",
+    )
     transactional: bool = Field(False, description="exactly-once: outcomes and offsets in one Kafka transaction")
     transactional_id: str | None = None
     security: KafkaSecurity = KafkaSecurity()

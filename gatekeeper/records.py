@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,10 @@ def load_records_file(path: str | Path, profile: Profile | None = None) -> list[
     return parse_records(text, source=str(p), profile=profile)
 
 
+def _too_many_digits() -> str:
+    return f"not usable JSON: a number with more than {sys.get_int_max_str_digits():,} digits"
+
+
 def parse_records(text: str, *, source: str = "<records>", profile: Profile | None = None) -> list[Record]:
     """Parse a records file's text (either format) into records, in file order."""
     errors: list[str] = []
@@ -86,6 +91,8 @@ def parse_records(text: str, *, source: str = "<records>", profile: Profile | No
         single = False
         if not _first_line_is_object(stripped):  # neither one JSON document nor JSON lines
             raise RecordsError(source, [f"not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]) from None
+    except ValueError:  # a number with more digits than Python converts (4,300)
+        raise RecordsError(source, [_too_many_digits()]) from None
     if single:
         try:
             json.loads(stripped, object_pairs_hook=_no_duplicates)
@@ -113,6 +120,9 @@ def parse_records(text: str, *, source: str = "<records>", profile: Profile | No
                 continue
             except json.JSONDecodeError as exc:
                 errors.append(f"{where}: not JSON: {exc.msg} at column {exc.colno}")
+                continue
+            except ValueError:  # a number with more digits than Python converts (4,300)
+                errors.append(f"{where}: {_too_many_digits()}")
                 continue
             _collect(obj, where, None, profile, records, errors)
     seen: dict[RecordKey, int] = {}
@@ -303,8 +313,10 @@ def _type_problem(typ: str, value: Any, profile: Profile) -> str | None:
     m = _INT_RANGE_RE.match(typ)
     if m:
         lo, hi = int(m.group(1)), int(m.group(2))
-        if not value.lstrip("-").isdigit() or not lo <= int(value) <= hi:
-            return f"{value}: an integer from {lo} to {hi}"
+        # ASCII digits only (isdigit() takes "²", which int() refuses), and never int() of thousands of digits
+        digits = value.removeprefix("-")
+        if not (digits.isascii() and digits.isdigit()) or len(digits) > 18 or not lo <= int(value) <= hi:
+            return f"{value[:40]}: an integer from {lo} to {hi}"
     if typ == "agent" and profile.agents and value not in profile.agents:
         return f"{value}: not an agent named in profile {profile.name}"
     return None
@@ -345,7 +357,7 @@ def _first_line_is_object(text: str) -> bool:
         return False
     try:
         return isinstance(json.loads(first), dict)
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON, or a number with more digits than Python converts
         return False
 
 

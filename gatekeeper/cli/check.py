@@ -139,11 +139,21 @@ async def decide_lines(lines: list[InputLine], records: list[Record], route: Rou
     decisions: list[Decision] = []
     for ln in lines:
         # a JSON line may carry a lone surrogate (\ud800), which no UTF-8 encodes: its bytes go to the gate as they
-        # would arrive from Kafka, invalid UTF-8, and the line is dead-lettered as invalid (never an internal error)
+        # would arrive from Kafka, invalid UTF-8, and the line is dead-lettered as invalid (never an internal error);
+        # a key with one is what the daemon makes of a record key that is not UTF-8: no conversation
         value = ln.text.encode("utf-8", errors="surrogatepass")
-        (d,) = await processor.process([Line(ln.conversation, value)], now)
+        conversation = ln.conversation if _utf8(ln.conversation) else None
+        (d,) = await processor.process([Line(conversation, value)], now)
         decisions.append(d)
     return decisions
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def outcome(ln: InputLine, d: Decision) -> dict[str, Any]:

@@ -101,7 +101,9 @@ def transactional_id(kafka: KafkaSettings) -> str:
 def make_producer(kafka: KafkaSettings, *, max_batch_size: int | None = None, **overrides: Any) -> AIOKafkaProducer:
     """An idempotent producer (``acks="all"``), transactional when ``kafka.transactional``."""
     kw = client_kwargs(kafka)
-    kw.update(enable_idempotence=True, acks="all", linger_ms=5)
+    # no linger: the worker sends a whole batch's outcomes at once and waits for them, so a linger would only add
+    # its time to every batch's latency (measured with bench/e2e.py: p50 44 -> 34 ms at 1,500 lines/s)
+    kw.update(enable_idempotence=True, acks="all", linger_ms=0)
     if max_batch_size is not None:
         kw["max_batch_size"] = max_batch_size
     if kafka.transactional:

@@ -11,8 +11,9 @@ quix-streams does it: flush the producer, then commit.
 
 **Nothing is lost.** A partition's committed offset never passes a record whose outcome is not acknowledged: not one
 in flight, not one held (``holds.py``: a reply whose handoff is not known yet is held, the partition moves on, the
-commit watermark stays at the held offset). Offsets are committed after every batch, when partitions are revoked
-(the in-flight batch finishes first), and before the consumer stops.
+commit watermark stays at the held offset). Offsets are committed at most every ``kafka.commit_interval_ms`` (100 ms;
+0: after every batch), when partitions are revoked (the in-flight batch finishes first), and before the consumer
+stops.
 
 **No line is fatal.** A line whose deciding raises is dead-lettered ``internal-error`` and alerted by the
 ``Processor`` (see ``gatekeeper.processor``), and counted here (``gatekeeper_internal_errors_total``); the partition
@@ -308,6 +309,7 @@ class Gatekeeper:
         self._paused_for: set[str] = set()  # why every partition is paused (infrastructure backoff)
         self._routes_paused: set[str] = set()  # routes paused alone (a tripped dead-letter breaker)
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+        self._last_commit = 0.0  # time.monotonic() of the last commit attempt
         self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
         self._fenced: str | None = None  # why the last batch was refused (readiness)
         self._started = False
@@ -939,10 +941,15 @@ class Gatekeeper:
         assigned = {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
         return {tp: off for tp, off in offsets.items() if tp in assigned}
 
-    async def _commit(self, tps: Iterable[TP] | None = None) -> bool:
-        """Commit the watermark of every partition (or ``tps``) that moved. False when the commit failed."""
+    async def _commit(self, tps: Iterable[TP] | None = None, *, force: bool = False) -> bool:
+        """Commit the watermark of every partition (or ``tps``) that moved, at most every
+        ``kafka.commit_interval_ms`` unless ``force`` (a revocation, the shutdown). False when the commit failed."""
         if self.settings.kafka.transactional or self._consumer is None:
             return True
+        now = time.monotonic()
+        if not force and now - self._last_commit < self.settings.kafka.commit_interval_ms / 1000:
+            return True
+        self._last_commit = now
         in_flight = lowest_offsets(self._batch.lines) if self._batch is not None else {}
         offsets = self._assigned_only(self._watermarks.committable(merge_lowest(self._holds.lowest(), in_flight), tps))
         if not offsets:
@@ -982,7 +989,7 @@ class Gatekeeper:
             log.warning("partitions revoked while a batch is stuck: not committing them", extra={"n": len(tps)})
         try:
             if locked:
-                await self._commit(tps)
+                await self._commit(tps, force=True)
                 b = self._batch  # a batch waiting for its retry: the revoked partitions' lines are not ours now
                 if b is not None and any(p.tp in tps for p in b.lines):
                     keep = [p for p in b.lines if p.tp not in tps]
@@ -1324,7 +1331,7 @@ class Gatekeeper:
         try:
             if self._consumer is not None and self._started:
                 async with self._lock:
-                    await self._commit()
+                    await self._commit(force=True)
         except Exception as exc:
             log.warning("final commit failed", extra={"error": _describe(exc)})
         await self._publisher.close()
