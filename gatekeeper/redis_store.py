@@ -475,7 +475,7 @@ class RedisStore:
         results: list[Any] = []
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
-            n_index = self._queue_index(pipe, route, deadlines, fences)
+            _, fenced_at = self._queue_index(pipe, route, deadlines, fences)
             for conv in convs:
                 state = states[conv]
                 epoch = fences.get(conv)
@@ -501,7 +501,7 @@ class RedisStore:
                 raise self._error("save", failed) from failed
             break
         refused = [c for c, r in zip(convs, results[len(results) - len(convs) :], strict=True) if int(r) == 0]
-        index_refused = sum(1 for r in results[:n_index] if r is not None and not isinstance(r, bool) and r == 0)
+        index_refused = sum(1 for i in fenced_at if int(results[i]) == 0)
         if refused or index_refused:
             raise Fenced(
                 f"a newer owner of the partition wrote {len(refused)} conversation(s) of this batch"
@@ -511,15 +511,16 @@ class RedisStore:
 
     def _queue_index(
         self, pipe: Any, route: str, entries: Sequence[IndexEntry], fences: Mapping[str, int] | None = None
-    ) -> int:
+    ) -> tuple[int, list[int]]:
         """The index changes: per partition, one ``_INDEX`` call when the entries' conversations are fenced (its
         result is 1, or 0 when refused), else ZADD/ZREM per index and kind of change. Returns how many results the
-        index commands add to the pipeline's (they come first)."""
+        index commands add to the pipeline's (they come first), and the positions of the fenced calls among them."""
         fences = fences or {}
         buckets: dict[int, list[IndexEntry]] = {}
         for e in entries:
             buckets.setdefault(e.partition, []).append(e)
         queued = 0
+        fenced: list[int] = []
         for partition, group in sorted(buckets.items()):
             epochs = [fences[e.conversation] for e in group if e.conversation in fences]
             ops: list[tuple[str, str, float | str]] = []
@@ -537,6 +538,7 @@ class RedisStore:
                 for triple in ops:
                     args += triple
                 pipe.evalsha(self._index.sha, 4, self.keys.lifecycle("epoch", route, partition), *keys, *args)
+                fenced.append(queued)
                 queued += 1
                 continue
             adds: dict[str, dict[str, float | str]] = {}
@@ -553,7 +555,7 @@ class RedisStore:
             for key, scores in adds.items():
                 pipe.zadd(key, scores)
                 queued += 1
-        return queued
+        return queued, fenced
 
     # ------------------------------------------------------------ the lifecycle (LifecycleStore)
 

@@ -31,6 +31,15 @@ was loaded, so a missing entry means "not in the conversation", exactly as in a 
 writes those and the header. ``open`` moves by the number of loaded handoffs that opened or closed
 (``open_delta``), so no line walks the conversation to know whether it still has an open handoff.
 
+**A conversation that talks all month still bounds its memory.** Each save records, in the conversation's
+collection queue (a sorted set beside its hash), the lines it decided (by id, when) and the handoffs that closed.
+An entry whose time in the queue is older than ``retention_seconds`` goes (``collectable``): a handoff that is closed
+(its ``l:``, ``o:`` and ``t:`` entries), a reply whose handoff is closed or gone (its ``l:`` and ``r:`` entries: a
+readback, a cancel, an answer...), a line that replies to nothing. A reply to a handoff still open stays (its
+readback is the plan of the done report to come, its cancel waits for the acknowledgement) and is looked at again
+later. What goes is only what no decision to come can read: a line older than the retention is not redelivered, and
+its handoff is closed. Each save takes at most a few dozen from the queue, so no save walks the conversation.
+
 Version 1 (the whole-document form of earlier releases) is read and converted on first touch (``from_dict``): the
 store writes it as fields and deletes the document.
 """
@@ -273,6 +282,39 @@ def wanted_fields(ids: Collection[str], get: Callable[[Collection[str]], Mapping
     return found
 
 
+def _closed(fields: Mapping[str, str], ho: str) -> bool:
+    """Whether the handoff ``ho`` is closed (or superseded) by its stored entries; a handoff with no entry: closed."""
+    thread = fields.get(f"t:{ho}")
+    entry = fields.get(f"o:{ho}")
+    if thread is None or entry is None:
+        return True
+    if orjson.loads(entry).get("superseded_by"):
+        return True
+    rec = orjson.loads(thread)
+    closes = rec[7] if len(rec) > 7 else None
+    acked = rec[10] if len(rec) > 10 else 0
+    return bool(closes) or acked == 1
+
+
+def collectable(fields: Mapping[str, str], line_id: str) -> tuple[str, ...] | None:
+    """The fields that may go once ``line_id`` has been in the collection queue longer than the retention (see the
+    module docstring), or None while they must stay (a reply to a handoff still open). ``gatekeeper.redis_store``'s
+    save script applies the same rule in Lua."""
+    if f"o:{line_id}" in fields:  # a handoff: its own entries, once closed
+        return entry_fields(line_id) if _closed(fields, line_id) else None
+    line = fields.get(f"l:{line_id}")
+    if line is None:
+        return entry_fields(line_id)
+    target = orjson.loads(line).get("re")
+    if isinstance(target, str) and f"o:{target}" in fields and not _closed(fields, target):
+        return None
+    if isinstance(target, str) and f"r:{target}" in fields:  # an answer to a readback: to the readback's handoff
+        ho = orjson.loads(fields[f"r:{target}"]).get("ho")
+        if isinstance(ho, str) and f"o:{ho}" in fields and not _closed(fields, ho):
+            return None
+    return entry_fields(line_id)
+
+
 def line_ids(msg: Message | None, raw: Mapping[str, Any] | None = None) -> set[str]:
     """The ids a line names, whose entries its decision may read: its own, its ``re=``, its ``ctx=``. For a line
     that did not parse, the id and ``re=`` its raw fields carry (its tombstone)."""
@@ -369,6 +411,18 @@ class ConversationState:
             if value is not None:
                 out[name] = value
         return out
+
+    def collection(self) -> list[str]:
+        """The ids a save puts in the collection queue: the lines it decided (not handoffs: those once closed), and
+        the handoffs that are closed now among those it changed."""
+        out = []
+        for name in self.dirty:
+            kind, key = name[:2], name[2:]
+            if kind == "l:" and key not in self.handoffs:
+                out.append(key)
+            elif kind in ("o:", "t:") and not self.is_open(key):
+                out.append(key)
+        return sorted(set(out))
 
     def all_fields(self) -> dict[str, str]:
         names = [HEADER]
