@@ -155,7 +155,7 @@ class Processor:
                 await self._release_unused(claimed, overlay)
                 states = {c: loaded.states[c] for c in changed}
                 fences = {c: self.epochs[p] for c, p in partitions.items() if p in self.epochs}
-                await self.store.save(self.route.name, states, deadlines, fences or None)
+                await self.store.save(self.route.name, states, deadlines, fences or None, now=now)
                 return decisions
         raise StoreError(f"exec bindings kept changing under this batch after {MAX_CLAIM_ROUNDS} rounds")
 

@@ -5,6 +5,7 @@ Key layout (``<p>`` is ``redis.key_prefix``; the part in braces is the Redis Clu
     <p>:cs:{<route>/<conversation>}     HASH: one conversation's state, one field per entry (``policy.state``:
                                         ``h`` the header, ``l:<id>`` a line's first decision, ``o:<id>`` a
                                         handoff, ``r:<id>`` a readback, ``t:<id>`` a handoff's thread), with a TTL
+    <p>:gc:{<route>/<conversation>}     ZSET: its collection queue (ids, score = when queued), the same TTL
     <p>:conv:{<route>/<conversation>}   the same state as one JSON document (version 1, earlier releases): read
                                         once, written as the hash, and deleted (see "Conversation state")
     <p>:rec:{<item>}:<ask>              an approved record: JSON of Record.to_dict(), no TTL
@@ -74,6 +75,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -84,6 +86,7 @@ from redis.asyncio import Redis
 from gatekeeper.config import ConfigError, RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
+from gatekeeper.policy.state import COLLECT_PER_SAVE
 from gatekeeper.store import (
     CancelIntent,
     DueView,
@@ -152,8 +155,10 @@ for i = 1, #more do grab(more[i], false) end
 return out
 """
 
-#: Write a batch's changes to one conversation, fenced. KEYS[1]: its hash, KEYS[2]: its version-1 document.
-#: ARGV: the writer's epoch ("" for an unfenced write), the TTL, "1" to delete the document, then field, value...
+#: Write a batch's changes to one conversation, fenced, and collect what is older than the retention (the rule of
+#: ``policy.state.collectable``). KEYS[1]: its hash, KEYS[2]: its version-1 document, KEYS[3]: its collection queue.
+#: ARGV: the writer's epoch ("" for an unfenced write), the TTL, "1" to delete the document, now, the cutoff (now -
+#: retention), how many queued ids to look at, how many ids to queue, those ids, then field, value...
 #: Returns 1 when written, 0 when a higher epoch wrote the conversation last (nothing written).
 _SAVE = """
 local epoch = tonumber(ARGV[1])
@@ -162,10 +167,49 @@ if epoch then
   if last > epoch then return 0 end
   redis.call('HSET', KEYS[1], 'e', ARGV[1])
 end
-for i = 4, #ARGV, 2000 do
+local n = tonumber(ARGV[7])
+for i = 8 + n, #ARGV, 2000 do
   redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 1999, #ARGV)))
 end
+for i = 8, 7 + n do redis.call('ZADD', KEYS[3], ARGV[4], ARGV[i]) end
+local function closed(ho)
+  local t = redis.call('HGET', KEYS[1], 't:' .. ho)
+  local o = redis.call('HGET', KEYS[1], 'o:' .. ho)
+  if not t or not o then return true end
+  local by = cjson.decode(o)['superseded_by']
+  if type(by) == 'string' and by ~= '' then return true end
+  local rec = cjson.decode(t)
+  if type(rec[8]) == 'table' and #rec[8] > 0 then return true end
+  return rec[11] == 1
+end
+local function open_handoff(id)
+  return redis.call('HEXISTS', KEYS[1], 'o:' .. id) == 1 and not closed(id)
+end
+local function collectable(id)
+  if redis.call('HEXISTS', KEYS[1], 'o:' .. id) == 1 then return closed(id) end
+  local l = redis.call('HGET', KEYS[1], 'l:' .. id)
+  if not l then return true end
+  local re = cjson.decode(l)['re']
+  if type(re) ~= 'string' then return true end
+  if open_handoff(re) then return false end
+  local r = redis.call('HGET', KEYS[1], 'r:' .. re)
+  if r then
+    local ho = cjson.decode(r)['ho']
+    if type(ho) == 'string' and open_handoff(ho) then return false end
+  end
+  return true
+end
+local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[5], 'LIMIT', 0, tonumber(ARGV[6]))
+for _, id in ipairs(due) do
+  if collectable(id) then
+    redis.call('HDEL', KEYS[1], 'l:' .. id, 'o:' .. id, 'r:' .. id, 't:' .. id)
+    redis.call('ZREM', KEYS[3], id)
+  else
+    redis.call('ZADD', KEYS[3], ARGV[4], id)
+  end
+end
 redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('EXPIRE', KEYS[3], ARGV[2])
 if ARGV[3] == '1' then redis.call('DEL', KEYS[2]) end
 return 1
 """
@@ -269,6 +313,11 @@ class Keys:
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
+
+    def queue(self, route: str, conversation: str) -> str:
+        """A conversation's collection queue (``policy.state.collect``): ids by when they may be collected."""
+        route_tag = escape_tag(route).replace("/", "%2F")
+        return f"{self.prefix}:gc:{{{route_tag}/{escape_tag(conversation)}}}"
 
     def state(self, route: str, conversation: str) -> str:
         """A conversation's state hash."""
@@ -461,16 +510,19 @@ class RedisStore:
         states: Mapping[str, ConversationState],
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
+        now: float | None = None,
     ) -> None:
         """One pipelined round trip: the lifecycle index changes (``deadlines``), then per state the fields it
-        changed (``_SAVE``: HSET and its TTL, longer while a handoff is open; a state converted from a version-1
-        document deletes the document), each fenced by its writer's epoch when ``fences`` names one. The index goes
+        changed and its collection at ``now`` (``_SAVE``: HSET, the collection queue, its TTL, longer while a
+        handoff is open; a state converted from a version-1 document deletes the document), each fenced by its
+        writer's epoch when ``fences`` names one. The index goes
         first: a state written means its index entries were sent before it on the same connection; an entry left
         behind by a failed write is harmless (the sweeper finds the handoff closed and drops it) and a batch retried
         after a failure writes its handoffs' entries again. Raises ``Fenced`` naming the conversations refused."""
         if not states and not deadlines:
             return
         fences = fences or {}
+        at = time.time() if now is None else now
         convs = list(states)
         results: list[Any] = []
         for attempt in range(2):
@@ -479,10 +531,21 @@ class RedisStore:
             for conv in convs:
                 state = states[conv]
                 epoch = fences.get(conv)
-                args: list[Any] = ["" if epoch is None else epoch, self.ttl_for(state), "1" if state.legacy else "0"]
+                queued = state.collection()
+                args: list[Any] = [
+                    "" if epoch is None else epoch,
+                    self.ttl_for(state),
+                    "1" if state.legacy else "0",
+                    at,
+                    at - self.settings.retention_seconds,
+                    max(COLLECT_PER_SAVE, 2 * len(queued)),
+                    len(queued),
+                    *queued,
+                ]
                 for name, value in state.changed_fields().items():
                     args += (name, value)
-                pipe.evalsha(self._save.sha, 2, self.keys.state(route, conv), self.keys.conv(route, conv), *args)
+                keys = (self.keys.state(route, conv), self.keys.conv(route, conv), self.keys.queue(route, conv))
+                pipe.evalsha(self._save.sha, 3, *keys, *args)
             self._trip("save")
             try:
                 results = await pipe.execute(raise_on_error=False)

@@ -262,8 +262,9 @@ class DryRunStore:
         states: Mapping[str, ConversationState],
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
+        now: float | None = None,
     ) -> None:
-        for conv, state in states.items():
+        for conv, state in states.items():  # kept whole: a dry run collects nothing
             self._states.setdefault((route, conv), {}).update(state.changed_fields())
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import functools
 import json
+import time
 from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
-from gatekeeper.policy.state import EPOCH, wanted_fields
+from gatekeeper.policy.state import EPOCH, collect, wanted_fields
 
 #: What a batch loads of one conversation: the ids its lines name (``policy.state.line_ids``), or None for the
 #: whole conversation (the operator's commands, ``gatekeeper handoffs``).
@@ -149,9 +150,11 @@ class Store(Protocol):
         states: Mapping[str, ConversationState],
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
+        now: float | None = None,
     ) -> None:
         """One round trip: write the entries the batch changed in these conversations (``changed_fields``), renew
-        their retention, and write the lifecycle index entries
+        their retention, collect what is older than the retention (``policy.state.collect``, at ``now``: the
+        decisions' time; the store's clock when None), and write the lifecycle index entries
         of their handoffs (``deadlines``: an open entry is added or moved, a closed one leaves the open and deadline
         indexes; an entry with ``lapsed_at`` is in the lapsed index).
 
@@ -235,8 +238,10 @@ class MemoryStore:
     fields, serialised, so a test sees exactly what the Redis store would round-trip, and loads only what a batch
     names, as the Redis store does."""
 
-    def __init__(self) -> None:
+    def __init__(self, retention_seconds: float = 7 * 86400) -> None:
+        self.retention_seconds = retention_seconds
         self._states: dict[tuple[str, str], dict[str, str]] = {}
+        self._queues: dict[tuple[str, str], dict[str, float]] = {}  # the collection queue of each conversation
         self._records: dict[RecordKey, Record] = {}
         self._bindings: dict[RecordKey, str | None] = {}
         self._index: dict[tuple[str, int, IndexKind], dict[tuple[str, str], float]] = {}
@@ -272,7 +277,9 @@ class MemoryStore:
         states: Mapping[str, ConversationState],
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
+        now: float | None = None,
     ) -> None:
+        at = time.time() if now is None else now
         refused = []
         for conv, state in states.items():
             stored = self._states.setdefault((route, conv), {})
@@ -283,6 +290,8 @@ class MemoryStore:
                     continue
                 stored[EPOCH] = str(epoch)
             stored.update(state.changed_fields())
+            queue = self._queues.setdefault((route, conv), {})
+            collect(stored, queue, state.collection(), at, self.retention_seconds)
         for e in deadlines:
             member = (e.conversation, e.ho)
             due = self._index.setdefault((route, e.partition, "due"), {})

@@ -387,7 +387,7 @@ class Sweeper:
         fences = {
             conv: epoch for (conv, partition) in seen if (epoch := self._epochs.get((rt.name, partition))) is not None
         }
-        await self.store.save(rt.name, {c: states[c] for c in changed}, deadlines, fences or None)
+        await self.store.save(rt.name, {c: states[c] for c in changed}, deadlines, fences or None, now=self.clock())
 
     async def _handle(
         self,

@@ -296,6 +296,30 @@ def _closed(fields: Mapping[str, str], ho: str) -> bool:
     return bool(closes) or acked == 1
 
 
+#: How many ids of its collection queue one save looks at, at least (and at least twice the ids it adds).
+COLLECT_PER_SAVE = 50
+
+
+def collect(
+    fields: dict[str, str], queue: dict[str, float], added: Collection[str], now: float, retention: float
+) -> None:
+    """One save's part of the collection (the in-memory stores'; the Redis save script does the same): queue the
+    ``added`` ids at ``now``, then look at the oldest ids queued longer than ``retention`` ago, at most
+    ``max(COLLECT_PER_SAVE, 2 * len(added))``: drop the fields of those ``collectable``, queue the others again."""
+    for i in added:
+        queue[i] = now
+    cutoff = now - retention
+    due = sorted((t, i) for i, t in queue.items() if t <= cutoff)[: max(COLLECT_PER_SAVE, 2 * len(added))]
+    for _, i in due:
+        gone = collectable(fields, i)
+        if gone is None:
+            queue[i] = now
+            continue
+        for name in gone:
+            fields.pop(name, None)
+        del queue[i]
+
+
 def collectable(fields: Mapping[str, str], line_id: str) -> tuple[str, ...] | None:
     """The fields that may go once ``line_id`` has been in the collection queue longer than the retention (see the
     module docstring), or None while they must stay (a reply to a handoff still open). ``gatekeeper.redis_store``'s
@@ -415,14 +439,13 @@ class ConversationState:
     def collection(self) -> list[str]:
         """The ids a save puts in the collection queue: the lines it decided (not handoffs: those once closed), and
         the handoffs that are closed now among those it changed."""
-        out = []
+        out = set()
         for name in self.dirty:
             kind, key = name[:2], name[2:]
-            if kind == "l:" and key not in self.handoffs:
-                out.append(key)
-            elif kind in ("o:", "t:") and not self.is_open(key):
-                out.append(key)
-        return sorted(set(out))
+            line = kind == "l:" and key not in self.handoffs
+            if line or (kind in ("o:", "t:") and not self.is_open(key)):
+                out.add(key)
+        return sorted(out)
 
     def all_fields(self) -> dict[str, str]:
         names = [HEADER]

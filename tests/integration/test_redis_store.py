@@ -489,3 +489,27 @@ async def test_the_lifecycle_index_is_fenced_by_the_partition_s_epoch(store: Red
     assert await redis_client.zscore(store.keys.lifecycle("open", "agents.pay", 3), '["c9","scheduler-1"]') == NOW
     await store.save("agents.pay", {}, [closed], {"c9": new})
     assert await redis_client.zscore(store.keys.lifecycle("open", "agents.pay", 3), '["c9","scheduler-1"]') is None
+
+
+async def test_the_collection_on_redis_leaves_what_the_in_memory_one_leaves(
+    redis_url: str, redis_client: Any, prefix: str
+) -> None:
+    """The Lua collection in the save script applies ``policy.state.collectable`` as the in-memory store does: the
+    same long conversation leaves the same fields, and its queue has the TTL of its hash."""
+    from tests.policy.test_retention import RETENTION, a_long_conversation
+
+    settings = RedisSettings(
+        url=redis_url, key_prefix=prefix, retention_seconds=int(RETENTION), open_retention_seconds=OPEN_RETENTION
+    )
+    redis = RedisStore(settings)
+    try:
+        await a_long_conversation(redis, 120)
+        got = await redis_client.hgetall(redis.keys.state("agents.pay", "long"))
+        assert 0 < await redis_client.ttl(redis.keys.queue("agents.pay", "long")) <= OPEN_RETENTION
+    finally:
+        await redis.close()
+    memory = MemoryStore(retention_seconds=RETENTION)
+    await a_long_conversation(memory, 120)
+    want = memory.fields("agents.pay", "long")
+    assert {k.decode() for k in got} == set(want)
+    assert len(want) < 200

@@ -47,11 +47,12 @@ class PausedSave:
         states: Mapping[str, ConversationState],
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
+        now: float | None = None,
     ) -> None:
         if self.pause:
             self.paused.set()
             await self.resume.wait()
-        await self.inner.save(route, states, deadlines, fences)
+        await self.inner.save(route, states, deadlines, fences, now=now)
 
 
 async def zombie_scenario(store: Store) -> tuple[type[BaseException] | None, list[Any]]:
@@ -94,8 +95,8 @@ async def test_without_a_fence_the_refusal_would_vanish() -> None:
     """The scenario the fence exists for, shown by turning it off: the zombie's write lands over the new owner's."""
 
     class Unfenced(MemoryStore):
-        async def save(self, route: str, states: Any, deadlines: Any = (), fences: Any = None) -> None:
-            await super().save(route, states, deadlines, None)
+        async def save(self, route: str, states: Any, deadlines: Any = (), fences: Any = None, now: Any = None) -> None:
+            await super().save(route, states, deadlines, None, now=now)
 
     store = Unfenced()
     raised, (clearance,) = await zombie_scenario(store)
