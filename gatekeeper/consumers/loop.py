@@ -1110,12 +1110,14 @@ class Gatekeeper:
         if change is Change.TRIPPED:
             self.metrics.breaker_trips.labels(route=name).inc()
             self.metrics.breaker_open.labels(route=name).set(1)
-            action = "paused" if s.action == "pause" else "alerted"
+            # a dry-run route is a shadow: its lines are forwarded anyway, so it is alerted, never paused
+            pause = s.action == "pause" and not rt.targets.dry_run
+            action = "paused" if pause else "alerted"
             log.error(
                 "dead-letter flood: the breaker tripped",
                 extra={"route": name, "ratio": round(w.ratio, 3), "lines": w.lines, "action": action},
             )
-            if s.action == "pause":
+            if pause:
                 self._routes_paused.add(name)
                 self._apply_pauses()
             doc = {
@@ -1129,7 +1131,8 @@ class Gatekeeper:
                 "lines": w.lines,
                 "dead_letters": w.dead,
                 "reasons": dict(sorted(w.reasons.items(), key=lambda kv: -kv[1])),
-                "pause_seconds": s.pause_seconds if s.action == "pause" else None,
+                "pause_seconds": s.pause_seconds if pause else None,
+                "dry_run": rt.targets.dry_run,
                 "at": iso(now),
                 "version": __version__,
             }
