@@ -208,3 +208,17 @@ async def test_a_dead_letter_flood_trips_the_breaker_alerts_once_and_pauses_the_
         m = p.gatekeeper.metrics.registry.get_sample_value
         assert m("gatekeeper_dead_letter_breaker_trips_total", {"route": route["input"]}) == 1
         await asyncio.sleep(0)
+
+
+async def test_a_dry_run_route_s_breaker_alerts_and_never_pauses(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str
+) -> None:
+    breaker = {"ratio": 0.5, "window_seconds": 30, "min_lines": 40, "action": "pause", "pause_seconds": 30}
+    route = await make_route(topic_factory, mode="dry-run", dead_letter_breaker=breaker)
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
+        await p.send("mad", *[f"RW1 HO agent-{i} gibberish" for i in range(1, 101)])
+        await p.send("calm", *clean_flow(1))
+        got = await p.collect(lambda g: len(g.output) == 102, 30)  # all forwarded at once, none held back
+        (alert,) = [a.doc for a in got.alerts if a.doc.get("alert") == "dead-letter-flood"]
+        assert (alert["action"], alert["dry_run"], alert["pause_seconds"]) == ("alerted", True, None)
+        assert "routes_paused" not in p.gatekeeper.readiness()[1]
