@@ -76,7 +76,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -419,6 +419,32 @@ class RedisStore:
         if self._metrics is not None:
             self._metrics.redis_round_trips.labels(operation=operation).inc()
 
+    async def _scripted(self, what: str, queue: Callable[[Any], None], scripts: Sequence[tuple[Any, str]]) -> list[Any]:
+        """One pipelined round trip of the commands ``queue`` puts on a pipeline (``EVALSHA`` of ``scripts`` among
+        them). When the server forgot a script (a restart, ``SCRIPT FLUSH``, a failover) the scripts are loaded and
+        the pipeline is sent once more: the commands of a load or a save are idempotent. Any other error is a
+        ``StoreError``."""
+        for attempt in range(2):
+            pipe = self._redis.pipeline(transaction=False)
+            queue(pipe)
+            self._trip(what)
+            try:
+                results: list[Any] = await pipe.execute(raise_on_error=False)
+            except _REDIS_ERRORS as exc:
+                raise self._error(what, exc) from exc
+            if attempt == 0 and any(isinstance(r, redis_exc.NoScriptError) for r in results):
+                try:
+                    for script, text in scripts:
+                        script.sha = await self._redis.script_load(text)
+                except _REDIS_ERRORS as exc:
+                    raise self._error(f"{what} (script load)", exc) from exc
+                continue
+            failed = next((r for r in results if isinstance(r, BaseException)), None)
+            if failed is not None:
+                raise self._error(what, failed) from failed
+            return results
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
     def _error(self, what: str, exc: BaseException) -> StoreError:
         return StoreError(f"redis {self._where}: {what} failed: {type(exc).__name__}: {exc}")
 
@@ -451,9 +477,8 @@ class RedisStore:
         rkeys = list(keys)
         if not convs and not rkeys:
             return Loaded()
-        results: list[Any] = []
-        for attempt in range(2):
-            pipe = self._redis.pipeline(transaction=False)
+
+        def queue(pipe: Any) -> None:
             for conv in convs:
                 ids = wants[conv]
                 args = ["*"] if ids is None else sorted(ids)
@@ -462,22 +487,8 @@ class RedisStore:
                 pipe.get(self.keys.record(k))
             for k in rkeys:
                 pipe.get(self.keys.binding(k))
-            self._trip("load")
-            try:
-                results = await pipe.execute(raise_on_error=False)
-            except _REDIS_ERRORS as exc:
-                raise self._error("load", exc) from exc
-            if attempt == 0 and any(isinstance(r, redis_exc.NoScriptError) for r in results):
-                # the server forgot the script (a restart, SCRIPT FLUSH, a failover): load it, read again
-                try:
-                    self._load.sha = await self._redis.script_load(_LOAD)
-                except _REDIS_ERRORS as exc:
-                    raise self._error("load (script load)", exc) from exc
-                continue
-            failed = next((r for r in results if isinstance(r, BaseException)), None)
-            if failed is not None:
-                raise self._error("load", failed) from failed
-            break
+
+        results = await self._scripted("load", queue, [(self._load, _LOAD)])
         loaded = Loaded()
         n = len(convs)
         for conv, raw in zip(convs, results[:n], strict=True):
@@ -524,45 +535,34 @@ class RedisStore:
         fences = fences or {}
         at = time.time() if now is None else now
         convs = list(states)
-        results: list[Any] = []
-        for attempt in range(2):
-            pipe = self._redis.pipeline(transaction=False)
-            _, fenced_at = self._queue_index(pipe, route, deadlines, fences)
-            for conv in convs:
-                state = states[conv]
-                epoch = fences.get(conv)
-                queued = state.collection()
-                args: list[Any] = [
-                    "" if epoch is None else epoch,
-                    self.ttl_for(state),
-                    "1" if state.legacy else "0",
-                    at,
-                    at - self.settings.retention_seconds,
-                    max(COLLECT_PER_SAVE, 2 * len(queued)),
-                    len(queued),
-                    *queued,
-                ]
-                for name, value in state.changed_fields().items():
-                    args += (name, value)
-                keys = (self.keys.state(route, conv), self.keys.conv(route, conv), self.keys.queue(route, conv))
+        fenced_at: list[int] = []
+        calls: list[tuple[tuple[str, str, str], list[Any]]] = []
+        for conv in convs:
+            state = states[conv]
+            epoch = fences.get(conv)
+            queued = state.collection()
+            args: list[Any] = [
+                "" if epoch is None else epoch,
+                self.ttl_for(state),
+                "1" if state.legacy else "0",
+                at,
+                at - self.settings.retention_seconds,
+                max(COLLECT_PER_SAVE, 2 * len(queued)),
+                len(queued),
+                *queued,
+            ]
+            for name, value in state.changed_fields().items():
+                args += (name, value)
+            calls.append(
+                ((self.keys.state(route, conv), self.keys.conv(route, conv), self.keys.queue(route, conv)), args)
+            )
+
+        def queue(pipe: Any) -> None:
+            fenced_at[:] = self._queue_index(pipe, route, deadlines, fences)[1]
+            for keys, args in calls:
                 pipe.evalsha(self._save.sha, 3, *keys, *args)
-            self._trip("save")
-            try:
-                results = await pipe.execute(raise_on_error=False)
-            except _REDIS_ERRORS as exc:
-                raise self._error("save", exc) from exc
-            if attempt == 0 and any(isinstance(r, redis_exc.NoScriptError) for r in results):
-                # the server forgot the scripts: load them and write again (every write here is idempotent)
-                try:
-                    self._save.sha = await self._redis.script_load(_SAVE)
-                    self._index.sha = await self._redis.script_load(_INDEX)
-                except _REDIS_ERRORS as exc:
-                    raise self._error("save (script load)", exc) from exc
-                continue
-            failed = next((r for r in results if isinstance(r, BaseException)), None)
-            if failed is not None:
-                raise self._error("save", failed) from failed
-            break
+
+        results = await self._scripted("save", queue, [(self._save, _SAVE), (self._index, _INDEX)])
         refused = [c for c, r in zip(convs, results[len(results) - len(convs) :], strict=True) if int(r) == 0]
         index_refused = sum(1 for i in fenced_at if int(results[i]) == 0)
         if refused or index_refused:
