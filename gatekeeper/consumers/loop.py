@@ -994,6 +994,12 @@ class Gatekeeper:
                 if b is not None and any(p.tp in tps for p in b.lines):
                     keep = [p for p in b.lines if p.tp not in tps]
                     self._batch = _Batch(keep) if keep else None
+                    if self._batch is None:
+                        # nothing left to retry (a fenced batch ends here: the revocation it waited for came), so
+                        # nothing may stay paused for it; a service still down is found by the next batch
+                        self._failures = 0
+                        self._fenced = None
+                        self._resume("backoff")
             dropped = self._holds.drop(tps)
             self._watermarks.forget(tps)
             for topic, partition in tps:
