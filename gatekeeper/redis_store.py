@@ -547,7 +547,7 @@ class RedisStore:
                 "1" if state.legacy else "0",
                 at,
                 at - self.settings.retention_seconds,
-                max(COLLECT_PER_SAVE, 2 * len(queued)),
+                COLLECT_PER_SAVE + 2 * len(queued),
                 len(queued),
                 *queued,
             ]

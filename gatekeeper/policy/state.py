@@ -46,6 +46,7 @@ store writes it as fields and deletes the document.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,7 +297,7 @@ def _closed(fields: Mapping[str, str], ho: str) -> bool:
     return bool(closes) or acked == 1
 
 
-#: How many ids of its collection queue one save looks at, at least (and at least twice the ids it adds).
+#: How many ids of its collection queue one save looks at, besides twice the ids it adds.
 COLLECT_PER_SAVE = 50
 
 
@@ -305,19 +306,24 @@ def collect(
 ) -> None:
     """One save's part of the collection (the in-memory stores'; the Redis save script does the same): queue the
     ``added`` ids at ``now``, then look at the oldest ids queued longer than ``retention`` ago, at most
-    ``max(COLLECT_PER_SAVE, 2 * len(added))``: drop the fields of those ``collectable``, queue the others again."""
-    for i in added:
+    ``COLLECT_PER_SAVE + 2 * len(added)``: drop the fields of those ``collectable``, queue the others again."""
+    for i in added:  # the queue is kept in the order ids were queued: the oldest first, so no save sorts it
+        queue.pop(i, None)
         queue[i] = now
     cutoff = now - retention
-    due = sorted((t, i) for i, t in queue.items() if t <= cutoff)[: max(COLLECT_PER_SAVE, 2 * len(added))]
-    for _, i in due:
+    due = list(
+        itertools.islice(
+            itertools.takewhile(lambda kv: kv[1] <= cutoff, queue.items()), COLLECT_PER_SAVE + 2 * len(added)
+        )
+    )
+    for i, _ in due:
         gone = collectable(fields, i)
+        del queue[i]
         if gone is None:
-            queue[i] = now
+            queue[i] = now  # looked at again later
             continue
         for name in gone:
             fields.pop(name, None)
-        del queue[i]
 
 
 def collectable(fields: Mapping[str, str], line_id: str) -> tuple[str, ...] | None:
