@@ -1040,9 +1040,9 @@ class Gatekeeper:
             for p in [p for p in rt.processor.epochs if (name, p) in self._assigned]:
                 del rt.processor.epochs[p]
         self._unfenced = set(self._assigned)
-        try:
-            await self._take_epochs()
-        except StoreError as exc:  # taken before the first batch of those partitions instead
+        try:  # bounded: a slow Redis must not hold the group's rebalance up
+            await asyncio.wait_for(self._take_epochs(), timeout=2.0)
+        except (StoreError, TimeoutError) as exc:  # taken before the first batch of those partitions instead
             log.warning("owner epochs not taken at assignment; retried", extra={"error": _describe(exc)})
         self._joined = True
         self.metrics.assigned.set(len(self._assigned))
