@@ -230,21 +230,22 @@ class HoldBuffer:
                 live[p.tp] = live.get(p.tp, 0) + 1
             by_tp.setdefault(q.lines[0].tp, []).append((q.lines[0].first_seen, key))
         total = sum(live.values())
+        oldest = {tp: iter(sorted(queues)) for tp, queues in by_tp.items()}  # each partition's queues, oldest first
         for tp, n in live.items():
             if n > lim.per_partition:
-                for _, key in sorted(by_tp[tp]):
-                    if live[tp] <= lim.per_partition:
-                        break
+                for _, key in oldest[tp]:
                     released = self._force(key, "partition", now)
                     live[tp] -= released
                     total -= released
+                    if live[tp] <= lim.per_partition:
+                        break
         while total > lim.total and live:
             tp = max(live, key=lambda t: live[t])
-            queues = [k for _, k in sorted(by_tp.get(tp, [])) if self._queues[k].forced is None]
-            if not queues:
+            nxt = next(oldest[tp], None) if tp in oldest else None
+            if nxt is None:
                 live.pop(tp)
                 continue
-            released = self._force(queues[0], "instance", now)
+            released = self._force(nxt[1], "instance", now)
             live[tp] -= released
             total -= released
 
