@@ -749,7 +749,10 @@ ERROR_TEXT_MAX = 200
 
 def error_text(exc: BaseException) -> str:
     """``OverflowError: date value out of range``: an exception's class and the start of its message, one line."""
-    text = " ".join(str(exc).split())
+    try:
+        text = " ".join(str(exc).split())
+    except Exception:  # an exception whose message itself raises: its class is still worth saying
+        text = "(its message cannot be shown)"
     if len(text) > ERROR_TEXT_MAX:
         text = text[: ERROR_TEXT_MAX - 3] + "..."
     name = type(exc).__name__

@@ -133,3 +133,15 @@ def test_the_dead_letter_names_the_error_masked_without_a_stack_trace() -> None:
     assert dl.value == POISON.encode()  # the record itself is unchanged
     doc = json.loads(alert.value)
     assert doc["alert"] == "internal-error" and "40-12-88/61102938" not in alert.value.decode()
+
+
+def test_an_exception_whose_message_raises_is_still_reported() -> None:
+    from gatekeeper.policy.decide import error_text
+
+    class Broken(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no message")
+
+    assert error_text(Broken()) == "Broken: (its message cannot be shown)"
+    assert error_text(ValueError("")) == "ValueError"
+    assert error_text(ValueError("a\nb  c")) == "ValueError: a b c"
