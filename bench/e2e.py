@@ -57,6 +57,9 @@ from gatekeeper.policy import Record, RecordKey
 from gatekeeper.redis_store import Keys
 from rwcore import make_rb
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import long_conversation
+
 ROOT = Path(__file__).resolve().parents[1]
 CODE: str | None = None  # --code: run the gatekeeper from another checkout (the same run measures before and after)
 BOOTSTRAP = os.environ.get("GK_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
@@ -172,30 +175,11 @@ def traffic(n: int, seed: int = 7, tag: str = "") -> Traffic:
 
 
 def long_conversations(n_lines: int, per_conversation: int, tag: str) -> list[tuple[bytes, bytes]]:
-    """Conversations of ``per_conversation`` lines: REVIEW handoffs, each HO, RB, DN and a statement."""
-    out: list[tuple[bytes, bytes]] = []
+    """Conversations of ``per_conversation`` lines (``long_conversation.lines``: REVIEW handoffs, each HO, RB, DN
+    and a statement), interleaved round robin, so every conversation grows at the same pace."""
     convs = max(1, n_lines // per_conversation)
-    streams = []
-    for c in range(convs):
-        key = f"g{tag}-{c}".encode()
-        lines = []
-        for h in range(1, per_conversation // 4 + 1):
-            item = f"doc:r{h}"
-            lines += [
-                f"RW1 HO scheduler-{h} p=pay from=scheduler to=desk item={item} ask=REVIEW sup=marlow",
-                f"RW1 RB desk-{3 * h - 2} re=scheduler-{h} from=desk to=scheduler item={item} ask=REVIEW p=pay "
-                "sup=marlow",
-                f"RW1 DN desk-{3 * h - 1} re=scheduler-{h} p=pay from=desk to=scheduler item={item} out=OK",
-                f"RW1 ST desk-{3 * h} p=pay from=desk to=scheduler item={item} // reviewed",
-            ]
-        streams.append((key, lines[:per_conversation]))
-    # round robin, so every conversation grows at the same pace
-    depth = max(len(s[1]) for s in streams)
-    for k in range(depth):
-        for key, lines in streams:
-            if k < len(lines):
-                out.append((key, lines[k].encode()))
-    return out
+    one = long_conversation.lines(per_conversation // 4 + 1)[:per_conversation]
+    return [(f"g{tag}-{c}".encode(), line.encode()) for line in one for c in range(convs)]
 
 
 # ---------------------------------------------------------------- services

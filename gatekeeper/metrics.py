@@ -45,9 +45,9 @@ metric                                         type       labels / meaning
                                                           wrong-agent``, ``thread-cancel-no-handoff``,
                                                           ``thread-orphaned``, ``cleared-not-done``)
 ``gatekeeper_sweep_seconds``                   histogram  one sweep of the partitions this instance holds
-``gatekeeper_internal_errors_total``           counter    route, stage (decide, sweep): a line or a handoff whose
-                                                          handling raised (a bug; the line is dead-lettered
-                                                          ``internal-error``, the handoff left for the next sweep)
+``gatekeeper_internal_errors_total``           counter    route, stage (decide, outcome, sweep): a line or a
+                                                          handoff whose handling raised (a bug; the line is
+                                                          dead-lettered ``internal-error``, the handoff set aside)
 ``gatekeeper_holds_forced_total``              counter    route, bound (conversation, partition, instance): held
                                                           lines decided before their window ended because a bound
                                                           on held lines was reached (refused or alerted, fail closed)

@@ -39,7 +39,8 @@ The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partiti
 **Conversation state.** A batch loads only the entries its lines name, in one ``EVALSHA`` of ``_LOAD`` per
 conversation on the batch's one pipeline: the header, the four entries of each id the lines name, and the entries
 of the ids those point to (the closure ``policy.state.wanted_fields`` computes in Python, here in Lua, next to the
-data). It writes only the entries that changed (one ``HSET`` of those fields and the header, and an ``EXPIRE``). A
+data). It writes only the entries that changed, in one ``EVALSHA`` of ``_SAVE`` per conversation (the fields and
+the header, the collection of what is older than the retention, the TTLs). A
 hash that does not exist yet is looked up as a version-1 document in the same script: such a state is converted on
 first touch (decoded whole once, written as fields by that batch's save, and the document deleted), so an upgrade
 needs no migration step and no downtime.

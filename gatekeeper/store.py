@@ -292,7 +292,12 @@ class MemoryStore:
             stored.update(state.changed_fields())
             queue = self._queues.setdefault((route, conv), {})
             collect(stored, queue, state.collection(), at, self.retention_seconds)
+        index_refused = 0
         for e in deadlines:
+            epoch = None if fences is None else fences.get(e.conversation)
+            if epoch is not None and self._epochs.get((route, e.partition), 0) > epoch:
+                index_refused += 1  # as the Redis index script: the partition's epoch moved on
+                continue
             member = (e.conversation, e.ho)
             due = self._index.setdefault((route, e.partition, "due"), {})
             opened = self._index.setdefault((route, e.partition, "open"), {})
@@ -306,7 +311,7 @@ class MemoryStore:
                 opened.pop(member, None)
             if e.lapsed_at is not None:
                 self._index.setdefault((route, e.partition, "lapsed"), {})[member] = e.lapsed_at
-        if refused:
+        if refused or index_refused:
             raise Fenced(f"a newer owner wrote {len(refused)} conversation(s) of this batch", refused)
 
     async def due_view(

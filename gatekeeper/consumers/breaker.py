@@ -66,11 +66,6 @@ class DeadLetterBreaker:
         s = self.settings
         return self.tripped_at is not None and s.action == "pause" and now < self.tripped_at + s.pause_seconds
 
-    def pause_ends(self) -> float | None:
-        if self.tripped_at is None or self.settings.action != "pause":
-            return None
-        return self.tripped_at + self.settings.pause_seconds
-
     def window(self, now: float) -> Window:
         self._expire(now)
         reasons: Counter[str] = Counter()

@@ -98,11 +98,12 @@ from gatekeeper.consumers.kafka import (
     make_producer,
     topic_limits,
 )
-from gatekeeper.consumers.outcomes import Outcome, Source, Targets, build, iso
+from gatekeeper.consumers.outcomes import Outcome, Source, Targets, bare_dead_letter, build, iso
 from gatekeeper.http import HttpServer
 from gatekeeper.masking import mask_line
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import Decision, Mode, Reason, RoutePolicy, Verdict
+from gatekeeper.policy.decide import error_text
 from gatekeeper.processor import QUEUED, Line, Processor
 from gatekeeper.store import Fenced, LifecycleStore, Store, StoreError
 from gatekeeper.sweeper import KafkaPublisher, OutRecord, Sweeper, SweepReport, SweepRoute
@@ -654,7 +655,17 @@ class Gatekeeper:
                     self.metrics.held.labels(route=p.route).inc()
                 continue
             rt = self._routes[p.route]
-            for o in build(d, p.source, rt.targets, conversation=p.conversation, sensitive=rt.sensitive, now=now):
+            try:
+                outs = build(d, p.source, rt.targets, conversation=p.conversation, sensitive=rt.sensitive, now=now)
+            except Exception as exc:  # a bug in building the records: the line is held back, never waved through
+                log.error(
+                    "building a line's outcome raised: dead-lettered internal-error",
+                    exc_info=exc,
+                    extra={"route": p.route, "partition": p.source.partition, "offset": p.source.offset},
+                )
+                self.metrics.internal_errors.labels(route=p.route, stage="outcome").inc()
+                outs = [bare_dead_letter(p.source, rt.targets, error_text(exc), now)]
+            for o in outs:
                 fitted = self._fit(o)
                 if fitted is not None:
                     sends.append(_Send(fitted, p, p.route))

@@ -306,6 +306,23 @@ def build(
     return out
 
 
+def bare_dead_letter(source: Source, targets: Targets, error: str, now: float) -> Outcome:
+    """The dead letter of a line whose outcome could not be built (a bug in ``build``): the value and key unchanged,
+    only the coordinates and the reason ``internal-error`` with the error's class and message (the error's text is
+    the gatekeeper's own, never the line's values: nothing here needs masking). Built without the code that failed."""
+    name, _, message = error.partition(": ")
+    headers: Headers = (
+        *_origin(source),
+        ("gk.reason", b"internal-error"),
+        _VERSION,
+        ("gk.attempt", b"%d" % source.attempt),
+        _h("gk.decided.at", iso(now)),
+        _h("gk.error.class", name),
+        _h("gk.error.message", f"building the outcome failed: {message}"[:240]),
+    )
+    return Outcome(OutcomeKind.DEAD_LETTER, targets.dead_letter, source.key, source.value, headers, source)
+
+
 def _alert(
     decision: Decision,
     source: Source,
@@ -419,6 +436,7 @@ __all__ = [
     "OutcomeKind",
     "Source",
     "Targets",
+    "bare_dead_letter",
     "build",
     "fit",
     "iso",

@@ -12,13 +12,14 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
 import pytest
 
+import gatekeeper.consumers.loop as loop_module
 import gatekeeper.processor as processor_module
+from gatekeeper.consumers.outcomes import build as real_build
 from gatekeeper.policy import decide as real_decide
 from tests.integration._pipeline import Collected, Pipeline, TopicFactory, make_route
 
@@ -85,6 +86,12 @@ POISON: list[tuple[str, bytes, tuple[tuple[str, bytes], ...], tuple[str, str | N
         (),
         ("dead-letter", "internal-error"),
     ),
+    (
+        "p-build-bug",
+        b"RW1 HO scheduler-1 p=pay from=scheduler to=desk item=doc:x ask=DRAFT // BUILD-TRIGGER",
+        (),
+        ("dead-letter", "internal-error"),
+    ),
 ]
 
 
@@ -92,6 +99,12 @@ def decide_with_a_bug(raw: bytes, *args: Any, **kw: Any) -> Any:
     if b"BUG-TRIGGER" in raw:
         raise OverflowError("date value out of range")
     return real_decide(raw, *args, **kw)
+
+
+def build_with_a_bug(decision: Any, source: Any, *args: Any, **kw: Any) -> Any:
+    if b"BUILD-TRIGGER" in source.value:
+        raise KeyError("a header the outcome needs")
+    return real_build(decision, source, *args, **kw)
 
 
 def outcomes_by_offset(got: Collected) -> dict[tuple[int, int], list[tuple[str, str | None]]]:
@@ -106,6 +119,7 @@ async def test_poison_lines_never_stop_the_daemon_and_every_offset_gets_one_outc
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(processor_module, "decide", decide_with_a_bug)
+    monkeypatch.setattr(loop_module, "build", build_with_a_bug)
     route = await make_route(topic_factory, partitions=3, hold_seconds=1.0)
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
         sent = 0
@@ -141,6 +155,9 @@ async def test_poison_lines_never_stop_the_daemon_and_every_offset_gets_one_outc
         assert any(a.doc["alert"] == "internal-error" for a in got.alerts)
         m = p.gatekeeper.metrics.registry.get_sample_value
         assert m("gatekeeper_internal_errors_total", {"route": route["input"], "stage": "decide"}) == len(bugs)
+        built = got.of("dead", "p-build-bug")  # building its outcome raised: held back, never forwarded
+        assert built and all(r.h("gk.error.class") == "KeyError" for r in built)
+        assert m("gatekeeper_internal_errors_total", {"route": route["input"], "stage": "outcome"}) == len(built)
 
 
 async def test_a_flood_of_replies_past_the_hold_bounds_never_stalls_the_other_keys(
@@ -156,13 +173,11 @@ async def test_a_flood_of_replies_past_the_hold_bounds_never_stalls_the_other_ke
         from tests.integration._pipeline import produce
 
         await produce(kafka_bootstrap, route["input"], [(k, v, ()) for k, v in flood])
-        started = time.monotonic()
         for i in range(10):
             await p.send(f"calm-{i}", *clean_flow(i))
         await p.collect(lambda g: all(len(g.of("output", f"calm-{i}")) == 2 for i in range(10)), timeout=15)
-        answered = time.monotonic() - started
-        # far inside the flood's 20 s hold window: the clean flows did not wait for it
-        assert answered < 10.0, answered
+        # answered while the flood is still held within its 20 s window: the clean flows did not wait for it
+        assert 0 < p.gatekeeper.held <= 600
         # the flood beyond the bounds was decided at once, fail closed: refused as at the end of its window
         forced = await p.collect(lambda g: sum(1 for r in g.dead if r.key.startswith(b"flood-")) >= 2400, 15)
         assert {r.h("gk.reason") for r in forced.dead if r.key.startswith(b"flood-")} == {"unknown-handoff"}
@@ -207,7 +222,6 @@ async def test_a_dead_letter_flood_trips_the_breaker_alerts_once_and_pauses_the_
         assert len(p.collector.got.dead) == 100  # every flood line dead-lettered once: none lost, none twice
         m = p.gatekeeper.metrics.registry.get_sample_value
         assert m("gatekeeper_dead_letter_breaker_trips_total", {"route": route["input"]}) == 1
-        await asyncio.sleep(0)
 
 
 async def test_a_dry_run_route_s_breaker_alerts_and_never_pauses(

@@ -10,13 +10,11 @@ refused, and the clearance is refused as it must be.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
 
-from gatekeeper.policy import ConversationState, Reason, Verdict
-from gatekeeper.policy.lifecycle import IndexEntry
+from gatekeeper.policy import Reason, Verdict
 from gatekeeper.processor import Line, Processor
 from gatekeeper.store import Fenced, MemoryStore, Store
 from tests.policy.world import NOW, RECORD, route
@@ -41,18 +39,11 @@ class PausedSave:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def save(
-        self,
-        route: str,
-        states: Mapping[str, ConversationState],
-        deadlines: Sequence[IndexEntry] = (),
-        fences: Mapping[str, int] | None = None,
-        now: float | None = None,
-    ) -> None:
+    async def save(self, *args: Any, **kw: Any) -> None:
         if self.pause:
             self.paused.set()
             await self.resume.wait()
-        await self.inner.save(route, states, deadlines, fences, now=now)
+        await self.inner.save(*args, **kw)
 
 
 async def zombie_scenario(store: Store) -> tuple[type[BaseException] | None, list[Any]]:
@@ -118,3 +109,15 @@ async def test_epochs_grow_with_every_assignment_and_an_owner_s_own_writes_pass(
     with pytest.raises(Fenced) as info:
         await p.process([Line("c1", b"RW1 ST scheduler-20 p=pay from=scheduler to=payer item=doc:y", partition=1)], NOW)
     assert info.value.conversations == ("c1",)
+
+
+async def test_the_in_memory_index_is_fenced_by_the_partition_s_epoch_as_in_redis() -> None:
+    from gatekeeper.policy.lifecycle import IndexEntry
+
+    store = MemoryStore()
+    old = (await store.take_epochs("r", [3]))[3]
+    new = (await store.take_epochs("r", [3]))[3]
+    await store.save("r", {}, [IndexEntry(3, "c9", "h-1", open=True, opened_at=NOW)], {"c9": new})
+    with pytest.raises(Fenced):
+        await store.save("r", {}, [IndexEntry(3, "c9", "h-1", open=False)], {"c9": old})
+    assert [m.ho for _, m in await store.index("r", "open")] == ["h-1"]

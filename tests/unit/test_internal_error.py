@@ -135,6 +135,17 @@ def test_the_dead_letter_names_the_error_masked_without_a_stack_trace() -> None:
     assert doc["alert"] == "internal-error" and "40-12-88/61102938" not in alert.value.decode()
 
 
+def test_an_outcome_that_cannot_be_built_is_a_bare_dead_letter() -> None:
+    from gatekeeper.consumers.outcomes import OutcomeKind, bare_dead_letter
+
+    src = Source("agents.pay", 3, 17, POISON.encode(), key=b"c1", timestamp=1)
+    o = bare_dead_letter(src, TARGETS, "KeyError: 'gk.x'", NOW)
+    h = {k: v.decode() for k, v in o.headers}
+    assert (o.kind, o.topic, o.key, o.value) == (OutcomeKind.DEAD_LETTER, "agents.pay.dlq", b"c1", POISON.encode())
+    assert (h["gk.reason"], h["gk.error.class"], h["gk.original.offset"]) == ("internal-error", "KeyError", "17")
+    assert h["gk.error.message"] == "building the outcome failed: 'gk.x'"
+
+
 def test_an_exception_whose_message_raises_is_still_reported() -> None:
     from gatekeeper.policy.decide import error_text
 
