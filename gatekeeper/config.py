@@ -56,6 +56,18 @@ class KafkaSecurity(_Strict):
 class KafkaSettings(_Strict):
     bootstrap_servers: str = "127.0.0.1:9092"
     group_id: str = "gatekeeper"
+    group_instance_id: str | None = Field(
+        None,
+        description="static group membership (KIP-345): a stable name per instance, such as a StatefulSet pod's, "
+        "so a restart within session_timeout_ms does not rebalance the group",
+    )
+    session_timeout_ms: int = Field(
+        10_000,
+        ge=6_000,
+        le=1_800_000,
+        description="how long the group waits for a silent member before it rebalances (the broker allows 6 s to 30 min by "
+        "default)",
+    )
     client_id: str = "rogerwilco-gatekeeper"
     max_batch: int = Field(500, ge=1, le=100_000, description="records per getmany() call")
     batch_timeout_ms: int = Field(100, ge=0, description="how long getmany() waits for a batch to fill")

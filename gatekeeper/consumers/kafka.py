@@ -85,7 +85,10 @@ def make_consumer(
         auto_offset_reset="earliest",
         isolation_level="read_committed" if kafka.transactional else "read_uncommitted",
         max_poll_records=kafka.max_batch,
+        session_timeout_ms=kafka.session_timeout_ms,
     )
+    if kafka.group_instance_id:
+        kw["group_instance_id"] = kafka.group_instance_id
     kw.update(overrides)
     consumer = AIOKafkaConsumer(**kw)
     consumer.subscribe(topics=sorted(set(topics)), listener=listener)
