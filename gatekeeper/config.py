@@ -2,7 +2,9 @@
 
     GK_KAFKA__BOOTSTRAP_SERVERS=10.0.0.5:9092 GK_REDIS__URL=redis://redis:6379/0 gatekeeper run --config gk.yaml
 
-Precedence, highest first: keyword arguments (the CLI), environment variables, the YAML file, the defaults here.
+Precedence, highest first: keyword arguments (the CLI), environment variables, the YAML file, the defaults here;
+the merging (key by key, nested mappings merged) is pydantic-settings' own. Lists and mappings are given to the
+environment as JSON (``GK_ROUTES='[...]'``), except ``GK_PROFILE_DIRS``, a path list (``/a:/b``).
 Secrets are ``SecretStr``: they never appear in ``repr``, logs or error messages. A bad file is reported as one
 ``ConfigError`` naming the key (``routes.0.profile: ...``), never a traceback.
 """
@@ -10,12 +12,20 @@ Secrets are ``SecretStr``: they never appear in ``repr``, logs or error messages
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    NoDecode,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+    YamlConfigSettingsSource,
+)
 
 ENV_PREFIX = "GK_"
 CONFIG_ENV = "GK_CONFIG"  # a config file named by the environment, when --config is not given
@@ -65,8 +75,8 @@ class KafkaSettings(_Strict):
         10_000,
         ge=6_000,
         le=1_800_000,
-        description="how long the group waits for a silent member before it rebalances (the broker allows 6 s to 30 min by "
-        "default)",
+        description="how long the group waits for a silent member before it rebalances (brokers allow 6 s to 30 min "
+        "by default)",
     )
     client_id: str = "rogerwilco-gatekeeper"
     max_batch: int = Field(500, ge=1, le=100_000, description="records per getmany() call")
@@ -189,7 +199,11 @@ class Settings(BaseSettings):
     redis: RedisSettings = RedisSettings()
     http: HttpSettings = HttpSettings()
     routes: list[Route] = Field(default_factory=list)
-    profile_dirs: list[Path] = Field(default_factory=list, description="extra folders of profile JSON files")
+    profile_dirs: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list,
+        description="extra folders of profile JSON files (GK_PROFILE_DIRS: a list separated by the OS's path "
+        "separator, ':' on Linux)",
+    )
     grace_seconds: float = Field(10.0, ge=0, description="on SIGTERM: how long in-flight work may drain")
     sweeper: SweeperSettings = SweeperSettings()
     holds: HoldSettings = HoldSettings()
@@ -213,9 +227,16 @@ class Settings(BaseSettings):
                 raise ValueError(f"route {r.input}: profile: {exc}") from None
         return self
 
+    @field_validator("profile_dirs", mode="before")
+    @classmethod
+    def _path_list(cls, v: Any) -> Any:
+        if isinstance(v, str):  # GK_PROFILE_DIRS=/etc/gk/profiles:/opt/profiles
+            return [p for p in v.split(os.pathsep) if p]
+        return v
+
     def all_profile_dirs(self) -> list[Path]:
-        """The configured profile folders, then those of ``$GK_PROFILE_DIRS``."""
-        return [*self.profile_dirs, *_profile_dirs()]
+        """The folders searched for profiles before rwcore's own (``profile_dirs``; ``GK_PROFILE_DIRS`` sets it)."""
+        return list(self.profile_dirs)
 
     @classmethod
     def settings_customise_sources(
@@ -226,7 +247,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, file_secret_settings
+        """The one precedence order, highest first: keyword arguments (the CLI), ``GK_`` variables, the YAML file
+        of ``load_settings``; the defaults are the fields'. No dotenv file and no secrets directory."""
+        path = _YAML_PATH.get()
+        if path is None:
+            return init_settings, env_settings
+        return init_settings, env_settings, _YamlFile(settings_cls, path)
 
     def route(self, name: str) -> Route:
         """A route by its input topic."""
@@ -235,18 +261,6 @@ class Settings(BaseSettings):
                 return r
         known = ", ".join(r.input for r in self.routes) or "none configured"
         raise ConfigError(f"unknown route {name!r} (routes: {known})")
-
-
-def _profile_dirs() -> list[Path]:
-    raw = os.environ.get(f"{ENV_PREFIX}PROFILE_DIRS", "")
-    return [Path(p) for p in raw.split(os.pathsep) if p]
-
-
-def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _deep_merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
 
 
 def _format_error(exc: ValidationError, source: str) -> str:
@@ -260,15 +274,19 @@ def _format_error(exc: ValidationError, source: str) -> str:
     return "\n".join(lines)
 
 
-def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
-    """Read the YAML file (``path``, else ``$GK_CONFIG``, else defaults only), apply ``GK_`` environment variables
-    and ``overrides``. Raises ``ConfigError`` with one readable message."""
-    source = "defaults and environment"
-    data: dict[str, Any] = {}
-    path = path or os.environ.get(CONFIG_ENV) or None
-    if path is not None:
-        p = Path(path)
-        source = str(p)
+class _YamlFile(YamlConfigSettingsSource):
+    """pydantic-settings' YAML source, with the gatekeeper's errors: a missing, unreadable or malformed file is one
+    ``ConfigError`` naming it (the library would skip a missing file silently and raise yaml's own errors)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        self.path = path
+        super().__init__(settings_cls, yaml_file=path)
+
+    def _read_files(self, files: Any, deep_merge: bool = False) -> dict[str, Any]:
+        return self._read_file(self.path)
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        p = Path(file_path)
         try:
             loaded = yaml.safe_load(p.read_text(encoding="utf-8"))
         except FileNotFoundError:
@@ -278,40 +296,42 @@ def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
         except yaml.YAMLError as exc:
             raise ConfigError(f"config file {p} is not valid YAML: {exc}") from None
         if loaded is None:
-            loaded = {}
+            return {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {p}: the top level must be a mapping of keys to values")
-        data = loaded
-    # The environment overrides the file. model_validate does not read the environment itself, so the ``GK_``
-    # variables are parsed here and merged over the file's values: one source of truth for precedence.
+        return loaded
+
+
+#: The YAML file of the ``load_settings`` call in progress (``Settings.settings_customise_sources`` reads it: the
+#: library builds its sources from the class, so a per-call file reaches them through this variable).
+_YAML_PATH: ContextVar[Path | None] = ContextVar("gatekeeper_config_yaml", default=None)
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Read the YAML file (``path``, else ``$GK_CONFIG``, else defaults only), apply ``GK_`` environment variables
+    and ``overrides``. Raises ``ConfigError`` with one readable message.
+
+    The merging is pydantic-settings' own (``Settings.settings_customise_sources``): keyword arguments, then the
+    environment, then the file, deep-merged key by key."""
+    raw = path or os.environ.get(CONFIG_ENV) or None
+    yaml_path = Path(raw) if raw is not None else None
+    source = str(yaml_path) if yaml_path is not None else "defaults and environment"
+    token = _YAML_PATH.set(yaml_path)
     try:
-        merged = _deep_merge(_deep_merge(data, _env_values()), overrides)
-        return Settings.model_validate(merged)
+        return Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_format_error(exc, source)) from None
+    except SettingsError as exc:  # an environment value that is not the JSON its field needs
+        raise ConfigError(f"invalid configuration ({source}): {_settings_error(exc)}") from None
+    finally:
+        _YAML_PATH.reset(token)
 
 
-def _env_values() -> dict[str, Any]:
-    """The ``GK_`` environment variables as a nested mapping (``GK_KAFKA__GROUP_ID`` -> kafka.group_id).
-
-    JSON values are accepted for lists and mappings (``GK_ROUTES='[...]'``)."""
-    import json
-
-    out: dict[str, Any] = {}
-    for name, value in os.environ.items():
-        if not name.startswith(ENV_PREFIX) or name in (CONFIG_ENV, f"{ENV_PREFIX}PROFILE_DIRS"):
-            continue
-        path = name[len(ENV_PREFIX) :].lower().split("__")
-        if path[0] not in Settings.model_fields:
-            continue
-        parsed: Any = value
-        if value[:1] in "[{":
-            try:
-                parsed = json.loads(value)
-            except json.JSONDecodeError:
-                parsed = value
-        node = out
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-        node[path[-1]] = parsed
-    return out
+def _settings_error(exc: SettingsError) -> str:
+    """``error parsing value for field "routes" from source "EnvSettingsSource"`` -> ``routes: not valid JSON``,
+    never the value (it may be a secret)."""
+    text = str(exc)
+    if 'for field "' in text:
+        field = text.split('for field "', 1)[1].split('"', 1)[0]
+        return f"{field}: the environment value is not valid JSON (lists and mappings are given as JSON)"
+    return "an environment value cannot be parsed"

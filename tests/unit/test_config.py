@@ -165,3 +165,41 @@ def test_two_routes_on_one_topic(tmp_path: Path) -> None:
     route = "{input: a, output: b, dead_letter: c, alerts: d, profile: pay}"
     with pytest.raises(ConfigError, match="more than one route"):
         load_settings(_write(tmp_path, f"routes: [{route}, {route}]\n"))
+
+
+def test_routes_as_json_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "GK_ROUTES", '[{"input": "a", "output": "b", "dead_letter": "c", "alerts": "d", "profile": "pay"}]'
+    )
+    [route] = load_settings(EXAMPLE).routes  # the environment's list replaces the file's
+    assert (route.input, route.profile) == ("a", "pay")
+    monkeypatch.setenv("GK_ROUTES", "[{not json")
+    with pytest.raises(ConfigError) as info:
+        load_settings(EXAMPLE)
+    assert "routes: the environment value is not valid JSON" in str(info.value)
+    assert "{not json" not in str(info.value)
+
+
+def test_an_unknown_nested_environment_key_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GK_KAFKA__BOOTSTRAP", "kafka:9092")  # a near miss of bootstrap_servers
+    with pytest.raises(ConfigError, match=r"kafka\.bootstrap: unknown key"):
+        load_settings(EXAMPLE)
+
+
+def test_variables_that_are_not_settings_are_ignored(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GK_CONFIG", str(EXAMPLE))
+    monkeypatch.setenv("GK_STATE_DIR", "/tmp/x")  # the local stack's, not the daemon's
+    assert load_settings().routes[0].input == "agents.pay"
+
+
+def test_profile_dirs_from_the_file_or_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path, "profile_dirs: [/etc/gk/profiles]\n")
+    assert load_settings(path).all_profile_dirs() == [Path("/etc/gk/profiles")]
+    monkeypatch.setenv("GK_PROFILE_DIRS", "/a:/b")  # os.pathsep-separated, and it overrides the file as any GK_ does
+    assert load_settings(path).all_profile_dirs() == [Path("/a"), Path("/b")]
+
+
+def test_one_file_per_call(tmp_path: Path) -> None:
+    """The YAML file is the call's: a second call without one sees only the defaults."""
+    assert load_settings(_write(tmp_path, "log_level: DEBUG\n")).log_level == "DEBUG"
+    assert load_settings(None).log_level == "INFO"
