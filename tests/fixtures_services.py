@@ -13,7 +13,9 @@ Fixtures
 
 Where the services come from, first match wins:
     1. environment: ``GK_TEST_KAFKA_BOOTSTRAP`` / ``GK_TEST_REDIS_URL``, or the local stack's own
-       ``GK_KAFKA_BOOTSTRAP`` / ``GK_REDIS_URL`` (what ``make test`` exports from ``stack.env``);
+       ``GK_KAFKA_BOOTSTRAP`` / ``GK_REDIS_URL`` (what ``make test`` exports from ``stack.env``; the same file's
+       ``GK_KAFKA__BOOTSTRAP_SERVERS`` / ``GK_REDIS__URL``, the gatekeeper's own names, are removed from the tests'
+       environment: they would override the configuration files the tests write);
     2. testcontainers, when it is installed (extra ``docker``) and a Docker engine answers: ``apache/kafka``
        at the version ``deploy/local/kafka/pom.xml`` pins (``GK_TEST_KAFKA_IMAGE`` overrides) and ``redis:7``
        (``GK_TEST_REDIS_IMAGE``), stopped at the end of the session;
@@ -45,6 +47,14 @@ REPO = Path(__file__).resolve().parent.parent
 STACK = REPO / "deploy" / "local" / "stack.sh"
 KAFKA_POM = REPO / "deploy" / "local" / "kafka" / "pom.xml"
 KAFKA_PROBE = REPO / "deploy" / "local" / "kafka_ready.py"
+
+# The stack's env file also carries the addresses under the gatekeeper's own names, for an operator's shell (`set -a;
+# . .local/stack/stack.env; set +a`). In the tests they would override every configuration file a test writes (a GK_
+# variable beats the file), so they are taken out of the test process's environment; tests find the services through
+# the names above.
+CLI_ENV = ("GK_KAFKA__BOOTSTRAP_SERVERS", "GK_REDIS__URL")
+for _name in CLI_ENV:
+    os.environ.pop(_name, None)
 
 SERVICE_FIXTURES = frozenset({"kafka_bootstrap", "redis_url", "topic_factory", "redis_client", "_gk_services"})
 

@@ -5,7 +5,8 @@
 #   deploy/local/stack.sh start    start both (a no-op that prints the env when they already run)
 #   deploy/local/stack.sh stop     stop both (TERM, wait, KILL) and delete their data
 #   deploy/local/stack.sh status   say what runs (exit 0 when both run, 3 otherwise)
-#   deploy/local/stack.sh env      print GK_KAFKA_BOOTSTRAP / GK_REDIS_URL of the running stack
+#   deploy/local/stack.sh env      print the running stack's env: GK_KAFKA_BOOTSTRAP / GK_REDIS_URL, and the same
+#                                  addresses as the gatekeeper reads them, GK_KAFKA__BOOTSTRAP_SERVERS / GK_REDIS__URL
 #
 # Environment:
 #   GK_STATE_DIR   state folder (default <repo>/.local/stack): stack.env, run/ (pids, configs), logs/, data/
@@ -15,8 +16,8 @@
 #   GK_STACK_START_TIMEOUT  seconds to wait for each service to answer (default 120)
 #   GK_STACK_STOP_TIMEOUT   seconds to wait after SIGTERM before SIGKILL (default 30)
 #
-# Installs what is missing: redis-server with apt (as root), the Kafka jars with Maven. Java 17+ and Maven
-# must be on the PATH.
+# Installs what is missing: redis-server with apt (as root; the package's system service is neither started nor
+# enabled), the Kafka jars with Maven. Java 17+ and Maven must be on the PATH.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -102,10 +103,44 @@ ensure_redis() {
     command -v redis-server >/dev/null && return 0
     [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null ||
         die "redis-server is missing; install it (Debian: apt-get install -y redis-server)"
-    log "installing redis-server with apt-get"
+    install_redis
+}
+
+# The Debian package would also start a system-wide Redis on 6379 and enable it at boot; the stack runs its own
+# redis-server, so neither happens: a policy-rc.d forbids service starts during the install (unless one is there
+# already, as in most containers), and the unit is disabled (and stopped, under a running systemd) afterwards.
+install_redis() {
+    local policy=/usr/sbin/policy-rc.d ours=0 rc=0
+    log "installing redis-server with apt-get (its system service is neither started nor enabled)"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >&2 || die "apt-get update failed"
-    apt-get install -y -qq redis-server >&2 || die "apt-get install redis-server failed"
+    if [[ ! -e "$policy" ]]; then
+        printf '#!/bin/sh\n# written by deploy/local/stack.sh for the redis-server install: start no service\nexit 101\n' \
+            >"$policy"
+        chmod 755 "$policy"
+        ours=1
+        trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+    fi
+    apt-get install -y -qq redis-server >&2 || rc=$?
+    if ((ours)); then
+        rm -f "$policy"
+        trap - EXIT
+    fi
+    ((rc == 0)) || die "apt-get install redis-server failed"
+    disable_redis_service
+}
+
+disable_redis_service() {
+    if command -v systemctl >/dev/null; then
+        # works without a running systemd too (it removes the unit's links, and the SysV ones)
+        systemctl disable redis-server.service >/dev/null 2>&1 || true
+        if [[ -d /run/systemd/system ]]; then
+            systemctl stop redis-server.service >/dev/null 2>&1 || true
+        fi
+    elif command -v update-rc.d >/dev/null; then
+        update-rc.d redis-server disable >/dev/null 2>&1 || true
+    fi
+    log "the system's redis-server service is disabled (the stack starts its own on a free port)"
 }
 
 # The Kafka jars, fetched once per pom content into the shared cache (locked: checkouts may start together).
@@ -260,7 +295,24 @@ stop_all() {
     rm -rf "$DATA_DIR" "$ENV_FILE" "$KAFKA_PID" "$REDIS_PID"
 }
 
+# The stack's addresses twice: GK_KAFKA_BOOTSTRAP / GK_REDIS_URL (the tests, the demo, the bench), and the names the
+# gatekeeper's configuration reads (GK_KAFKA__BOOTSTRAP_SERVERS / GK_REDIS__URL), so that after
+# `set -a; . .local/stack/stack.env; set +a` every gatekeeper command talks to this stack, whatever its -c file says.
+write_env() {
+    printf 'GK_KAFKA_BOOTSTRAP=%s\nGK_REDIS_URL=%s\nGK_KAFKA__BOOTSTRAP_SERVERS=%s\nGK_REDIS__URL=%s\n' "$1" "$2" "$1" "$2"
+}
+
 print_env() { cat "$ENV_FILE"; }
+
+# A stack started by an earlier stack.sh wrote only the first two names: write the file again, same addresses.
+refresh_env() {
+    local bootstrap redis_url
+    bootstrap="$(sed -n 's/^GK_KAFKA_BOOTSTRAP=//p' "$ENV_FILE")"
+    redis_url="$(sed -n 's/^GK_REDIS_URL=//p' "$ENV_FILE")"
+    [[ -n "$bootstrap" && -n "$redis_url" ]] || return 0
+    write_env "$bootstrap" "$redis_url" >"$ENV_FILE.tmp"
+    if cmp -s "$ENV_FILE.tmp" "$ENV_FILE"; then rm -f "$ENV_FILE.tmp"; else mv "$ENV_FILE.tmp" "$ENV_FILE"; fi
+}
 
 running() { kafka_pid >/dev/null && redis_pid >/dev/null && [[ -s "$ENV_FILE" ]]; }
 
@@ -268,6 +320,7 @@ cmd_start() {
     lock_state
     if running; then
         log "already running (state $STATE_DIR)"
+        refresh_env
         print_env
         return 0
     fi
@@ -282,8 +335,7 @@ cmd_start() {
     trap 'rc=$?; if ((rc != 0)); then stop_all; fi' EXIT
     start_redis "${ports[2]}"
     start_kafka "${ports[0]}" "${ports[1]}"
-    printf 'GK_KAFKA_BOOTSTRAP=127.0.0.1:%s\nGK_REDIS_URL=redis://127.0.0.1:%s/0\n' "${ports[0]}" "${ports[2]}" \
-        >"$ENV_FILE.tmp"
+    write_env "127.0.0.1:${ports[0]}" "redis://127.0.0.1:${ports[2]}/0" >"$ENV_FILE.tmp"
     mv "$ENV_FILE.tmp" "$ENV_FILE"
     trap - EXIT
     log "started; logs in $LOG_DIR, env in $ENV_FILE"
