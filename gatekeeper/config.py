@@ -165,6 +165,12 @@ class Route(_Strict):
 class HttpSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(9108, ge=0, le=65535)
+    stall_seconds: float = Field(
+        60.0,
+        ge=0,
+        description="/healthz fails when the work loop has not turned for this long while it holds partitions with "
+        "lag (a hung call: restarting is the cure); 0 never fails it",
+    )
 
 
 class HoldSettings(_Strict):

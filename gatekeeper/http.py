@@ -4,7 +4,10 @@
 path            answer
 ==============  ===========================================================================================
 ``/metrics``    200, the Prometheus text exposition of the gatekeeper's registry
-``/healthz``    200 ``{"status": "alive"}`` while the process runs its event loop (liveness)
+``/healthz``    200 ``{"status": "alive"}`` while the work loop turns (liveness); 503 ``{"status": "stalled",
+                ...}`` when it has not turned for ``http.stall_seconds`` while it holds partitions with lag: a
+                call that hangs (heartbeats still answered by the client's own task) is cured by a restart. A
+                service that is down is not a stall: the loop turns, retrying, and ``/readyz`` says why
 ``/readyz``     200 ``{"status": "ready", ...}`` when Kafka and Redis answer and the consumer group is joined
                 (partitions assigned, or none to assign yet); 503 ``{"status": "not-ready", "reason": ...}``
                 otherwise (readiness: a load balancer or Kubernetes stops sending traffic, nothing restarts)
@@ -26,7 +29,14 @@ from gatekeeper.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-Readiness = Callable[[], tuple[bool, dict[str, Any]]]
+#: A probe's answer: (passing, detail for the JSON body).
+Probe = Callable[[], tuple[bool, dict[str, Any]]]
+Readiness = Probe
+
+
+def _alive() -> tuple[bool, dict[str, Any]]:
+    return True, {}
+
 
 _MAX_HEAD = 8192
 _TIMEOUT = 5.0
@@ -36,11 +46,12 @@ _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Al
 class HttpServer:
     """Serves ``/metrics``, ``/healthz`` and ``/readyz``. ``port=0`` picks a free port (see ``port``)."""
 
-    def __init__(self, host: str, port: int, metrics: Metrics, readiness: Readiness) -> None:
+    def __init__(self, host: str, port: int, metrics: Metrics, readiness: Probe, liveness: Probe = _alive) -> None:
         self.host = host
         self._port = port
         self.metrics = metrics
         self.readiness = readiness
+        self.liveness = liveness
         self._server: asyncio.Server | None = None
 
     @property
@@ -99,7 +110,9 @@ class HttpServer:
             body, ctype = self.metrics.exposition()
             return 200, body, ctype
         if path == "/healthz":
-            return 200, _json({"status": "alive"}), "application/json"
+            alive, detail = self.liveness()
+            doc = {"status": "alive" if alive else "stalled", **detail}
+            return (200 if alive else 503), _json(doc), "application/json"
         if path == "/readyz":
             ready, detail = self.readiness()
             doc = {"status": "ready" if ready else "not-ready", **detail}
@@ -124,4 +137,4 @@ def _json(doc: dict[str, Any]) -> bytes:
     return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
 
 
-__all__ = ["HttpServer", "Readiness"]
+__all__ = ["HttpServer", "Probe", "Readiness"]

@@ -32,6 +32,9 @@ metric                                         type       labels / meaning
 ``gatekeeper_committed_offset``                gauge      topic, partition: the last committed offset
 ``gatekeeper_assigned_partitions``             gauge      partitions assigned to this instance
 ``gatekeeper_ready``                           gauge      1 when Kafka and Redis answer and the group is joined
+``gatekeeper_work_loop_stalled_seconds``       gauge      seconds since the work loop last turned (each batch, poll
+                                                          or retry); ``/healthz`` fails past ``http.stall_seconds``
+                                                          while partitions have lag
 ``gatekeeper_info``                            gauge      version: always 1
 ``gatekeeper_open_handoffs``                   gauge      route: open handoffs on the input partitions this instance
                                                           holds (sum over instances for the route's total)
@@ -140,6 +143,9 @@ class Metrics:
         )
         self.assigned = Gauge("gatekeeper_assigned_partitions", "Partitions assigned.", registry=r)
         self.ready = Gauge("gatekeeper_ready", "1 when ready.", registry=r)
+        self.stalled = Gauge(
+            "gatekeeper_work_loop_stalled_seconds", "Seconds since the work loop last turned.", registry=r
+        )
         self.info = Gauge("gatekeeper_info", "The gatekeeper's version.", ["version"], registry=r)
         self.info.labels(version=__version__).set(1)
         self.open_handoffs = Gauge(

@@ -321,7 +321,13 @@ class Gatekeeper:
         self._next_probe = 0.0
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
-        self.http = HttpServer(settings.http.host, settings.http.port, self.metrics, self.readiness) if http else None
+        self._turned = time.monotonic()  # when the work loop last turned (liveness)
+        self.metrics.stalled.set_function(self._stalled_for)
+        self.http = (
+            HttpServer(settings.http.host, settings.http.port, self.metrics, self.readiness, self.liveness)
+            if http
+            else None
+        )
         self._sweep_task: asyncio.Task[None] | None = None
         # the records the gatekeeper writes in its own name: the sweeper's cancels and alerts, the breaker's alerts
         self._publisher = KafkaPublisher(self.settings.kafka, self._ensure_producer, on_failure=self._reset_producer)
@@ -374,6 +380,47 @@ class Gatekeeper:
         if self._routes_paused:
             detail["routes_paused"] = sorted(self._routes_paused)
         return True, detail
+
+    def _stalled_for(self) -> float:
+        """Seconds since the work loop last turned, while it is running (0 before it starts and after it ends)."""
+        if self._work is None or self._work.done():
+            return 0.0
+        return max(0.0, time.monotonic() - self._turned)
+
+    def _lagging(self) -> list[str]:
+        """The assigned partitions whose committed offset is behind the high watermark (records not consumed yet,
+        or consumed and not finished: in flight or held), as ``topic/partition``."""
+        if self._consumer is None:
+            return []
+        out = []
+        for tp in self._assigned:
+            hw = self._consumer.highwater(_tp(tp))
+            if hw is None:
+                continue
+            done = self._watermarks.last_committed(tp)
+            if done is None:
+                done = self._watermarks.next_offset(tp)
+            if hw > (done or 0):
+                out.append(f"{tp[0]}/{tp[1]}")
+        return sorted(out)
+
+    def liveness(self) -> tuple[bool, dict[str, Any]]:
+        """(alive, detail) for ``/healthz``: not alive when the work loop has not turned for ``http.stall_seconds``
+        while it holds partitions with lag. A loop that turns while it retries an unavailable Kafka or Redis is
+        alive (``/readyz`` reports that): restarting would not bring the service back."""
+        limit = self.settings.http.stall_seconds
+        stalled = self._stalled_for()
+        if limit <= 0 or stalled < limit:
+            return True, {}
+        lagging = self._lagging()
+        if not lagging:
+            return True, {}
+        return False, {
+            "reason": "the work loop has not turned while partitions have lag",
+            "stalled_seconds": round(stalled, 1),
+            "stall_seconds": limit,
+            "lagging": lagging[:20],
+        }
 
     async def run(self) -> None:
         """Run until stopped. Raises ``Unavailable`` when Kafka or Redis cannot be reached within the startup time,
@@ -500,6 +547,7 @@ class Gatekeeper:
     async def _work_loop(self) -> None:
         try:
             while not self._stop.is_set():
+                self._turned = time.monotonic()
                 if self._batch is not None:
                     await self._backoff_wait()
                     if self._stop.is_set():
