@@ -1,0 +1,44 @@
+# syntax=docker/dockerfile:1
+# The rogerwilco gatekeeper's image: `docker build -t rogerwilco-gatekeeper .` from the repository's root.
+#
+#   docker run --rm -v "$PWD/gk.yaml:/etc/gatekeeper/gatekeeper.yaml:ro" -p 9108:9108 rogerwilco-gatekeeper
+#   docker run --rm rogerwilco-gatekeeper check --help            (any CLI command: the entrypoint is `gatekeeper`)
+#
+# Two stages: "build" makes a virtual environment with the project and its pinned runtime dependencies
+# (deploy/image/constraints.txt); the final stage copies only that environment onto a slim Python, with no pip
+# cache, no compiler and no source tree, and runs as an unprivileged user (uid 10001) that can write only /tmp.
+# The HTTP server (metrics, /healthz, /readyz) listens on 0.0.0.0:9108 in the container (GK_HTTP__HOST).
+
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY deploy/image/constraints.txt deploy/image/constraints.txt
+COPY rwcore rwcore
+COPY gatekeeper gatekeeper
+RUN python -m venv /opt/gatekeeper \
+    && /opt/gatekeeper/bin/pip install --no-cache-dir --constraint deploy/image/constraints.txt /src \
+    && /opt/gatekeeper/bin/gatekeeper version
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="rogerwilco gatekeeper" \
+      org.opencontainers.image.description="Enforces the RW1 handoff protocol between AI agents on Kafka" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --system --gid 10001 gatekeeper \
+    && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin gatekeeper
+COPY --from=build /opt/gatekeeper /opt/gatekeeper
+ENV PATH=/opt/gatekeeper/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    GK_HTTP__HOST=0.0.0.0 \
+    GK_LOG_FORMAT=json
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 9108
+ENTRYPOINT ["gatekeeper"]
+CMD ["run", "--config", "/etc/gatekeeper/gatekeeper.yaml"]
