@@ -482,6 +482,15 @@ def build() -> dm.Dashboard:
     )
     d = d.with_panel(
         series(
+            "Work loop stalled",
+            "Seconds since each instance's work loop last turned (a batch, a poll or a retry). /healthz fails past "
+            "http.stall_seconds while partitions have lag.",
+            refs((f"max by (instance) (gatekeeper_work_loop_stalled_seconds{{{INST}}})", "{{instance}}")),
+            unit="s",
+        )
+    )
+    d = d.with_panel(
+        series(
             "Held lines and hold pressure",
             "Lines in the hold buffer (replies waiting for their handoff), and 1 while a route's held lines are at "
             "a bound.",
