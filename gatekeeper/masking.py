@@ -17,14 +17,16 @@ What is masked:
 - free text: the same, against the sensitive values collected from the line and its problems.
 
 The record itself is never masked: the forwarded or dead-lettered value stays whole (replay needs it). Masking is
-for the text the gatekeeper adds beside it.
+for the text the gatekeeper adds beside it, and for what the operator's commands print (``gatekeeper check``,
+``records get``, ``handoffs show``; ``--unmasked`` shows the values in full where a command offers it).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from rwcore import Problem
 
@@ -134,10 +136,27 @@ def masker_for(line: str | bytes | None, problems: Iterable[Problem] = (), slots
     return m.learn_problems(problems)
 
 
+def mask_values(values: Mapping[str, Any], slots: Collection[str] = ()) -> dict[str, Any]:
+    """A record's values (or its ``resolved`` values) with the sensitive ones masked: a string as ``mask_value``
+    does, a list element by element; every other value is kept as it is."""
+    sensitive = DEFAULT_SENSITIVE | frozenset(slots)
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        if k not in sensitive:
+            out[k] = v
+        elif isinstance(v, str):
+            out[k] = _mask_list(v)
+        elif isinstance(v, list | tuple):
+            out[k] = [mask_value(str(x)) for x in v]
+        else:
+            out[k] = mask_value(str(v))
+    return out
+
+
 def mask_line(line: str | bytes, slots: Collection[str] = ()) -> str:
     """A line as it may appear in a log, a header or an alert."""
     text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
     return masker_for(text, (), slots).text(text)
 
 
-__all__ = ["DEFAULT_SENSITIVE", "MASK", "Masker", "mask_line", "mask_value", "masker_for"]
+__all__ = ["DEFAULT_SENSITIVE", "MASK", "Masker", "mask_line", "mask_value", "mask_values", "masker_for"]

@@ -26,6 +26,27 @@ import os
 import sys
 
 import typer
+import typer.core
+
+
+def _flags_take_no_placeholder() -> None:
+    """A flag takes no value, so ``--help`` shows no value placeholder after it. Typer's rich help writes the type
+    (``--dry-run <bool>``, ``--help -h <bool>``) where its plain help, and click's, write nothing."""
+    option = getattr(typer.core, "TyperOption", None)
+    shown = getattr(option, "display_type_rich", None)
+    if option is None or shown is None or getattr(shown, "_gk_flags", False):
+        return
+
+    def display_type_rich(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+        if self.is_flag or self.count:
+            return None
+        return shown(self, ctx)  # type: ignore[no-any-return]
+
+    display_type_rich._gk_flags = True  # type: ignore[attr-defined]
+    option.display_type_rich = display_type_rich
+
+
+_flags_take_no_placeholder()
 
 app = typer.Typer(
     name="gatekeeper",

@@ -32,6 +32,7 @@ from gatekeeper.cli.common import (
     stdout_is_tty,
 )
 from gatekeeper.config import Settings
+from gatekeeper.masking import masker_for
 from gatekeeper.policy import Decision, Mode, Record, RoutePolicy, Verdict
 from gatekeeper.processor import Line, Processor
 from gatekeeper.records import load_records_file
@@ -58,6 +59,10 @@ EPILOG = """\
 
 A plain FILE is one conversation: one RW1 line per line, in order; blank lines and lines starting with # are
 skipped. A file whose first non-blank character is [cyan]{[/cyan] is read as JSON lines.
+
+Sensitive values (acct, prev, addr, and those the profile lists) are masked in what is printed, the lines
+included, as in the gatekeeper's headers and logs ([cyan]acct=****2938[/cyan]); [cyan]--unmasked[/cyan] prints
+them in full (the verdicts are the same either way: the check itself always sees the whole values).
 
 Exit status: 0 every line forwarded, 1 any line dead-lettered or alerted, 2 usage error (missing file, bad --now,
 bad records file, unknown profile or route).
@@ -156,13 +161,20 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def outcome(ln: InputLine, d: Decision) -> dict[str, Any]:
-    """One input line's outcome as the JSON object ``--format jsonl`` prints."""
+def outcome(ln: InputLine, d: Decision, sensitive: frozenset[str] | None = None) -> dict[str, Any]:
+    """One input line's outcome as the JSON object ``--format jsonl`` prints. With ``sensitive`` (the profile's
+    sensitive slots), its sensitive values are masked as the daemon masks its headers: the line's, and the problems'
+    expected and got (and wherever those occur in a message)."""
     msg = d.message
+    problems, notes = d.problems, d.notes
+    text = ln.text
+    if sensitive is not None:
+        m = masker_for(text, (*problems, *notes), sensitive)
+        text, problems, notes = m.text(text), m.problems(problems), m.problems(notes)
     return {
         "lineno": ln.lineno,
         "conversation": ln.conversation,
-        "line": ln.text,
+        "line": text,
         "id": None if msg is None else msg.id,
         "type": None if msg is None else msg.type,
         "verdict": d.verdict.value,
@@ -170,8 +182,8 @@ def outcome(ln: InputLine, d: Decision) -> dict[str, Any]:
         "check": d.check,
         "alert": d.alerts,
         "repeated": d.repeated,
-        "problems": [p.to_dict() for p in d.problems],
-        "notes": [n.to_dict() for n in d.notes],
+        "problems": [p.to_dict() for p in problems],
+        "notes": [n.to_dict() for n in notes],
     }
 
 
@@ -224,7 +236,7 @@ def check(
     file: Annotated[Path, typer.Argument(metavar="FILE", help="RW1 lines, or JSON lines {key, line}.")],
     records: Annotated[
         Path | None,
-        typer.Option("--records", "-r", metavar="RECORDS.json", help="The approved records (JSON or JSON lines)."),
+        typer.Option("--records", metavar="RECORDS.json", help="The approved records (JSON or JSON lines)."),
     ] = None,
     profile: Annotated[
         str | None, typer.Option("--profile", "-p", help=f"The route's profile \\[default: {DEFAULT_PROFILE}].")
@@ -241,8 +253,12 @@ def check(
     ] = None,
     route: Annotated[
         str | None,
-        typer.Option("--route", metavar="NAME", help="Check as a configured route (its input topic) would."),
+        typer.Option("--route", "-r", metavar="ROUTE", help="Check as a configured route (its input topic) would."),
     ] = None,
+    unmasked: Annotated[
+        bool,
+        typer.Option("--unmasked", help="Print sensitive values (acct, prev, addr...) in full instead of ****2938."),
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
     """Decide every line of FILE exactly as the gatekeeper would, offline, against the records.
@@ -268,7 +284,8 @@ def check(
         with cli_errors():
             approved = load_records_file(records, policy.profile)
     decisions = run(decide_lines(lines, approved, policy, at))
-    rows = [outcome(ln, d) for ln, d in zip(lines, decisions, strict=True)]
+    sensitive = None if unmasked else frozenset(policy.profile.sensitive)
+    rows = [outcome(ln, d, sensitive) for ln, d in zip(lines, decisions, strict=True)]
     fmt = output_format or ("table" if stdout_is_tty() else "jsonl")
     if fmt == "jsonl":
         for row in rows:

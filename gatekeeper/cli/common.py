@@ -2,14 +2,24 @@
 
 Exit codes (the same for every command)::
 
-    0  done; for ``check``: every line forwarded
-    1  done, with a finding: a line dead-lettered or alerted, a record refused, nothing found
+    0  done; an empty list is an answer, not an error (``handoffs list``: "no open handoffs on route R" on stdout,
+       ``[]`` with --json); for ``check``: every line forwarded
+    1  done, with a finding: a line dead-lettered or alerted (``check``), a line still failing (``replay``), a record
+       refused (``records load``), a configured topic missing (``topics describe``, ``status``), the one thing asked
+       for not there (``records get ITEM``, ``handoffs show CONV ID``)
     2  usage: a bad option, a missing or malformed file, a bad configuration, an unknown profile or route
-    3  a service is unavailable: Redis cannot be reached or answered with an error (retry later)
+    3  a service is unavailable: Kafka or Redis cannot be reached or answered with an error (retry later)
 
-Errors are printed as ``gatekeeper: error: <what>`` on stderr, never as a traceback: ``cli_errors()`` maps the
-errors a command can meet (ConfigError, RecordsError, StoreError, rwcore's FormError, redis-py's errors, and
-``gatekeeper.admin``'s KafkaUnavailable (exit 3) and TopicError (exit 2)) to a line and an exit code.
+Results go to stdout. Errors are printed as ``gatekeeper: error: <what>`` on stderr, never as a traceback:
+``cli_errors()`` maps the errors a command can meet (ConfigError, RecordsError, StoreError, rwcore's FormError,
+redis-py's errors, and ``gatekeeper.admin``'s KafkaUnavailable (exit 3) and TopicError (exit 2)) to a line and an
+exit code. A lookup that finds nothing says so as ``gatekeeper: <what>`` on stderr (``not_found``), exit 1.
+
+Short options mean one thing in every command: ``-c`` --config, ``-r`` --route, ``-p`` --profile, ``-a`` --ask,
+``-f`` --format, ``-y`` --yes, ``-h`` --help. Every other option is long only.
+
+Sensitive values (acct, prev, addr, and those a profile lists) are masked in what the commands print, as in the
+daemon's headers and logs (``****2938``); the commands that print records or lines take ``--unmasked``.
 """
 
 from __future__ import annotations
@@ -54,6 +64,27 @@ def fail(message: str, code: int = EXIT_FINDING) -> NoReturn:
     """Print ``message`` as an error on stderr and exit with ``code``."""
     typer.echo(f"gatekeeper: error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def not_found(message: str) -> NoReturn:
+    """The one thing a command was asked for is not there (``records get ITEM``, ``handoffs show CONV ID``): a
+    finding, exit 1, said on stderr as what it is, not as an error."""
+    typer.echo(f"gatekeeper: {message}", err=True)
+    raise typer.Exit(EXIT_FINDING)
+
+
+def sensitive_slots(settings: Settings) -> frozenset[str]:
+    """The slots whose values the operator's commands mask: the defaults (acct, prev, addr) and every slot a
+    configured route's profile lists as sensitive."""
+    from gatekeeper.masking import DEFAULT_SENSITIVE
+
+    slots = set(DEFAULT_SENSITIVE)
+    for route in settings.routes:
+        try:
+            slots |= get_profile(route.profile, extra_dirs=settings.all_profile_dirs()).sensitive
+        except FormError:
+            continue
+    return frozenset(slots)
 
 
 def warn(message: str) -> None:

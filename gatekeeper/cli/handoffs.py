@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from gatekeeper.cli import app
-from gatekeeper.cli.common import EXIT_FINDING, EXIT_USAGE, ConfigOption, cli_errors, fail, run, settings_from
+from gatekeeper.cli.common import EXIT_USAGE, ConfigOption, cli_errors, fail, not_found, run, settings_from
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.outcomes import iso
 from gatekeeper.policy import ConversationState
@@ -47,8 +47,9 @@ Neither flag: both. --conversation: every handoff of it.
 
 --route is needed with --conversation when several routes are
 configured; without --conversation, leaving it out lists them all.
-Exit status 1 when nothing is listed, 2 on a usage error, 3 when
-Redis cannot be reached.
+Exit status 0 (an empty list is an answer: "no open handoffs on
+route R"; --json prints []), 2 on a usage error, 3 when Redis
+cannot be reached.
 """
 
 SHOW_EPILOG = """\
@@ -70,7 +71,9 @@ seen, or expired after retention), 3 when Redis cannot be reached.
 """
 
 
-RouteOption = Annotated[str | None, typer.Option("--route", "-r", metavar="R", help="The route, by its input topic.")]
+RouteOption = Annotated[
+    str | None, typer.Option("--route", "-r", metavar="ROUTE", help="The route, by its input topic.")
+]
 
 
 def _route_for(settings: Settings, name: str | None, *, required: bool) -> Route | None:
@@ -219,7 +222,7 @@ def list_(
         str | None, typer.Option("--conversation", metavar="C", help="Only this conversation (its whole state).")
     ] = None,
     route: Annotated[
-        str | None, typer.Option("--route", "-r", metavar="R", help="The route (its input topic).")
+        str | None, typer.Option("--route", "-r", metavar="ROUTE", help="The route (its input topic).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
     config: ConfigOption = None,
@@ -233,12 +236,22 @@ def list_(
     rows = run(_list(settings, routes, conversation, open_, expired, time.time()))
     if as_json:
         typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
-    else:
+    elif rows:
         _print_table(rows)
-    if not rows:
-        what = "open " if open_ else ("expired " if expired else "")
-        where = f" in conversation {conversation}" if conversation is not None else ""
-        fail(f"no {what}handoffs{where}", EXIT_FINDING)
+    else:  # an empty list is an answer, not an error
+        typer.echo(nothing_listed(routes, conversation, open_, expired))
+
+
+def nothing_listed(routes: list[Route], conversation: str | None, open_: bool, expired: bool) -> str:
+    """What ``list`` says when it lists nothing: which handoffs, where."""
+    what = "open " if open_ else ("expired " if expired else "")
+    if conversation is None and not open_ and not expired:
+        what = "open or expired "
+    names = ", ".join(r.input for r in routes)
+    where = f"on route{'s' if len(routes) != 1 else ''} {names}"
+    if conversation is not None:
+        where = f"in conversation {conversation} {where}"
+    return f"no {what}handoffs {where}"
 
 
 async def _list(
@@ -312,7 +325,7 @@ def show(
     conversation: Annotated[str, typer.Argument(metavar="CONV", help="The conversation (the record key).")],
     handoff: Annotated[str, typer.Argument(metavar="ID", help="The HO's id, e.g. scheduler-1.")],
     route: Annotated[
-        str | None, typer.Option("--route", "-r", metavar="R", help="The route (its input topic).")
+        str | None, typer.Option("--route", "-r", metavar="ROUTE", help="The route (its input topic).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     config: ConfigOption = None,
@@ -323,14 +336,11 @@ def show(
     assert chosen is not None
     found = run(_show(settings, chosen, conversation, handoff, time.time()))
     if found is None:
-        fail(
-            f"no conversation {conversation} on route {chosen.input} (never seen, or expired after retention)",
-            EXIT_FINDING,
-        )
+        not_found(f"no conversation {conversation} on route {chosen.input} (never seen, or expired after retention)")
     state, intent = found
     if handoff not in state.handoffs:
         known = ", ".join(sorted(state.handoffs)) or "none"
-        fail(f"no forwarded handoff {handoff} in conversation {conversation} (its handoffs: {known})", EXIT_FINDING)
+        not_found(f"no forwarded handoff {handoff} in conversation {conversation} (its handoffs: {known})")
     doc = describe(chosen, conversation, state, handoff, time.time())
     doc["thread"] = thread_of(state, handoff)
     for row in doc["thread"]:

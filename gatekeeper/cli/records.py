@@ -5,6 +5,7 @@ The records live in Redis (``redis.url`` of the configuration), keyed by (item, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,12 +19,15 @@ from gatekeeper.cli.common import (
     ConfigOption,
     cli_errors,
     fail,
+    not_found,
     profile_from,
     run,
+    sensitive_slots,
     settings_from,
     stdout_is_tty,
 )
 from gatekeeper.config import Settings
+from gatekeeper.masking import mask_values
 from gatekeeper.policy import Record, RecordKey
 from gatekeeper.records import load_records_file
 from gatekeeper.redis_store import RedisStore
@@ -59,7 +63,9 @@ GET_EPILOG = """\
   [cyan]gatekeeper records get inv:MD-2026-057 --ask PAY --json[/cyan]
 
 Shows each record with its exec binding (the handoff it is bound to, [cyan]<conversation>/<HO id>[/cyan]).
-Exit status 1 when there is no record.
+Sensitive values (acct, prev, addr, and those the configured routes' profiles list) are masked as everywhere
+else ([cyan]acct=****2938[/cyan]); [cyan]--unmasked[/cyan] shows them in full, e.g. to compare with the approving
+system. Exit status 1 when there is no record.
 """
 
 DELETE_EPILOG = """\
@@ -133,18 +139,29 @@ def get(
     item: Annotated[str, typer.Argument(metavar="ITEM", help="The item, e.g. inv:MD-2026-057.")],
     ask: Annotated[str | None, typer.Option("--ask", "-a", help="Only the record for this ask.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list (records with their binding).")] = False,
+    unmasked: Annotated[
+        bool,
+        typer.Option("--unmasked", help="Show sensitive values (acct, prev, addr...) in full instead of ****2938."),
+    ] = False,
     config: ConfigOption = None,
 ) -> None:
     """Show the records of ITEM (every ask, or one with --ask) and their exec bindings."""
     settings = settings_from(config)
     found = run(_get(settings, item, ask))
+    if not unmasked:
+        slots = sensitive_slots(settings)
+        found = [(_masked(r, slots), b) for r, b in found]
     if as_json:
         typer.echo(json.dumps([{**r.to_dict(), "binding": b} for r, b in found], ensure_ascii=False, indent=2))
     else:
         for r, b in found:
             typer.echo(_describe(r, b, stdout_is_tty()))
     if not found:
-        fail(f"no record for {_item_ask(item, ask)}", EXIT_FINDING)
+        not_found(f"no record for {_item_ask(item, ask)}")
+
+
+def _masked(r: Record, slots: frozenset[str]) -> Record:
+    return dataclasses.replace(r, values=mask_values(r.values, slots), resolved=mask_values(r.resolved, slots))
 
 
 async def _get(settings: Settings, item: str, ask: str | None) -> list[tuple[Record, str | None]]:
@@ -182,7 +199,7 @@ def delete(
     settings = settings_from(config)
     found = run(_get(settings, item, ask))
     if not found:
-        fail(f"no record for {_item_ask(item, ask)}", EXIT_FINDING)
+        not_found(f"no record for {_item_ask(item, ask)}")
     if not yes:
         if not stdout_is_tty():
             fail("not a terminal: confirm the deletion with --yes", EXIT_USAGE)

@@ -16,7 +16,17 @@ import typer
 from gatekeeper.admin import group_lag, partition_offsets, plain_consumer
 from gatekeeper.cli import app
 from gatekeeper.cli._out import console
-from gatekeeper.cli.common import EXIT_UNAVAILABLE, EXIT_USAGE, ConfigOption, cli_errors, fail, run, settings_from
+from gatekeeper.cli.common import (
+    EXIT_FINDING,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    ConfigOption,
+    cli_errors,
+    fail,
+    run,
+    settings_from,
+)
+from gatekeeper.cli.topics import missing_topics, missing_topics_message
 from gatekeeper.config import Route, Settings
 
 EPILOG = """\
@@ -31,7 +41,9 @@ dead-letter topic now; [cyan]gatekeeper replay[/cyan] re-drives them, retention 
 (from the handoff lifecycle's index in Redis; "unknown" when no index is kept; the handoffs themselves:
 [cyan]gatekeeper handoffs list --open[/cyan]).
 
-Exit status: 0 done, 2 bad configuration or unknown route, 3 Kafka or Redis unreachable.
+Exit status: 0 done, 1 a route's topic is missing (named, at once, as [cyan]gatekeeper topics describe[/cyan] names
+it; [cyan]gatekeeper topics create[/cyan] creates it), 2 bad configuration or unknown route, 3 Kafka or Redis
+unreachable.
 """
 
 
@@ -52,6 +64,9 @@ def status(
         fail("routes: no route configured (see config/gatekeeper.example.yaml)", EXIT_USAGE)
     with cli_errors():
         routes = list(settings.routes) if route is None else [settings.route(route)]
+    missing = run(missing_topics(settings, routes, timeout))
+    if missing:  # said at once, as topics describe says it (status would otherwise wait for their metadata)
+        fail(missing_topics_message(missing, config), EXIT_FINDING)
     report = run(_status(settings, routes, timeout))
     if as_json:
         typer.echo(json.dumps(report, indent=2))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -43,7 +44,8 @@ DESCRIBE_EPILOG = """\
   [cyan]gatekeeper topics describe --route agents.pay --json[/cyan]
 
 Shows, per topic: its route and kind, whether it exists, partitions, replication factor and retention.ms,
-cleanup.policy, max.message.bytes and min.insync.replicas. Exit status 1 when a configured topic is missing.
+cleanup.policy, max.message.bytes and min.insync.replicas. Exit status 1 when a configured topic is missing (each is
+named, with the command that creates them).
 """
 
 
@@ -76,7 +78,7 @@ TimeoutOption = Annotated[
 
 @topics_app.command("create", epilog=CREATE_EPILOG)
 def create(
-    partitions: Annotated[int, typer.Option("--partitions", "-p", min=1, help="Partitions of each new topic.")] = 3,
+    partitions: Annotated[int, typer.Option("--partitions", min=1, help="Partitions of each new topic.")] = 3,
     replication_factor: Annotated[
         int, typer.Option("--replication-factor", min=1, help="Replicas of each new topic (3 in production).")
     ] = 1,
@@ -161,4 +163,17 @@ def describe(
         console().print(table)
     missing = [str(r["topic"]) for r in rows if not r["exists"]]
     if missing:
-        fail(f"{len(missing)} topic(s) missing: {', '.join(missing)} (gatekeeper topics create)", EXIT_FINDING)
+        fail(missing_topics_message(missing, config), EXIT_FINDING)
+
+
+async def missing_topics(settings: Settings, routes: list[Route], timeout: float) -> list[str]:
+    """The routes' topics (input, output, dead_letter, alerts) the broker does not have, in configuration order."""
+    wanted = [t.name for t in route_topics(settings, routes)]
+    info = await describe_topics(settings.kafka, wanted, timeout)
+    return [n for n in dict.fromkeys(wanted) if not info[n].exists]
+
+
+def missing_topics_message(missing: list[str], config: Path | None) -> str:
+    """One line naming the missing topics and the command that creates them."""
+    fix = "gatekeeper topics create" + ("" if config is None else f" -c {config}")
+    return f"{len(missing)} topic(s) missing: {', '.join(missing)} (create them with: {fix})"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,13 @@ async def test_topics_create_is_idempotent_and_status_reports_lag_and_dead_lette
     try:
         missing = await _cli("topics", "describe", "-c", c)
         assert missing.exit_code == 1 and "4 topic(s) missing" in missing.stderr
+        started = time.monotonic()
+        no_topics = await _cli("status", "-c", c, "--timeout", "20")  # at once, not after the timeout
+        assert time.monotonic() - started < 10
+        assert no_topics.exit_code == missing.exit_code == 1 and no_topics.stdout == ""
+        names = f"{base}, {base}.checked, {base}.dlq, {base}.alerts"
+        said = f"gatekeeper: error: 4 topic(s) missing: {names} (create them with: gatekeeper topics create -c {c})\n"
+        assert no_topics.stderr == missing.stderr == said
         created = await _cli(
             "topics", "create", "-c", c, "--partitions", "2", "--set", "retention.ms=3600000",
             "--dead-letter-set", "retention.ms=7200000",

@@ -423,9 +423,15 @@ def test_records_commands(redis_url: str, redis_client: Any, prefix: str, tmp_pa
     res = runner.invoke(app, ["records", "get", "inv:MD-2026-057", "--json"], env=env)
     assert res.exit_code == 0, res.output
     [shown] = json.loads(res.stdout)
-    assert shown["values"]["acct"] == "40-12-88/61102938" and shown["binding"] is None
+    assert shown["values"]["acct"] == "****2938" and shown["binding"] is None  # masked, as everywhere else
+    assert shown["values"]["amt"] == RECORD.values["amt"]
+    res = runner.invoke(app, ["records", "get", "inv:MD-2026-057", "--json", "--unmasked"], env=env)
+    [shown] = json.loads(res.stdout)
+    assert res.exit_code == 0 and shown["values"]["acct"] == "40-12-88/61102938"
 
     res = runner.invoke(app, ["records", "get", "sup:marlow"], env=env)
+    assert res.exit_code == 0 and "prev=****9284" in res.stdout and "33019284" not in res.stdout
+    res = runner.invoke(app, ["records", "get", "sup:marlow", "--unmasked"], env=env)
     assert res.exit_code == 0 and "prev=20-45-17/33019284" in res.stdout
 
     res = runner.invoke(app, ["records", "delete", "inv:MD-2026-057"], env=env)
@@ -433,7 +439,8 @@ def test_records_commands(redis_url: str, redis_client: Any, prefix: str, tmp_pa
     res = runner.invoke(app, ["records", "delete", "inv:MD-2026-057", "--ask", "PAY", "--yes"], env=env)
     assert res.exit_code == 0 and "deleted 1 record" in res.stdout
     res = runner.invoke(app, ["records", "get", "inv:MD-2026-057"], env=env)
-    assert res.exit_code == 1 and "no record for item inv:MD-2026-057" in res.stderr
+    assert res.exit_code == 1  # a finding: the one thing asked for is not there, said as such (not as an error)
+    assert res.stderr == "gatekeeper: no record for item inv:MD-2026-057\n" and res.stdout == ""
 
 
 def test_records_commands_with_redis_down(tmp_path: Any) -> None:

@@ -52,8 +52,10 @@ def test_the_seed_payment_flow_is_forwarded(tmp_path: Path) -> None:
     ]
     assert [r["lineno"] for r in rows] == [2, 3, 5, 6]  # comments and blank lines skipped, positions kept
     assert {r["conversation"] for r in rows} == {"check"}
-    assert rows[0]["line"] == HO
+    assert rows[0]["line"] == HO.replace("acct=40-12-88/61102938", "acct=****2938")  # masked, as in the headers
     assert all(r["problems"] == [] and isinstance(r["notes"], list) for r in rows)
+    unmasked = _check(tmp_path, text, "--records", RECORDS, "--now", NOW, "--format", "jsonl", "--unmasked")
+    assert unmasked.exit_code == 0 and _rows(unmasked)[0]["line"] == HO
 
 
 def test_jsonl_is_the_default_when_stdout_is_not_a_terminal(tmp_path: Path) -> None:
@@ -69,6 +71,17 @@ def test_a_swapped_digit_in_the_account_is_dead_lettered(tmp_path: Path) -> None
     assert (row["verdict"], row["reason"], row["check"]) == ("dead-letter", "check-ho", "check_ho")
     [problem] = row["problems"]
     assert problem["slot"] == "acct"
+    assert problem["expected"] == "****2938" and problem["got"] == "****2983"
+    assert problem["message"] == "record: acct mismatch: record ****2938 vs HO ****2983"
+    assert "61102938" not in result.stdout and "61102983" not in result.stdout
+
+
+def test_unmasked_prints_the_values_in_full(tmp_path: Path) -> None:
+    result = _check(tmp_path, SWAPPED + "\n", "--records", RECORDS, "--now", NOW, "--unmasked", "-f", "jsonl")
+    assert result.exit_code == 1  # the same verdict: the check always sees the whole values
+    [row] = _rows(result)
+    [problem] = row["problems"]
+    assert row["line"] == SWAPPED
     assert problem["expected"] == "40-12-88/61102938" and problem["got"] == "40-12-88/61102983"
     assert problem["message"] == "record: acct mismatch: record 40-12-88/61102938 vs HO 40-12-88/61102983"
 
@@ -88,7 +101,7 @@ def test_the_table_format(tmp_path: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["LINE", "ID", "TYPE", "VERDICT", "REASON"]
     assert lines[1].split() == ["1", "scheduler-1", "HO", "dead-letter", "check-ho"]
-    assert "! record-mismatch: record: acct mismatch" in lines[2]
+    assert lines[2].strip() == "! record-mismatch: record: acct mismatch: record ****2938 vs HO ****2983"
     assert lines[-1] == "1 line: 0 forwarded, 1 dead-lettered, 0 alerted"
     assert "\x1b[" not in result.stdout  # no colour when not on a terminal
 

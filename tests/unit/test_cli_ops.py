@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer.main
 import yaml
 from typer.testing import CliRunner, Result
 
@@ -85,6 +87,58 @@ def test_the_top_level_help_lists_the_commands() -> None:
     result = cli("--help")
     for name in ("run", "check", "replay", "records", "topics", "status", "legend", "version", "rw", "demo"):
         assert f" {name} " in result.stdout
+
+
+def _commands() -> list[tuple[list[str], Any]]:
+    """Every command of the tree (click commands, as typer builds them) with its path (``[]``: the top level)."""
+    out: list[tuple[list[str], Any]] = []
+
+    def walk(path: list[str], cmd: Any) -> None:
+        out.append((path, cmd))
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk([*path, name], sub)
+
+    walk([], typer.main.get_command(app))
+    return out
+
+
+def _options(cmd: Any) -> list[Any]:
+    return [p for p in cmd.params if p.param_type_name == "option"]
+
+
+def test_flags_show_no_value_placeholder_in_help() -> None:
+    """A flag takes no value: --help writes none after it (typer's rich help wrote ``--dry-run <bool>``)."""
+    flags = 0
+    for path, cmd in _commands():
+        if path == ["rw"]:  # the protocol's own help, passed through
+            continue
+        result = cli(*path, "--help")
+        assert result.exit_code == 0, (path, result.output)
+        assert "<bool>" not in result.stdout, path
+        for param in _options(cmd):
+            if not param.is_flag or not param.help:
+                continue
+            flags += 1
+            long = next(o for o in param.opts if o.startswith("--"))
+            row = next(ln for ln in result.stdout.splitlines() if f" {long} " in ln)
+            between = row.split(f" {long} ", 1)[1].split(param.help[:10], 1)[0]
+            assert between.split() in ([], *([s] for s in param.opts if not s.startswith("--"))), (path, row)
+    assert flags >= 10
+
+
+def test_a_short_option_means_one_thing_in_every_command() -> None:
+    meaning: dict[str, set[str]] = {}
+    for _, cmd in _commands():
+        for param in _options(cmd):
+            longs = {o for o in param.opts if o.startswith("--")}
+            for short in (o for o in param.opts if not o.startswith("--")):
+                meaning.setdefault(short, set()).update(longs)
+    assert {k: v for k, v in meaning.items() if len(v) != 1} == {}
+    assert (meaning["-r"], meaning["-p"], meaning["-c"]) == ({"--route"}, {"--profile"}, {"--config"})
+    check = next(cmd for path, cmd in _commands() if path == ["check"])
+    route = next(p for p in _options(check) if "--route" in p.opts)
+    records = next(p for p in _options(check) if "--records" in p.opts)
+    assert "-r" in route.opts and records.opts == ["--records"]
 
 
 # ---------------------------------------------------------------- legend, version, rw

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.masking import Masker, mask_line, mask_value, masker_for
+from gatekeeper.masking import Masker, mask_line, mask_value, mask_values, masker_for
 from rwcore import Problem
 
 ACCT = "40-12-88/61102938"
@@ -88,3 +88,12 @@ def test_short_values_are_not_learnt_so_ordinary_text_survives() -> None:
 def test_bytes_that_are_not_utf8_do_not_break_masking() -> None:
     out = mask_line(HO.encode() + b" // caf\xe9")
     assert ACCT not in out
+
+
+def test_mask_values_masks_a_records_sensitive_values_only() -> None:
+    values = {"ask": "PAY", "acct": ACCT, "amt": "5400.00", "iban": "GB29NWBK601613", "prev": [ACCT, LOOKALIKE]}
+    masked = mask_values(values, {"iban"})
+    assert masked == {"ask": "PAY", "acct": "****2938", "amt": "5400.00", "iban": "****1613",
+                      "prev": ["****2938", "****2983"]}  # fmt: skip
+    assert values["acct"] == ACCT  # the record itself is left as it is
+    assert mask_values({"acct": "a+b12345"}) == {"acct": "****+****45"}  # a +-joined list, part by part
