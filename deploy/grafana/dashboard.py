@@ -221,7 +221,7 @@ def build() -> dm.Dashboard:
     )
     d = d.with_panel(
         single(
-            "Open handoffs",
+            "Open handoffs now",
             "Open handoffs on the selected routes, summed over instances.",
             f"sum(gatekeeper_open_handoffs{{{ROUTE}}}) or vector(0)",
         )
@@ -330,7 +330,7 @@ def build() -> dm.Dashboard:
     d = d.with_row(db.Row("Handoffs"))
     d = d.with_panel(
         series(
-            "Open handoffs",
+            "Open handoffs by route",
             "Open handoffs per route, summed over the instances holding its partitions.",
             refs((f"sum by (route) (gatekeeper_open_handoffs{{{ROUTE}}})", "{{route}}")),
         )
