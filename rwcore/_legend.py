@@ -2,7 +2,9 @@
 
 Generated from the compiled profile, word for word as the reference generates it, once per (profile, lean).
 ``lean`` drops the comprehension-readback keys, the profile's described slots from the per-type lists and the core
-asks the profile does not use, for teams that use envelope echo only.
+asks the profile does not use, for teams that use envelope echo only; when that drops ``UNDO``, the sentence that
+tells agents to reverse a done report with ``ask=UNDO`` goes too (the one place a legend differs from the
+reference's: ``docs/rwcore-differences.md``).
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ _RB_FULL: Final = (
     "asm=<assumptions>; tail = the task in your own words. Code-side receivers add h=<digest of the HO>. Unknown "
     "code: reply UN why=UNK. Every reply carries re=."
 )
+_CLOSE_UNDO: Final = " A DN that does not match the plan is reversed with a new HO ask=UNDO ctx=<that DN id>."
 _CLOSE: Final = (
     "Every HO closes exactly once: DN, UN or FL from the receiver, or CX from the sender. On a CX, abandon anything "
     "prepared and answer AN val=Y; if the act already ran, send its DN instead. exp=YYYYMMDDTHHMMZ (UTC) is the "
-    "latest moment to act or confirm: never act on an HO, and never confirm a statement, past its exp. A DN that "
-    "does not match the plan is reversed with a new HO ask=UNDO ctx=<that DN id>."
+    "latest moment to act or confirm: never act on an HO, and never confirm a statement, past its exp." + _CLOSE_UNDO
 )
 _IDS: Final = (
     "Message ids are <yourname>-<n>, unique in the conversation. Readback level is set per handoff by the sender: "
@@ -74,7 +76,9 @@ def _build(prof: Profile, lean: bool) -> str:
             f"acc= constraint keys (closed set): {keys}. Values: no spaces, lowercase, e.g. len:120w lang:uk "
             "must:monday-problem no:em-dash."
         )
-    out.append(_CLOSE)
+    # The lean legend lists only the asks the profile uses; when UNDO is not among them, it does not tell agents to
+    # send one either (the reference keeps the sentence: docs/rwcore-differences.md, 9).
+    out.append(_CLOSE.removesuffix(_CLOSE_UNDO) if "UNDO" in hide else _CLOSE)
     out.append(_IDS)
     if prof.exec_map:
         out.append(_EXEC_HEAD + "; ".join(f"{k}: {' '.join(v)}" for k, v in prof.exec_map.items()) + _EXEC_TAIL)

@@ -10,6 +10,7 @@ the generated agent names and pinned in test_api.py.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -582,18 +583,43 @@ def test_compare_acc(
 # ---------------------------------------------------------------- legend and profiles
 
 
+UNDO_SENTENCE = " A DN that does not match the plan is reversed with a new HO ask=UNDO ctx=<that DN id>."
+
+
+def as_rwcore_writes_it(legend: str, lean: bool) -> str:
+    """The reference's legend with rwcore's one difference applied (docs/rwcore-differences.md, 9): a lean legend
+    whose asks do not list UNDO does not tell agents to send ``ask=UNDO``."""
+    asks = next(ln for ln in legend.splitlines() if ln.startswith("ask: "))
+    return legend.replace(UNDO_SENTENCE, "") if lean and "UNDO=" not in asks else legend
+
+
 @pytest.mark.parametrize("lean", [False, True])
 @pytest.mark.parametrize("profile", [p for p in PROFILES if p != "pay"])
 def test_legend_equals_reference(profile: str | None, lean: bool) -> None:
-    assert rw.legend(profile, lean) == ref.legend(profile, lean)
-    assert rw.legend(rw.get_profile(profile), lean=lean) == ref.legend(profile, lean)
+    want = as_rwcore_writes_it(ref.legend(profile, lean), lean)
+    assert rw.legend(profile, lean) == want
+    assert rw.legend(rw.get_profile(profile), lean=lean) == want
+    assert (want == ref.legend(profile, lean)) == (not lean or profile in (None, "pform"))  # who lists UNDO
 
 
 @pytest.mark.parametrize("lean", [False, True])
 def test_pay_legend_differs_only_in_the_agents(lean: bool) -> None:
-    ours, theirs = rw.legend("pay", lean), ref.legend("pay", lean)
+    ours, theirs = rw.legend("pay", lean), as_rwcore_writes_it(ref.legend("pay", lean), lean)
     assert ours != theirs
     assert ours == theirs.replace("Agents: auditor, extractor,", "Agents: auditor, coordinator, desk, extractor,")
+
+
+@pytest.mark.parametrize("lean", [False, True])
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_legend_names_only_the_asks_it_lists(profile: str | None, lean: bool) -> None:
+    """Every ``ask=X`` the legend tells an agent to send is one of the asks it lists (the lean legend of pay used
+    to drop UNDO from the list and still say "reversed with a new HO ask=UNDO")."""
+    text = rw.legend(profile, lean)
+    asks = next(ln for ln in text.splitlines() if ln.startswith("ask: "))
+    listed = set(re.findall(r"(?:^ask: |, )([A-Z][A-Z0-9]*)=", asks))
+    told = set(re.findall(r"\bask=([A-Z][A-Z0-9]*)", text))
+    assert told <= listed, (profile, lean, told - listed)
+    assert ("UNDO" in told) == ("UNDO" in listed)  # the reversal is taught exactly where UNDO is listed
 
 
 @pytest.mark.parametrize("profile", PROFILES)
