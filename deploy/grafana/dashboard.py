@@ -19,6 +19,8 @@ from pathlib import Path
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, timeseries
+from grafana_foundation_sdk.cog import builder as cog
+from grafana_foundation_sdk.cog import variants
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common
 from grafana_foundation_sdk.models import dashboard as dm
@@ -39,14 +41,17 @@ def q(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False) 
     return query.instant() if instant else query.range()
 
 
-def refs(*queries: tuple[str, str]) -> list[prometheus.Dataquery]:
+Targets = list[cog.Builder[variants.Dataquery]]
+
+
+def refs(*queries: tuple[str, str]) -> Targets:
     return [q(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)]
 
 
 def series(
     title: str,
     description: str,
-    targets: list[prometheus.Dataquery],
+    targets: Targets,
     unit: str = "short",
     stack: bool = False,
     width: int = 8,
@@ -133,14 +138,14 @@ def states(
     )
 
 
-def quantiles(metric: str, by: str = "route", selector: str = ROUTE) -> list[prometheus.Dataquery]:
+def quantiles(metric: str, by: str = "route", selector: str = ROUTE) -> Targets:
     def one(p: str) -> str:
         return f"histogram_quantile({p}, sum by (le, {by}) (rate({metric}_bucket{{{selector}}}[{RATE}])))"
 
     return refs((one("0.5"), "p50 {{" + by + "}}"), (one("0.99"), "p99 {{" + by + "}}"))
 
 
-def variables() -> list[db.DatasourceVariable | db.QueryVariable]:
+def variables() -> list[cog.Builder[dm.VariableModel]]:
     def label_values(name: str, label: str, query: str, regex_all: bool = True) -> db.QueryVariable:
         v = (
             db.QueryVariable(name)

@@ -182,11 +182,12 @@ def _rules() -> list[dict[str, Any]]:
 
 
 def _dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD_JSON.read_text(encoding="utf-8"))
+    doc: dict[str, Any] = json.loads(DASHBOARD_JSON.read_text(encoding="utf-8"))
+    return doc
 
 
 def _panels() -> list[dict[str, Any]]:
-    out = []
+    out: list[dict[str, Any]] = []
     for panel in _dashboard()["panels"]:
         out.extend(panel.get("panels", []) if panel["type"] == "row" else [panel])
     return out
@@ -513,7 +514,8 @@ def _wait(what: str, predicate: Any, timeout: float, interval: float = 0.5) -> A
 
 
 def _query(base: str, expr: str) -> dict[str, Any]:
-    return _api(base, "/api/v1/query", query=expr)
+    answer: dict[str, Any] = _api(base, "/api/v1/query", query=expr)
+    return answer
 
 
 def _values(answer: dict[str, Any], label: str) -> set[str]:
