@@ -33,6 +33,11 @@ memory (``DryRunStore``), no marker is written and nothing is produced. The repo
 Dead letters that cannot be replayed are counted as skipped with the reason: not a gatekeeper dead letter (no
 ``gk.original.topic``), an input topic no configured route reads, ``outcome-too-large`` (the output topic could not
 hold the forwarded record), or a value that was omitted to fit the dead-letter topic.
+
+**A conversation whose state is gone** (expired after ``redis.retention_seconds``, or deleted) is said so plainly:
+its dead letters are decided as the first lines of a new conversation (a readback's handoff is unknown now, whatever
+refused it then), so the report counts them apart ("its conversation has no state in Redis") instead of under a
+reason that was never theirs, and each such line carries ``state_gone``.
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ from gatekeeper.store import Loaded, Store, StoreError, Wants, claim_in_memory, 
 from rwcore import Problem
 
 CHUNK = 100  # dead letters decided per batch (one Redis load and one save each)
+STATE_GONE = "its conversation has no state in Redis (expired after retention, or deleted): decided as a new one"
 REPLAYED_HEADERS = ("gk.replayed.from.topic", "gk.replayed.from.partition", "gk.replayed.from.offset", "gk.replayed.at")
 
 
@@ -145,6 +151,7 @@ class ReplayedLine:
     problems: tuple[Problem, ...] = ()
     note: str | None = None
     output: tuple[str, int, int] | None = None  # where it was produced (topic, partition, offset)
+    state_gone: bool = False  # its conversation had no state in Redis at all (expired after retention, or deleted)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -180,12 +187,19 @@ class ReplayReport:
         return self.count(Status.STILL_FAILING) + self.count(Status.REQUEUED)
 
     def failing_by_reason(self) -> dict[str, int]:
+        """The lines that still fail, by reason; those whose conversation has no state are counted apart
+        (``state_gone``): their reason is the verdict on a conversation that starts with them, not the original's."""
         out: dict[str, int] = {}
         for ln in self.lines:
-            if ln.status in (Status.STILL_FAILING, Status.REQUEUED):
+            if ln.status in (Status.STILL_FAILING, Status.REQUEUED) and not ln.state_gone:
                 key = ln.reason or "?"
                 out[key] = out.get(key, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def state_gone(self) -> int:
+        """Lines that still fail and whose conversation had no state in Redis (expired after retention, deleted)."""
+        return sum(1 for ln in self.lines if ln.state_gone and ln.status in (Status.STILL_FAILING, Status.REQUEUED))
 
     def skipped_by_note(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -210,6 +224,7 @@ class ReplayReport:
             "already_forwarded": self.count(Status.ALREADY_FORWARDED),
             "skipped": self.count(Status.SKIPPED),
             "failing_by_reason": self.failing_by_reason(),
+            "state_gone": self.state_gone,
             "lines": [ln.to_dict() for ln in self.lines],
         }
 
@@ -420,6 +435,7 @@ class Replayer:
         self._markers = markers
         self._clock = clock
         self._timeout = timeout
+        self._had_state: dict[tuple[str, str], bool] = {}  # (route, conversation): had any state when first met
 
     def source_topic(self, route: str | None, from_topic: str | None) -> tuple[str, Route | None]:
         """The dead-letter topic to read, and the route it is limited to (``--route``)."""
@@ -461,6 +477,7 @@ class Replayer:
             owned_markers = self._store is None
         store: Store = DryRunStore(real_store) if dry_run else cast(Store, real_store)
         processors = {r.input: Processor(store, route_policy(r, self.settings)) for r in self.settings.routes}
+        self._had_state = {}
         producer = None
         try:
             async with plain_consumer(self.settings.kafka, self._timeout) as consumer:
@@ -491,7 +508,7 @@ class Replayer:
                             continue
                         items.append(item)
                     await self._replay_items(
-                        items, processors, producer, markers, limits, report, dry_run, requeue_failed
+                        items, processors, store, producer, markers, limits, report, dry_run, requeue_failed
                     )
                     if progress is not None:
                         progress(done, total)
@@ -626,6 +643,7 @@ class Replayer:
         self,
         items: Sequence[_Item],
         processors: Mapping[str, Processor],
+        store: Store,
         producer: Any,
         markers: Markers | None,
         limits: Mapping[str, int],
@@ -649,6 +667,7 @@ class Replayer:
             if markers is not None:
                 unfinished = await markers.begin(marks)
             mark_of = {id(it): m for (it, _), m in zip(keyed, marks, strict=False)}
+            gone = await self._states_gone(store, route.input, [c for _, c in keyed])
             now = self._clock()
             lines = [
                 Line(
@@ -666,6 +685,8 @@ class Replayer:
             for it, d in zip(group, decisions, strict=True):
                 resend = mark_of.get(id(it)) in unfinished
                 line, outcomes = self._outcome(it, d, now, dry_run, requeue_failed, resend)
+                if it.conversation in gone:
+                    line = dataclasses.replace(line, state_gone=True, note=STATE_GONE)
                 results.append(line)
                 for o in outcomes:
                     fitted = fit(o, limits.get(o.topic, 1_048_576) - 512)
@@ -681,6 +702,18 @@ class Replayer:
             if markers is not None:
                 await markers.end(marks)
             report.lines.extend(results)
+
+    async def _states_gone(self, store: Store, route: str, conversations: Sequence[str]) -> set[str]:
+        """The conversations that had no state at all in Redis when this replay first met them (expired after
+        retention, or deleted): their lines are decided as the first lines of a new conversation, so a reply's reason
+        (``unknown-handoff``) says nothing about why it was dead-lettered. One header-only load per conversation."""
+        new = sorted({c for c in conversations if (route, c) not in self._had_state})
+        if new:
+            loaded = await store.load(route, {c: () for c in new}, ())
+            for c in new:
+                state = loaded.states.get(c)
+                self._had_state[(route, c)] = state is not None and (state.seq > 0 or bool(state.lines))
+        return {c for c in conversations if not self._had_state[(route, c)]}
 
     def _outcome(
         self, it: _Item, d: Decision, now: float, dry_run: bool, requeue: bool, resend: bool
@@ -808,6 +841,10 @@ def summary_rows(report: ReplayReport) -> list[tuple[str, int]]:
     left = "requeued" if report.requeue_failed else "left on the dead-letter topic"
     for reason, n in report.failing_by_reason().items():
         rows.append((f"still failing ({left}): {reason}", n))
+    if report.state_gone:
+        rows.append(
+            (f"still failing ({left}): its conversation has no state in Redis (expired or deleted)", report.state_gone)
+        )
     if report.count(Status.ALREADY_FORWARDED):
         rows.append(("already forwarded by an earlier replay", report.count(Status.ALREADY_FORWARDED)))
     for note, n in report.skipped_by_note().items():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from typing import Annotated
@@ -17,8 +18,10 @@ from gatekeeper.cli.common import (
     ConfigOption,
     cli_errors,
     fail,
+    sensitive_slots,
     settings_from,
 )
+from gatekeeper.masking import Masker
 from gatekeeper.replay import Replayer, ReplayError, ReplayReport, Selection, Status, parse_when, summary_rows
 
 EPILOG = """\
@@ -45,7 +48,9 @@ Each dead letter is decided again, with the current records and conversation sta
 passes now goes to its route's output topic with [cyan]gk.replayed.from.topic/partition/offset[/cyan],
 [cyan]gk.replayed.at[/cyan] and [cyan]gk.attempt[/cyan]; what still fails stays where it is (or, with --requeue-failed,
 is dead-lettered again). A second replay of the same range forwards nothing twice. An expired handoff, a clearance
-of a failed readback, a handoff whose approval is bound to another stay held.
+of a failed readback, a handoff whose approval is bound to another stay held. A dead letter whose conversation has
+no state left in Redis (expired after redis.retention_seconds, or deleted) is decided as the first line of a new
+conversation: the report says so ("its conversation has no state in Redis") rather than give a new reason.
 
 Times: relative ([cyan]90s 15m 2h 3d 1w[/cyan]: that long ago), ISO-8601 ([cyan]2026-10-01T09:00:00Z[/cyan], UTC
 unless an offset is given) or RW1's [cyan]20261001T0900Z[/cyan]. They select by when the line was dead-lettered.
@@ -87,6 +92,10 @@ def replay(
         typer.Option("--requeue-failed", help="Dead-letter what still fails again (attempt raised), not leave it."),
     ] = False,
     details: Annotated[bool, typer.Option("--details", help="List every replayed line, not only the summary.")] = False,
+    unmasked: Annotated[
+        bool,
+        typer.Option("--unmasked", help="Show sensitive values in the problems in full instead of ****2938."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON (every line included).")] = False,
     timeout: Annotated[
         float, typer.Option("--timeout", min=0.5, metavar="SECONDS", help="How long to wait for Kafka.")
@@ -113,12 +122,23 @@ def replay(
         except ReplayError as exc:
             fail(str(exc), EXIT_USAGE)
     report = _run_with_progress(replayer, route, from_topic, selection, dry_run, requeue_failed, quiet=as_json)
+    if not unmasked:
+        report = masked(report, sensitive_slots(settings))
     if as_json:
         typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
     else:
         print_report(report, details)
     if report.failing:
         raise typer.Exit(EXIT_FINDING)
+
+
+def masked(report: ReplayReport, slots: frozenset[str]) -> ReplayReport:
+    """The report with the sensitive values of its problems masked, as in the dead letters' gk.problems header."""
+    out = dataclasses.replace(report, lines=[])
+    for ln in report.lines:
+        m = Masker.for_slots(slots).learn_problems(ln.problems)
+        out.lines.append(dataclasses.replace(ln, problems=m.problems(ln.problems)))
+    return out
 
 
 def _run_with_progress(
@@ -180,7 +200,11 @@ def print_report(report: ReplayReport, details: bool = False) -> None:
             if ln.output is not None:
                 now += f" -> {ln.output[0]}[{ln.output[1]}]@{ln.output[2]}"
             why = ln.reason or ln.note or ""
-            if ln.problems and ln.status in (Status.STILL_FAILING, Status.REQUEUED):
+            if ln.state_gone:  # the reason is a new conversation's, not the one it was dead-lettered for
+                why = "no state in Redis for its conversation (expired after retention, or deleted)"
+                if ln.reason:
+                    why += f"; decided as new: {ln.reason}"
+            elif ln.problems and ln.status in (Status.STILL_FAILING, Status.REQUEUED):
                 why = f"{why}: {ln.problems[0].message}"
             lines.add_row(where, ln.conversation or "-", f"{ln.type or '?'} {ln.id or '?'}", ln.was or "-", now, why)
         out.print(lines)

@@ -154,6 +154,47 @@ async def test_a_dry_run_changes_nothing_and_the_forbidden_stays_held(
         assert (narrowed.read, narrowed.filtered) == (9, 8)
 
 
+async def test_a_dead_letter_whose_conversation_state_is_gone_is_said_so_plainly(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: Any, tmp_path: Path
+) -> None:
+    """Replay decides a dead letter against the conversation as it is now. When the conversation has no state left
+    (expired after retention, or deleted), a readback refused as check-rb would come back as unknown-handoff: the
+    report says the state is gone instead, and counts it apart from the reasons."""
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        route = p.route()
+        item_b = "inv:MD-2026-058"  # one approval, one act: the second conversation pays another invoice
+        await p.store.put_record(RECORD)
+        await p.store.put_record(Record(item_b, "PAY", {**RECORD.values, "item": item_b}))
+        lookalike = RB.replace("40-12-88/61102938", LOOKALIKE)
+        await p.send("kept", HO, lookalike)
+        await p.send("gone", HO.replace(RECORD.item, item_b), lookalike.replace(RECORD.item, item_b))
+        got = await p.collect(lambda g: len(g.dead) >= 2)
+        assert sorted((d.key, d.h("gk.reason")) for d in got.dead) == [(b"gone", "check-rb"), (b"kept", "check-rb")]
+        keys = p.store.keys
+        assert await redis_client.delete(keys.state(route.input, "gone"), keys.queue(route.input, "gone")) >= 1
+
+        config = _config(p, tmp_path)
+        dry = await _cli("replay", "-r", route.input, "--dry-run", "--json", "-c", str(config))
+        assert dry.exit_code == 1, dry.output
+        doc = json.loads(dry.stdout)
+        by_conv = {ln["conversation"]: ln for ln in doc["lines"]}
+        assert (by_conv["kept"]["reason"], by_conv["kept"]["state_gone"]) == ("check-rb", False)
+        gone = by_conv["gone"]
+        assert (gone["status"], gone["was"], gone["state_gone"]) == ("still-failing", "check-rb", True)
+        assert "no state in Redis" in gone["note"]
+        assert by_conv["kept"]["problems"][0]["got"] == "****2983" and "61102983" not in dry.stdout
+        assert (doc["failing_by_reason"], doc["state_gone"], doc["still_failing"]) == ({"check-rb": 1}, 1, 2)
+
+        table = await _cli("replay", "-r", route.input, "--dry-run", "--details", "-c", str(config))
+        assert table.exit_code == 1, table.output
+        text = " ".join(table.stdout.replace("│", " ").replace("┃", " ").split())
+        assert "acct mismatch: HO ****2938 vs RB ****2983" in text and "61102938" not in text  # masked
+        assert "still failing (left on the dead-letter topic): check-rb 1" in text
+        assert "its conversation has no state in Redis (expired or deleted) 1" in text
+        assert "no state in Redis for its conversation (expired after retention, or deleted)" in text
+        assert "still failing (left on the dead-letter topic): unknown-handoff" not in text  # never a reason it had
+
+
 async def test_replay_errors_are_one_line(
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
