@@ -42,7 +42,6 @@ reason that was never theirs, and each such line carries ``state_gone``.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import enum
 import functools
@@ -62,10 +61,10 @@ from gatekeeper.consumers.outcomes import (
     Source,
     Targets,
     build,
-    fit,
     iso,
     next_attempt,
 )
+from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, Send
 from gatekeeper.policy import (
     BindingChange,
     ConversationState,
@@ -465,7 +464,7 @@ class Replayer:
             raise ConfigError("routes: no route configured; there is nothing to replay into")
         topic, only = self.source_topic(route, from_topic)
         report = ReplayReport(topic=topic, dry_run=dry_run, requeue_failed=requeue_failed)
-        from gatekeeper.consumers.loop import route_policy
+        from gatekeeper.consumers.deciding import route_policy
         from gatekeeper.redis_store import RedisStore
 
         owned_store = self._store is None
@@ -478,7 +477,8 @@ class Replayer:
         store: Store = DryRunStore(real_store) if dry_run else cast(Store, real_store)
         processors = {r.input: Processor(store, route_policy(r, self.settings)) for r in self.settings.routes}
         self._had_state = {}
-        producer = None
+        sender = self._sender()
+        started = False
         try:
             async with plain_consumer(self.settings.kafka, self._timeout) as consumer:
                 await real_store.ping()
@@ -487,8 +487,8 @@ class Replayer:
                 if progress is not None:
                     progress(0, total)
                 if not dry_run and total:
-                    producer = await self._producer()
-                limits = await self._limits() if producer is not None else {}
+                    await self._start(sender)
+                    started = True
                 done = 0
                 async for chunk in self._read(consumer, topic, ranges):
                     items: list[_Item] = []
@@ -508,16 +508,14 @@ class Replayer:
                             continue
                         items.append(item)
                     await self._replay_items(
-                        items, processors, store, producer, markers, limits, report, dry_run, requeue_failed
+                        items, processors, store, sender if started else None, markers, report, dry_run, requeue_failed
                     )
                     if progress is not None:
                         progress(done, total)
                     if report.limited:
                         break
         finally:
-            if producer is not None:
-                with contextlib.suppress(Exception):  # the outcomes were awaited already
-                    await producer.stop()
+            await sender.close()  # the outcomes were awaited already
             if markers is not None and owned_markers:
                 await markers.close()
             if owned_store:
@@ -620,7 +618,7 @@ class Replayer:
         if "gk.value.omitted" in headers:
             skip("its value was omitted to fit the dead-letter topic; re-send it from the input", route.input)
             return None
-        from gatekeeper.consumers.loop import conversation_of
+        from gatekeeper.consumers.intake import conversation_of
 
         conversation = conversation_of(rec.key, headers.items(), route.conversation_header)
         if conversation is None:
@@ -644,14 +642,14 @@ class Replayer:
         items: Sequence[_Item],
         processors: Mapping[str, Processor],
         store: Store,
-        producer: Any,
+        sender: OutcomeSender | None,
         markers: Markers | None,
-        limits: Mapping[str, int],
         report: ReplayReport,
         dry_run: bool,
         requeue_failed: bool,
     ) -> None:
-        """Decide the items (grouped by route, in order) and produce their outcomes."""
+        """Decide the items (grouped by route, in order) and produce their outcomes (``sender`` None: a dry run, or
+        nothing to replay)."""
         groups: list[list[_Item]] = []
         for it in items:
             if groups and groups[-1][0].route is it.route:
@@ -680,7 +678,7 @@ class Replayer:
                 for it in group
             ]
             decisions = await processors[route.input].process(lines, now)
-            sends: list[tuple[int, Outcome]] = []
+            sends: list[tuple[int, Send]] = []
             results: list[ReplayedLine] = []
             for it, d in zip(group, decisions, strict=True):
                 resend = mark_of.get(id(it)) in unfinished
@@ -689,16 +687,19 @@ class Replayer:
                     line = dataclasses.replace(line, state_gone=True, note=STATE_GONE)
                 results.append(line)
                 for o in outcomes:
-                    fitted = fit(o, limits.get(o.topic, 1_048_576) - 512)
+                    # room for the replay's headers, which a trimmed outcome gets again
+                    fitted = (sender or self._fitter).fit(o, headroom=512)
                     if fitted is not None:
                         if fitted.level:
                             fitted = dataclasses.replace(fitted, headers=fitted.headers + _replayed(it, now))
-                        sends.append((len(results) - 1, fitted))
-            if producer is not None and sends:
-                acks = await self._send(producer, [o for _, o in sends])
-                for (i, o), meta in zip(sends, acks, strict=True):
-                    if o.kind is not OutcomeKind.ALERT:
-                        results[i] = dataclasses.replace(results[i], output=(o.topic, meta.partition, meta.offset))
+                        sends.append((len(results) - 1, Send(fitted, route.input)))
+            if sender is not None and sends:
+                await self._produce(sender, [s for _, s in sends])
+                for i, s in sends:
+                    if s.outcome.kind is not OutcomeKind.ALERT and s.meta is not None:
+                        results[i] = dataclasses.replace(
+                            results[i], output=(s.outcome.topic, s.meta.partition, s.meta.offset)
+                        )
             if markers is not None:
                 await markers.end(marks)
             report.lines.extend(results)
@@ -737,7 +738,7 @@ class Replayer:
         targets = Targets(
             it.route.output, it.route.dead_letter, it.route.alerts, it.route.input, it.route.mode == "dry-run"
         )
-        from gatekeeper.consumers.loop import route_policy
+        from gatekeeper.consumers.deciding import route_policy
 
         sensitive = frozenset(route_policy(it.route, self.settings).profile.sensitive)
         if d.verdict is Verdict.DEAD_LETTER:
@@ -780,36 +781,33 @@ class Replayer:
             attempt=next_attempt(tuple(h.items())),
         )
 
-    async def _producer(self) -> Any:
+    def _sender(self) -> OutcomeSender:
+        """The daemon's outcome sender (trimming, retries), idempotent and never transactional: the daemon's
+        transactional id is its own (sharing it would fence it), and records outside a transaction are visible to
+        read_committed consumers."""
+        from gatekeeper.consumers.client import AioKafka
+        from gatekeeper.metrics import Metrics
+
+        return OutcomeSender(AioKafka(self.settings.kafka), self.settings.kafka, Metrics(), transactional=False)
+
+    @functools.cached_property
+    def _fitter(self) -> OutcomeSender:
+        """A sender never started: a dry run fits outcomes as a replay would (topics' limits unknown)."""
+        return self._sender()
+
+    async def _start(self, sender: OutcomeSender) -> None:
         from gatekeeper.admin import _bounded
-        from gatekeeper.consumers.kafka import make_producer
-
-        # idempotent, never transactional: the daemon's transactional id is its own (sharing it would fence it), and
-        # records outside a transaction are visible to read_committed consumers
-        producer = make_producer(self.settings.kafka, transactional_id=None)
-        try:
-            await _bounded(producer.start(), self._timeout, self.settings.kafka, "starting the producer")
-        except BaseException:
-            with contextlib.suppress(Exception):  # it never started
-                await producer.stop()
-            raise
-        return producer
-
-    async def _limits(self) -> dict[str, int]:
-        from gatekeeper.consumers.kafka import topic_limits
 
         topics = {t for r in self.settings.routes for t in (r.output, r.dead_letter, r.alerts)}
-        return await topic_limits(self.settings.kafka, topics)
+        await _bounded(sender.start(topics), self._timeout, self.settings.kafka, "starting the producer")
 
-    async def _send(self, producer: Any, outcomes: Sequence[Outcome]) -> list[Any]:
-        import asyncio
-
+    async def _produce(self, sender: OutcomeSender, sends: Sequence[Send]) -> None:
         from gatekeeper.admin import _bounded
 
-        futures = [await producer.send(o.topic, o.value, key=o.key, headers=list(o.headers)) for o in outcomes]
-        timeout = self.settings.kafka.request_timeout_ms / 1000
-        result: list[Any] = await _bounded(asyncio.gather(*futures), timeout, self.settings.kafka, "producing")
-        return result
+        try:
+            await _bounded(sender.produce(sends), self._timeout * 3, self.settings.kafka, "producing")
+        except ProduceTimeout as exc:
+            raise KafkaUnavailable(f"kafka at {self.settings.kafka.bootstrap_servers}: {exc}") from None
 
 
 def _replayed(it: _Item, now: float) -> tuple[tuple[str, bytes], ...]:

@@ -85,9 +85,9 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from aiokafka.errors import KafkaError
 
@@ -110,6 +110,9 @@ from gatekeeper.policy.lifecycle import (
 )
 from gatekeeper.store import CancelIntent, Indexed, LifecycleStore, StoreError
 from rwcore import Problem
+
+if TYPE_CHECKING:
+    from gatekeeper.consumers.sending import OutcomeSender
 
 log = logging.getLogger(__name__)
 
@@ -668,22 +671,13 @@ def alert_document(
 
 
 class KafkaPublisher:
-    """The daemon's ``Publisher``: the worker's producer for the records (in a transaction of their own when the
-    producer is transactional), and a consumer without a group to read a partition's end and search it.
+    """The daemon's ``Publisher``: the worker's outcome sender for the records (``OutcomeSender.publish``: in a
+    transaction of their own when the producer is transactional), and a consumer without a group to read a
+    partition's end and search it."""
 
-    ``producer`` returns the worker's started producer; ``on_failure`` is called after a failed produce (the worker
-    replaces its producer: an idempotent producer's sequence numbers may be out of step)."""
-
-    def __init__(
-        self,
-        kafka: Any,
-        producer: Callable[[], Awaitable[Any]],
-        *,
-        on_failure: Callable[[], Awaitable[None]] | None = None,
-    ) -> None:
+    def __init__(self, kafka: Any, sender: OutcomeSender) -> None:
         self.kafka = kafka
-        self._producer = producer
-        self._on_failure = on_failure
+        self._sender = sender
         self._consumer: Any = None
         self._timeout = kafka.request_timeout_ms / 1000
 
@@ -709,7 +703,7 @@ class KafkaPublisher:
     async def partition_for(self, topic: str, key: bytes) -> int:
         from aiokafka.partitioner import DefaultPartitioner
 
-        producer = await self._producer()
+        producer = await self._sender.producer()
         parts = await asyncio.wait_for(producer.partitions_for(topic), self._timeout)
         ordered = sorted(parts)
         return int(DefaultPartitioner()(key, ordered, ordered))
@@ -723,27 +717,7 @@ class KafkaPublisher:
         return int(ends[tp])
 
     async def publish(self, records: Sequence[OutRecord]) -> list[int]:
-        producer = await self._producer()
-        transactional = bool(self.kafka.transactional)
-        try:
-            if transactional:
-                await producer.begin_transaction()
-            futures = [
-                await producer.send(r.topic, r.value, key=r.key, headers=list(r.headers), partition=r.partition)
-                for r in records
-            ]
-            metas = [await asyncio.wait_for(f, self._timeout) for f in futures]
-            if transactional:
-                await asyncio.wait_for(producer.commit_transaction(), self._timeout)
-        except BaseException:
-            if transactional:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(producer.abort_transaction(), 5.0)
-            if self._on_failure is not None:
-                with contextlib.suppress(Exception):
-                    await self._on_failure()
-            raise
-        return [int(m.offset) for m in metas]
+        return await self._sender.publish(records)
 
     async def find(self, topic: str, partition: int, start: int, key: bytes, value: bytes) -> int | None:
         from aiokafka import TopicPartition

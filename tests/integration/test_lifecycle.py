@@ -15,8 +15,11 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from gatekeeper.config import Settings
-from gatekeeper.consumers.kafka import make_producer
-from gatekeeper.consumers.loop import Gatekeeper, route_policy
+from gatekeeper.consumers.client import AioKafka
+from gatekeeper.consumers.deciding import route_policy
+from gatekeeper.consumers.loop import Gatekeeper
+from gatekeeper.consumers.sending import OutcomeSender
+from gatekeeper.metrics import Metrics
 from gatekeeper.policy.lifecycle import ORPHANED
 from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import RedisStore
@@ -193,7 +196,7 @@ class _Harness:
         self.route = settings.routes[0]
         self.policy = route_policy(self.route, settings)
         self.store = RedisStore(settings.redis)
-        self.producers: list[AIOKafkaProducer] = []
+        self.senders: list[OutcomeSender] = []
         self.publishers: list[KafkaPublisher] = []
 
     async def decide(self, conversation: str, *lines: str) -> None:
@@ -201,14 +204,10 @@ class _Harness:
         await proc.process([Line(conversation, ln.encode(), partition=0) for ln in lines], self.clock.now)
 
     async def sweeper(self, publisher_wrapper: Any = None) -> Sweeper:
-        producer = make_producer(self.settings.kafka)
-        await producer.start()
-        self.producers.append(producer)
-
-        async def get() -> AIOKafkaProducer:
-            return producer
-
-        publisher = KafkaPublisher(self.settings.kafka, get)
+        sender = OutcomeSender(AioKafka(self.settings.kafka), self.settings.kafka, Metrics())
+        await sender.producer()
+        self.senders.append(sender)
+        publisher = KafkaPublisher(self.settings.kafka, sender)
         self.publishers.append(publisher)
         route = SweepRoute(self.policy, self.route.output, self.route.alerts)
         return Sweeper(
@@ -225,8 +224,8 @@ class _Harness:
     async def close(self) -> None:
         for p in self.publishers:
             await p.close()
-        for producer in self.producers:
-            await producer.stop()
+        for sender in self.senders:
+            await sender.close()
         await self.store.close()
 
 

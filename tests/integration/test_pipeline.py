@@ -282,12 +282,12 @@ async def test_a_refusal_by_the_broker_is_trimmed_too(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The topic's limit unknown beforehand: the broker refuses, the producer is replaced, the outcome trimmed."""
-    import gatekeeper.consumers.loop as loop
+    from gatekeeper.consumers.client import AioKafka
 
     async def unknown(*_: object) -> dict[str, int]:
         return {}
 
-    monkeypatch.setattr(loop, "topic_limits", unknown)
+    monkeypatch.setattr(AioKafka, "topic_limits", unknown)
     route = await make_route(topic_factory)
     route["dead_letter"] = await topic_factory(1, config={"max.message.bytes": "1200"})
     bad = HO.replace(ACCT, LOOKALIKE).replace("amt=5400.00", "amt=5400.01").replace("GBP", "EUR")

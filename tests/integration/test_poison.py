@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import gatekeeper.consumers.loop as loop_module
+import gatekeeper.consumers.deciding as deciding_module
 import gatekeeper.processor as processor_module
 from gatekeeper.consumers.outcomes import build as real_build
 from gatekeeper.policy import decide as real_decide
@@ -119,7 +119,7 @@ async def test_poison_lines_never_stop_the_daemon_and_every_offset_gets_one_outc
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(processor_module, "decide", decide_with_a_bug)
-    monkeypatch.setattr(loop_module, "build", build_with_a_bug)
+    monkeypatch.setattr(deciding_module, "build", build_with_a_bug)
     route = await make_route(topic_factory, partitions=3, hold_seconds=1.0)
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
         sent = 0

@@ -1,0 +1,103 @@
+"""Accounting for a finished batch: every line decided is counted once (verdict, reason, latency, alerts, the
+thread audit's problems, internal errors, forced holds), every acknowledged record by kind, and every dead letter
+or alert is logged with its line masked. What the dead-letter breaker needs is returned to the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from gatekeeper.consumers.deciding import Batch, RouteRuntime
+from gatekeeper.consumers.holds import Pending
+from gatekeeper.masking import mask_line
+from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
+from gatekeeper.policy import Decision, Reason, Verdict
+
+log = logging.getLogger("gatekeeper.consumers.loop")  # the worker's logger: operators filter on it
+
+
+class Children:
+    """Metric children kept by label values: ``labels()`` costs a lock and a lookup per call, and a batch counts
+    every line. Label values come from closed sets, so the cache stays small."""
+
+    def __init__(self) -> None:
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+    def __call__(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
+
+def account(
+    b: Batch, routes: Mapping[str, RouteRuntime], metrics: Metrics, child: Children, now: float
+) -> dict[str, tuple[int, list[str]]]:
+    """Count and log the batch. Returns, per route, the lines decided now (not repeats) and the reasons of those
+    dead-lettered (the breaker's window)."""
+    m = metrics
+    decided: dict[str, tuple[int, list[str]]] = {}
+    for s in b.sends or ():
+        if s.acked:
+            child(m.outcomes, s.route, s.outcome.kind.value).inc()
+    for p, d in b.done:
+        rt = routes[p.route]
+        name = p.route
+        typ = d.message.type if d.message is not None else "none"
+        dry = rt.targets.dry_run
+        dead = d.verdict is Verdict.DEAD_LETTER
+        verdict = Verdict.FORWARD.value if dead and dry else d.verdict.value
+        child(m.lines, name, typ, verdict).inc()
+        child(m.line_seconds, name).observe(max(0.0, now - p.first_seen))
+        reason = d.reason.value if d.reason is not None else "none"
+        if d.repeated:
+            child(m.repeated, name).inc()
+        if dead and dry:
+            child(m.would_dead_letter, name, reason).inc()
+        elif dead:
+            child(m.dead_letters, name, reason).inc()
+        if d.alerts:
+            child(m.alerts, name, reason).inc()
+        if not d.repeated:
+            for pr in d.problems:
+                if pr.code in HANDOFF_PROBLEM_CODES:
+                    m.handoff_problems.labels(route=name, code=pr.code).inc()
+            if d.reason is Reason.INTERNAL_ERROR:
+                m.internal_errors.labels(route=name, stage="decide").inc()
+            n, reasons = decided.get(name, (0, []))
+            if dead:
+                reasons.append(reason)
+            decided[name] = (n + 1, reasons)
+        if p.forced is not None:
+            m.holds_forced.labels(route=name, bound=p.forced).inc()
+        if dead or d.alerts:
+            log_decision(p, d, rt, dry)
+    return decided
+
+
+def log_decision(p: Pending, d: Decision, rt: RouteRuntime, dry: bool) -> None:
+    level = logging.WARNING if d.alerts else logging.INFO
+    what = "alert" if d.alerts and d.verdict is not Verdict.DEAD_LETTER else "dead-letter"
+    if dry and d.verdict is Verdict.DEAD_LETTER:
+        what = "would dead-letter (dry-run)"
+    log.log(
+        level,
+        f"line {what}",
+        extra={
+            "route": p.route,
+            "reason": d.reason.value if d.reason is not None else None,
+            "conversation": p.conversation,
+            "id": d.message.id if d.message is not None else None,
+            "partition": p.source.partition,
+            "offset": p.source.offset,
+            "repeated": d.repeated,
+            "line": mask_line(p.source.value[:512], rt.sensitive),
+            "problems": [pr.code for pr in d.problems],
+        },
+    )
+
+
+__all__ = ["Children", "account", "log_decision"]

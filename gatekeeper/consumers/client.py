@@ -1,0 +1,138 @@
+"""The Kafka seam: the small typed interface the worker, the sweeper and replay use Kafka through.
+
+    kafka = AioKafka(settings.kafka)                  # the real clients (aiokafka); tests use an in-memory fake
+    consumer = kafka.consumer(topics, listener)       # a group member: fetch, pause/resume, seek, commit
+    producer = kafka.producer(max_batch_size=16384)   # idempotent or transactional: send, transactions
+    limits = await kafka.topic_limits(topics)         # each topic's max.message.bytes, as far as it is known
+    await kafka.probe(producer)                       # raises KafkaError when the cluster does not answer
+
+``Consumer`` and ``Producer`` are the subsets of aiokafka's ``AIOKafkaConsumer`` and ``AIOKafkaProducer`` that
+the gatekeeper calls, so the real clients are used as they are; ``tests/unit/fake_kafka.py`` implements the same
+protocols in memory (with injectable refusals and timeouts) for the unit tests of retries, trimming and commit
+order. Errors are aiokafka's (``KafkaError`` and its subclasses): the fake raises the same ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
+
+from aiokafka import TopicPartition
+from aiokafka.abc import ConsumerRebalanceListener
+
+from gatekeeper.config import KafkaSettings
+
+
+class Record(Protocol):
+    """A consumed record (aiokafka's ``ConsumerRecord``)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int | None
+    headers: Sequence[tuple[str, bytes]]
+
+
+class Consumer(Protocol):
+    """A member of the consumer group, committing by hand."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]: ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def highwater(self, partition: TopicPartition) -> int | None: ...
+
+    def pause(self, *partitions: TopicPartition) -> None: ...
+
+    def resume(self, *partitions: TopicPartition) -> None: ...
+
+    def paused(self) -> set[TopicPartition]: ...
+
+    def seek(self, partition: TopicPartition, offset: int) -> None: ...
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
+
+
+class Producer(Protocol):
+    """An idempotent (``acks=all``) or transactional producer."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[Any]: ...
+
+    async def partitions_for(self, topic: str) -> set[int]: ...
+
+    async def begin_transaction(self) -> None: ...
+
+    async def commit_transaction(self) -> None: ...
+
+    async def abort_transaction(self) -> None: ...
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None: ...
+
+
+class Kafka(Protocol):
+    """Makes the clients. One per gatekeeper; ``AioKafka`` is the real one."""
+
+    def consumer(self, topics: Iterable[str], listener: ConsumerRebalanceListener | None) -> Consumer: ...
+
+    def producer(self, *, max_batch_size: int | None = None, transactional: bool | None = None) -> Producer: ...
+
+    async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]: ...
+
+    async def probe(self, producer: Producer) -> None: ...
+
+
+class AioKafka:
+    """The real clients, from ``gatekeeper.consumers.kafka``'s factories (TLS, SASL, the group's settings).
+
+    ``producer(transactional=False)`` makes an idempotent producer even when ``kafka.transactional`` is set: replay
+    uses one, since the daemon's transactional id is its own (sharing it would fence the daemon)."""
+
+    def __init__(self, settings: KafkaSettings) -> None:
+        self.settings = settings
+
+    def consumer(self, topics: Iterable[str], listener: ConsumerRebalanceListener | None) -> Consumer:
+        from gatekeeper.consumers.kafka import make_consumer
+
+        consumer: Consumer = make_consumer(self.settings, topics, listener=listener)
+        return consumer
+
+    def producer(self, *, max_batch_size: int | None = None, transactional: bool | None = None) -> Producer:
+        from gatekeeper.consumers.kafka import make_producer
+
+        overrides: dict[str, Any] = {}
+        if transactional is False and self.settings.transactional:
+            overrides["transactional_id"] = None
+        producer: Producer = make_producer(self.settings, max_batch_size=max_batch_size, **overrides)
+        return producer
+
+    async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]:
+        from gatekeeper.consumers.kafka import topic_limits
+
+        return await topic_limits(self.settings, topics)
+
+    async def probe(self, producer: Producer) -> None:
+        await producer.client.fetch_all_metadata()  # type: ignore[attr-defined]  # aiokafka's own client
+
+
+__all__ = ["AioKafka", "Consumer", "Kafka", "Producer", "Record"]

@@ -1,0 +1,157 @@
+"""Deciding a batch: per route, the ``Processor`` decides the lines in order (one store load, one save), then each
+decision becomes the records to produce.
+
+A batch is decided once per route, even when its sending is retried: ``Batch.decided_routes`` remembers which
+routes are done, and ``Batch.sends`` is built once (a retried batch gets the same verdicts and the same records).
+A held line (a reply whose handoff is not known yet) produces nothing now: it goes back to the hold buffer.
+A line whose records cannot be built (a bug in ``outcomes.build``) goes to the dead-letter topic bare, with
+``internal-error``: it is never forwarded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gatekeeper.config import Route, Settings
+from gatekeeper.consumers.breaker import DeadLetterBreaker
+from gatekeeper.consumers.holds import Pending
+from gatekeeper.consumers.outcomes import Outcome, Targets, bare_dead_letter, build
+from gatekeeper.consumers.sending import Send
+from gatekeeper.metrics import Metrics
+from gatekeeper.policy import Decision, Mode, RoutePolicy, Verdict
+from gatekeeper.policy.decide import error_text
+from gatekeeper.processor import QUEUED, Line, Processor
+from gatekeeper.store import Store
+from rwcore import get_profile
+
+log = logging.getLogger(__name__)
+
+
+def route_policy(route: Route, settings: Settings) -> RoutePolicy:
+    """What the decision needs to know about a configured route."""
+    return RoutePolicy(
+        name=route.input,
+        profile=get_profile(route.profile, extra_dirs=settings.all_profile_dirs()),
+        mode=Mode(route.mode),
+        senders=None if route.senders is None else frozenset(route.senders),
+        hold_seconds=route.hold_seconds,
+        max_line_bytes=route.max_line_bytes,
+        readback_timeout_seconds=route.readback_timeout_seconds,
+    )
+
+
+@dataclass(slots=True)
+class RouteRuntime:
+    """A configured route with what the worker keeps for it."""
+
+    config: Route
+    policy: RoutePolicy
+    processor: Processor
+    targets: Targets
+    sensitive: frozenset[str]
+    breaker: DeadLetterBreaker
+
+    @classmethod
+    def of(cls, route: Route, settings: Settings, store: Store) -> RouteRuntime:
+        policy = route_policy(route, settings)
+        return cls(
+            config=route,
+            policy=policy,
+            processor=Processor(store, policy),
+            targets=Targets(route.output, route.dead_letter, route.alerts, route.input, route.mode == "dry-run"),
+            sensitive=frozenset(policy.profile.sensitive),
+            breaker=DeadLetterBreaker(route.dead_letter_breaker),
+        )
+
+
+@dataclass(slots=True, eq=False)
+class Batch:
+    """The lines in flight: decided (``decisions``), their records (``sends``), the lines held again (``held``,
+    with the id each awaits) and the lines done (``done``)."""
+
+    lines: list[Pending]
+    decisions: dict[int, Decision] = field(default_factory=dict)
+    decided_routes: set[str] = field(default_factory=set)
+    sends: list[Send] | None = None
+    held: list[tuple[Pending, str | None]] = field(default_factory=list)
+    done: list[tuple[Pending, Decision]] = field(default_factory=list)
+    attempts: int = 0
+
+
+def first_seen(p: Pending, hold_seconds: float, now: float) -> float:
+    """When the line was first consumed, for its hold window; a line a hold bound forced out of the buffer is
+    decided as its window would have ended (fail closed)."""
+    if p.forced is None:
+        return p.first_seen
+    return min(p.first_seen, now - hold_seconds - 1.0)
+
+
+async def decide(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metrics: Metrics) -> None:
+    """Decide the routes of the batch not decided yet. Raises ``StoreError`` (the batch is retried later)."""
+    by_route: dict[str, list[int]] = {}
+    for i, p in enumerate(b.lines):
+        by_route.setdefault(p.route, []).append(i)
+    for name, idxs in by_route.items():
+        if name in b.decided_routes:
+            continue
+        rt = routes[name]
+        hold = rt.config.hold_seconds
+        lines = [
+            Line(
+                b.lines[i].conversation,
+                b.lines[i].source.value,
+                first_seen=first_seen(b.lines[i], hold, now),
+                partition=b.lines[i].source.partition,
+            )
+            for i in idxs
+        ]
+        started = time.perf_counter()
+        decisions = await rt.processor.process(lines, now)
+        metrics.check_seconds.labels(route=name).observe(time.perf_counter() - started)
+        metrics.batch_size.labels(route=name).observe(len(lines))
+        for i, d in zip(idxs, decisions, strict=True):
+            b.decisions[i] = d
+        b.decided_routes.add(name)
+
+
+def build_sends(
+    b: Batch,
+    routes: Mapping[str, RouteRuntime],
+    now: float,
+    metrics: Metrics,
+    fit: Callable[[Outcome], Outcome | None],
+) -> None:
+    """The records of the decided batch (``b.sends``), each fitted to its topic; held lines to ``b.held``."""
+    sends: list[Send] = []
+    for i, p in enumerate(b.lines):
+        d = b.decisions[i]
+        if d.verdict is Verdict.HOLD:
+            queued = any(pr.code == QUEUED for pr in d.problems)
+            awaits = None if queued or d.message is None else d.message.re
+            b.held.append((p, awaits))
+            if not p.held and not queued:
+                metrics.held.labels(route=p.route).inc()
+            continue
+        rt = routes[p.route]
+        try:
+            outs = build(d, p.source, rt.targets, conversation=p.conversation, sensitive=rt.sensitive, now=now)
+        except Exception as exc:  # a bug in building the records: the line is held back, never waved through
+            log.error(
+                "building a line's outcome raised: dead-lettered internal-error",
+                exc_info=exc,
+                extra={"route": p.route, "partition": p.source.partition, "offset": p.source.offset},
+            )
+            metrics.internal_errors.labels(route=p.route, stage="outcome").inc()
+            outs = [bare_dead_letter(p.source, rt.targets, error_text(exc), now)]
+        for o in outs:
+            fitted = fit(o)
+            if fitted is not None:
+                sends.append(Send(fitted, p.route))
+        b.done.append((p, d))
+    b.sends = sends
+
+
+__all__ = ["Batch", "RouteRuntime", "build_sends", "decide", "first_seen", "route_policy"]

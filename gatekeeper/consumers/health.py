@@ -1,0 +1,104 @@
+"""Health: what ``/readyz`` and ``/healthz`` answer, and the lag gauges.
+
+**Ready** (``/readyz``) means Kafka and Redis answer, no write of this instance was fenced, and the consumer group
+is joined. Not ready takes the instance out of a load balancer's rotation; nothing restarts.
+
+**Alive** (``/healthz``) means the work loop turns: it fails when the loop has not turned for
+``http.stall_seconds`` while assigned partitions have records not finished (lag). A client's heartbeats run in a
+task of their own, so a loop stuck on a call that never returns still looks like a member to the group; only a
+restart cures that. A loop that turns while it retries an unavailable Kafka or Redis is alive: a restart would not
+bring the service back, and ``/readyz`` already says why.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from gatekeeper.consumers.client import Consumer
+from gatekeeper.consumers.holds import TP, Watermarks
+from gatekeeper.metrics import Metrics
+
+
+@dataclass(slots=True)
+class Health:
+    """The worker's view of its services, set as it goes."""
+
+    started: bool = False  # Kafka and Redis answered at startup
+    joined: bool = False  # the group assigned partitions (or none to assign)
+    redis_error: str | None = None
+    kafka_error: str | None = None
+    fenced: str | None = None  # why the last batch was refused
+    running: bool = False  # the work loop runs
+    turned: float = field(default_factory=time.monotonic)  # when the work loop last turned
+
+    def turn(self) -> None:
+        self.turned = time.monotonic()
+
+    def not_ready(self) -> dict[str, Any] | None:
+        """Why the instance is not ready, or None."""
+        if not self.started:
+            return {"reason": "starting: connecting to Kafka and Redis"}
+        if self.redis_error is not None:
+            return {"reason": "redis unavailable", "error": self.redis_error}
+        if self.kafka_error is not None:
+            return {"reason": "kafka unavailable", "error": self.kafka_error}
+        if self.fenced is not None:
+            return {"reason": "fenced: a newer owner holds a partition of the batch", "error": self.fenced}
+        if not self.joined:
+            return {"reason": "consumer group not joined yet"}
+        return None
+
+    def stalled_for(self) -> float:
+        """Seconds since the work loop last turned, while it runs (0 otherwise)."""
+        return max(0.0, time.monotonic() - self.turned) if self.running else 0.0
+
+    def liveness(self, stall_seconds: float, lagging: Callable[[], list[str]]) -> tuple[bool, dict[str, Any]]:
+        stalled = self.stalled_for()
+        if stall_seconds <= 0 or stalled < stall_seconds:
+            return True, {}
+        behind = lagging()
+        if not behind:
+            return True, {}
+        return False, {
+            "reason": "the work loop has not turned while partitions have lag",
+            "stalled_seconds": round(stalled, 1),
+            "stall_seconds": stall_seconds,
+            "lagging": behind[:20],
+        }
+
+
+def lagging(consumer: Consumer | None, assigned: Iterable[TP], watermarks: Watermarks) -> list[str]:
+    """The assigned partitions whose committed offset is behind the high watermark (records not consumed yet, or
+    consumed and not finished: in flight or held), as ``topic/partition``."""
+    if consumer is None:
+        return []
+    out = []
+    for tp in assigned:
+        hw = consumer.highwater(TopicPartition(*tp))
+        if hw is None:
+            continue
+        done = watermarks.last_committed(tp)
+        if done is None:
+            done = watermarks.next_offset(tp)
+        if hw > (done or 0):
+            out.append(f"{tp[0]}/{tp[1]}")
+    return sorted(out)
+
+
+def gauge_lag(consumer: Consumer | None, watermarks: Watermarks, metrics: Metrics) -> None:
+    """``gatekeeper_consumer_lag``: per assigned partition, the high watermark minus the read position."""
+    if consumer is None:
+        return
+    for tp in consumer.assignment():
+        hw = consumer.highwater(tp)
+        pos = watermarks.next_offset((tp.topic, tp.partition))
+        if hw is not None and pos is not None:
+            metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, hw - pos))
+
+
+__all__ = ["Health", "gauge_lag", "lagging"]

@@ -1,0 +1,62 @@
+"""Intake: consumed records become the worker's pending lines, each with its conversation.
+
+The conversation of a record is its key (UTF-8), else the route's ``conversation_header``, else none (the decision
+then dead-letters the line ``no-conversation``). Every record taken in moves its partition's read watermark.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from aiokafka import TopicPartition
+
+from gatekeeper.consumers.holds import Pending, Watermarks
+from gatekeeper.consumers.outcomes import Source
+
+
+def conversation_of(key: bytes | None, headers: Iterable[tuple[str, bytes]], header: str | None) -> str | None:
+    """The conversation of a record: its key (UTF-8), else the route's conversation header, else None."""
+    if key:
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if header is not None:
+        for name, value in headers:
+            if name == header and value:
+                try:
+                    return value.decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+    return None
+
+
+def take_in(
+    records: Mapping[TopicPartition, Sequence[Any]],
+    conversation_headers: Mapping[str, str | None],
+    watermarks: Watermarks,
+    now: float,
+) -> list[Pending]:
+    """The pending lines of a fetch, in partition order; ``conversation_headers`` maps each input topic to its
+    route's ``conversation_header``."""
+    out: list[Pending] = []
+    for tp, recs in records.items():
+        header = conversation_headers[tp.topic]
+        for r in recs:
+            watermarks.consumed((tp.topic, tp.partition), r.offset)
+            headers = tuple((str(k), bytes(v) if v is not None else b"") for k, v in (r.headers or ()))
+            source = Source(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=r.offset,
+                value=r.value if r.value is not None else b"",
+                key=r.key,
+                timestamp=r.timestamp,
+                headers=headers,
+            )
+            out.append(Pending.of(source, tp.topic, conversation_of(r.key, headers, header), now))
+    return out
+
+
+__all__ = ["conversation_of", "take_in"]
