@@ -3,8 +3,8 @@
 What it does, in order, printing each step:
 
 1. creates the route's topics (``config/samples/gatekeeper.yaml``: ``demo.pay`` and its output, dead-letter and
-   alerts topics) and loads the sample approvals (``config/samples/records.json``) under a Redis key prefix of its
-   own (``demo-<run id>``, deleted at the end);
+   alerts topics), clears what an earlier demo left under the configuration's Redis key prefix (``demo``: each run
+   starts afresh) and loads the sample approvals (``config/samples/records.json``);
 2. starts ``gatekeeper run`` as a subprocess (its log goes to ``.local/demo/gatekeeper.log``) and waits for
    ``/readyz``;
 3. plays six conversations through the broker. The agents publish RW1 lines to ``demo.pay`` and read only the
@@ -18,8 +18,10 @@ What it does, in order, printing each step:
    on the output, dead-letter and alert topics;
 4. shows the dead-letter topic's contents, lands the missing approval with ``gatekeeper records load``, and runs
    ``gatekeeper replay``, which forwards the held handoff: the payment then completes;
-5. shows where ``/metrics`` is, and a few of its numbers; stops the gatekeeper with SIGTERM (a clean stop, exit 0)
-   and says how to stop the services (``make stop``).
+5. shows where ``/metrics`` is, and a few of its numbers; stops the gatekeeper with SIGTERM (a clean stop, exit 0),
+   and ends with the commands to look around: the demo's world (its Redis state and its topics) stays as it is until
+   the next demo or ``make stop``, so ``gatekeeper status``, ``handoffs``, ``records get`` and ``replay --dry-run``
+   with ``-c config/samples/gatekeeper.yaml`` see exactly what the demo did.
 
 ``run_demo`` returns what was seen (for the test that plays it end to end).
 """
@@ -56,6 +58,7 @@ PROFILE = "pay"
 LOOKALIKE = "40-12-88/61102983"  # one transposition away from marlow's account on file
 READBACK_PATIENCE = 3.0  # seconds the scheduler waits for a readback that passes before it cancels
 STEP_TIMEOUT = 45.0
+DEMO_MARKER = "demo-run"  # <prefix>:demo-run: the key that says a demo wrote the keys under the prefix
 
 
 class DemoError(Exception):
@@ -476,6 +479,20 @@ def _rel(path: Path) -> str:
         return str(path)
 
 
+def stack_env_file() -> Path | None:
+    """The local stack's env file (``deploy/local/stack.sh``: ``$GK_STATE_DIR/stack.env``, else
+    ``.local/stack/stack.env``), when it exists."""
+    path = Path(os.environ.get("GK_STATE_DIR") or Path(".local") / "stack") / "stack.env"
+    return path if path.is_file() else None
+
+
+def _env_values(path: Path) -> dict[str, str]:
+    with contextlib.suppress(OSError):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        return dict(ln.split("=", 1) for ln in lines if "=" in ln and not ln.lstrip().startswith("#"))
+    return {}
+
+
 def _cli_argv(*args: str) -> list[str]:
     """The gatekeeper command line, run with this interpreter (no PATH lookup)."""
     return [sys.executable, "-c", "from gatekeeper.cli import main; main()", *args]
@@ -505,7 +522,7 @@ class DemoOptions:
     redis_url: str | None = None
     http_port: int | None = None
     log_file: Path = Path(".local") / "demo" / "gatekeeper.log"
-    keep_state: bool = False
+    keep_state: bool = True  # False: delete the demo's Redis state at the end (kept by default, to look around)
 
 
 def default_options(config: Path | None = None) -> DemoOptions:
@@ -534,12 +551,12 @@ class Demo:
         base = load_settings(options.config, **({"redis": redis} if redis else {}), **overrides)
         if not base.routes:
             raise DemoError(f"{options.config}: routes: the demo needs one route")
-        self.prefix = f"{base.redis.key_prefix}-{self.run_id}"
+        self.prefix = base.redis.key_prefix  # the configuration's: the operator's commands with it see the demo's state
         port = _free_port(base.http.host, base.http.port if options.http_port is None else options.http_port)
         self.settings: Settings = load_settings(
             options.config,
             **overrides,
-            redis={**redis, "key_prefix": self.prefix},
+            **({"redis": redis} if redis else {}),
             http={"port": port},
         )
         self.route: Route = self.settings.routes[0]
@@ -580,6 +597,7 @@ class Demo:
         created = await create_topics(self.settings.kafka, specs)
         for t in route_topics(self.settings, [r]):
             self.say(f"    {t.name:<20} {t.kind:<12} {created[t.name]}")
+        await self.fresh_state()
         self.command("records", "load", _rel(self.opt.records), "-c", config)
         records = load_records_file(self.opt.records, get_profile(PROFILE))
         late = load_records_file(self.opt.late_records, get_profile(PROFILE))
@@ -596,6 +614,7 @@ class Demo:
         producer = AIOKafkaProducer(**{**kw, "client_id": "gatekeeper-demo-agents"}, acks="all", linger_ms=0)
         result: DemoResult | None = None
         reader: asyncio.Task[None] | None = None
+        done = False
         try:
             store = RedisStore(self.settings.redis)
             try:
@@ -604,7 +623,8 @@ class Demo:
             finally:
                 await store.close()
             self.say(f"    loaded {len(records)} approvals: " + ", ".join(f"{x.item} {x.ask}" for x in records))
-            self.say(f"    [dim](this run's state: Redis keys {self.prefix}:*, deleted at the end)[/]")
+            kept = "kept after the demo, cleared by the next one" if self.opt.keep_state else "deleted at the end"
+            self.say(f"    [dim](the demo's state: Redis keys {self.prefix}:*, {kept})[/]")
             await _bounded(consumer.start(), 30.0, self.settings.kafka, "connecting")
             await _bounded(producer.start(), 30.0, self.settings.kafka, "connecting")
             kinds = {r.output: "output", r.dead_letter: "dead", r.alerts: "alert"}
@@ -668,6 +688,7 @@ class Demo:
             self.step(5, "metrics, and a clean stop")
             await self.show_metrics(result)
             result.gatekeeper_exit = await self.stop_gatekeeper()
+            done = True
             return result
         finally:
             if self.proc is not None and self.proc.poll() is None:  # first: never leave a gatekeeper behind
@@ -685,10 +706,11 @@ class Demo:
             if not self.opt.keep_state:
                 await self.forget_state()
             self.say()
+            if done and self.opt.keep_state:
+                self.look_around(config)
             self.say(
-                "The local Kafka and Redis are still running: [cyan]make stop[/] stops them (and deletes their data); "
-                "[cyan]make status[/] shows them. Look around with "
-                f"[cyan]gatekeeper status -c {config}[/] and [cyan]gatekeeper topics describe -c {config}[/]."
+                "The local Kafka and Redis are still running: [cyan]make stop[/] stops them and deletes their data "
+                "(the demo's state and topics included); [cyan]make status[/] shows them."
             )
 
     # ------------------------------------------------------------ the gatekeeper subprocess
@@ -832,8 +854,85 @@ class Demo:
         for name, value in sorted(values.items()):
             self.console.print(f"    {name} {value:g}", markup=False)
 
+    def look_around(self, config: str) -> None:
+        """The commands an operator runs next, exactly as typed in a new shell from the repository."""
+        self.say(
+            "The demo's world stays as it is until the next demo or [cyan]make stop[/]. Look around, in a new shell:"
+        )
+        self.say()
+        r = self.route
+        runs = {s.name: f"{s.name}-{self.run_id}" for s in SCENARIOS}
+        rows = [*self.shell_setup()]
+        for args, why in (
+            (("status",), "lag, dead letters, open handoffs"),
+            (("topics", "describe"), "the route's four topics"),
+            (("handoffs", "list", "--conversation", runs["clean"]), "the clean payment's handoff"),
+            (("handoffs", "show", runs["lookalike"], "scheduler-1"), "the lookalike payment's thread"),
+            (("records", "get", "inv:MD-2026-057"), "an approval, and the handoff bound to it"),
+            (
+                ("replay", "--route", r.input, "--dry-run", "--details"),
+                "the dead letters decided again, changing nothing",
+            ),
+        ):
+            rows.append((f"gatekeeper {' '.join(args)} -c {config}", why))
+        width = max(len(line) for line, _ in rows)
+        for line, why in rows:
+            self.console.print(f"  [cyan]{line:<{width}}[/]  [dim]# {why}[/]", markup=True, highlight=False)
+        self.say()
+
+    def shell_setup(self) -> list[tuple[str, str]]:
+        """How a new shell gets the ``gatekeeper`` command and the services' addresses (``GK_`` variables override
+        the sample configuration's 9092 and 6379)."""
+        out: list[tuple[str, str]] = []
+        activate = Path(sys.prefix) / "bin" / "activate"
+        if sys.prefix != sys.base_prefix and activate.exists():
+            out.append((f". {_rel(activate)}", "the gatekeeper command"))
+        env = stack_env_file()
+        if (
+            env is not None
+            and _env_values(env).get("GK_KAFKA__BOOTSTRAP_SERVERS") == self.settings.kafka.bootstrap_servers
+        ):
+            out.append((f"set -a; . {_rel(env)}; set +a", "the local stack's Kafka and Redis"))
+        else:
+            out.append(
+                (
+                    f"export GK_KAFKA__BOOTSTRAP_SERVERS={self.settings.kafka.bootstrap_servers} "
+                    f"GK_REDIS__URL={self.settings.redis.url}",
+                    "the Kafka and Redis the demo used",
+                )
+            )
+        return out
+
+    async def fresh_state(self) -> None:
+        """Clear what an earlier demo left under the prefix (each run starts afresh: one approval, one act, so the
+        clean payment could not be paid twice), and mark the prefix as the demo's. Keys no demo wrote are left
+        alone: the demo refuses to run on them."""
+        from gatekeeper.redis_store import client_from_settings
+
+        marker = f"{self.prefix}:{DEMO_MARKER}"
+        client = client_from_settings(self.settings.redis)
+        try:
+            keys = [k async for k in client.scan_iter(match=f"{self.prefix}:*", count=500)]
+            if keys:
+                previous = await client.get(marker)
+                if previous is None:
+                    raise DemoError(
+                        f"Redis at {self.settings.redis.url} holds {len(keys)} key(s) under the prefix "
+                        f"{self.prefix!r} that no demo wrote; the demo clears its prefix at each run, so give it a "
+                        "configuration with a redis.key_prefix of its own (or make stop, which deletes the local "
+                        "stack's data)"
+                    )
+                for i in range(0, len(keys), 500):
+                    await client.delete(*keys[i : i + 500])
+                run = json.loads(previous).get("run", "?")
+                self.say(f"    [dim]cleared the previous demo's Redis state (run {run}, {len(keys)} keys)[/]")
+            await client.set(marker, json.dumps({"run": self.run_id, "started": self.started}))
+        finally:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
     async def forget_state(self) -> None:
-        """Delete this run's Redis keys (its own prefix)."""
+        """Delete the demo's Redis keys (its prefix), with ``keep_state=False``."""
         from gatekeeper.redis_store import client_from_settings
 
         client = client_from_settings(self.settings.redis)

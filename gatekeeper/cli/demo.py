@@ -17,7 +17,7 @@ EPILOG = """\
 
   [cyan]make run[/cyan]                                                   starts the local Kafka and Redis, then this
   [cyan]gatekeeper demo --bootstrap 127.0.0.1:9092 --redis-url redis://127.0.0.1:6379/0[/cyan]
-  [cyan]gatekeeper demo --config my-demo.yaml --http-port 0 --keep-state[/cyan]
+  [cyan]gatekeeper demo --config my-demo.yaml --http-port 0 --forget-state[/cyan]
 
 Creates the route's topics, loads the sample approvals (config/samples/records.json), starts
 [cyan]gatekeeper run[/cyan] as a subprocess, and plays six conversations through the broker: a clean payment, a
@@ -27,9 +27,15 @@ topic, the late approval ([cyan]gatekeeper records load[/cyan]), [cyan]gatekeepe
 handoff, and /metrics. It stops the gatekeeper at the end; [cyan]make stop[/cyan] stops the services.
 
 Kafka and Redis: --bootstrap and --redis-url, else GK_KAFKA_BOOTSTRAP and GK_REDIS_URL (the local stack's
-.local/stack/stack.env), else the configuration file. Each run keeps its Redis state under a prefix of its own
-and deletes it at the end (--keep-state keeps it). Exit status: 0 done, 1 a step failed, 2 bad configuration,
-3 Kafka or Redis unreachable.
+.local/stack/stack.env), else the configuration file.
+
+The demo's world stays after it: its Redis state (under the configuration's redis.key_prefix, "demo") and its
+topics, so the commands it ends with ([cyan]gatekeeper status[/cyan], [cyan]handoffs[/cyan], [cyan]records get[/cyan],
+[cyan]replay --dry-run[/cyan], with -c config/samples/gatekeeper.yaml) show what it did. The next demo clears that
+Redis state first (one approval, one act: the same payments could not be paid twice); it refuses to clear keys no
+demo wrote. [cyan]make stop[/cyan] deletes everything. --forget-state deletes the Redis state at the end instead.
+
+Exit status: 0 done, 1 a step failed, 2 bad configuration, 3 Kafka or Redis unreachable.
 """
 
 
@@ -55,7 +61,13 @@ def demo(
     log_file: Annotated[
         Path, typer.Option("--log-file", metavar="FILE", help="Where the gatekeeper's log goes.")
     ] = Path(".local/demo/gatekeeper.log"),
-    keep_state: Annotated[bool, typer.Option("--keep-state", help="Keep this run's Redis keys.")] = False,
+    keep_state: Annotated[
+        bool,
+        typer.Option(
+            "--keep-state/--forget-state",
+            help="Keep the demo's Redis state after it, for the commands it ends with (the next demo clears it).",
+        ),
+    ] = True,
 ) -> None:
     """Play the newcomer's demo: agents, the real gatekeeper, verdicts as they happen, a replay."""
     from gatekeeper.demo import Demo, DemoError, default_options

@@ -3,7 +3,9 @@ the verdicts of every conversation, the replay of the held payment, a clean stop
 
 from __future__ import annotations
 
+import asyncio
 import io
+import json
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -13,8 +15,10 @@ import pytest
 import yaml
 from aiokafka.admin import AIOKafkaAdminClient
 from rich.console import Console
+from typer.testing import CliRunner
 
-from gatekeeper.demo import Demo, DemoOptions, DemoResult
+from gatekeeper.cli import app
+from gatekeeper.demo import DEMO_MARKER, Demo, DemoError, DemoOptions, DemoResult
 
 pytestmark = pytest.mark.integration
 
@@ -29,16 +33,28 @@ def _expect(*rows: tuple[Any, ...]) -> Counter[tuple[Any, ...]]:
     return Counter(rows)
 
 
-async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
-    kafka_bootstrap: str, redis_url: str, redis_client: Any, tmp_path: Path
-) -> None:
-    base = f"gk-test-demo-{uuid.uuid4().hex[:8]}"
+def _sample(tmp_path: Path, base: str, kafka_bootstrap: str, redis_url: str) -> tuple[Path, dict[str, Any]]:
+    """The sample configuration on topics, a group and a Redis prefix of the test's own (a user's demo on the same
+    services keeps its world), the services written in as the operator's commands need them."""
     sample = yaml.safe_load((SAMPLES / "gatekeeper.yaml").read_text())
-    sample["kafka"]["group_id"] = f"{base}-group"
+    sample["kafka"].update(group_id=f"{base}-group", bootstrap_servers=kafka_bootstrap)
+    sample["redis"].update(key_prefix=base, url=redis_url)
     route = sample["routes"][0]
     route.update(input=base, output=f"{base}.checked", dead_letter=f"{base}.dlq", alerts=f"{base}.alerts")
     config = tmp_path / "demo.yaml"
     config.write_text(yaml.safe_dump(sample))
+    return config, route
+
+
+async def _cli(*args: str) -> Any:
+    return await asyncio.to_thread(CliRunner().invoke, app, list(args))
+
+
+async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
+    kafka_bootstrap: str, redis_url: str, redis_client: Any, tmp_path: Path
+) -> None:
+    base = f"gk-test-demo-{uuid.uuid4().hex[:8]}"
+    config, route = _sample(tmp_path, base, kafka_bootstrap, redis_url)
     options = DemoOptions(
         config=config,
         records=SAMPLES / "records.json",
@@ -52,6 +68,8 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
     demo = Demo(options, Console(file=out, width=200, color_system=None, highlight=False))
     try:
         result = await demo.run()
+        text = out.getvalue()
+        world = await _look_around(config, route["input"], demo.run_id)
     finally:
         admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
         await admin.start()
@@ -59,7 +77,6 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
             await admin.delete_topics([route[k] for k in ("input", "output", "dead_letter", "alerts")])
         finally:
             await admin.close()
-    text = out.getvalue()
 
     def fwd(type_: str, sender: str, replayed: bool = False) -> tuple[Any, ...]:
         return ("output", type_, sender, "forward", None, replayed)
@@ -113,4 +130,59 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
     ):
         assert fragment in text, fragment
     assert "40-12-88/61102938" not in text  # accounts are masked on the screen
-    assert [k async for k in redis_client.scan_iter(match=f"{demo.prefix}:*")] == []  # the run's state is gone
+
+    # the demo's world stays, under the configuration's own prefix, and the commands it ends with are shown
+    assert demo.prefix == base and await redis_client.get(f"{base}:{DEMO_MARKER}") is not None
+    c = str(config)
+    for command in (
+        f"gatekeeper status -c {c}",
+        f"gatekeeper handoffs show lookalike-{demo.run_id} scheduler-1 -c {c}",
+        f"gatekeeper replay --route {base} --dry-run --details -c {c}",
+    ):
+        assert command in text, command
+    assert "until the next demo or make stop" in text
+    # and it is coherent: what the commands say is what the demo did
+    assert world["clean"] == "closed by DN payer-5"
+    assert world["binding"] == f"clean-{demo.run_id}/scheduler-1"
+    assert world["replay"] == {"check-rb": 2, "already-forwarded": 1}  # the original reasons, not unknown-handoff
+    assert world["state_gone"] == 0
+
+
+async def _look_around(config: Path, route: str, run_id: str) -> dict[str, Any]:
+    """What the operator's commands the demo ends with report about the demo's world."""
+    c = str(config)
+    handoffs = await _cli("handoffs", "list", "--conversation", f"clean-{run_id}", "--json", "-c", c)
+    assert handoffs.exit_code == 0, handoffs.output
+    records = await _cli("records", "get", "inv:MD-2026-057", "--ask", "PAY", "--json", "-c", c)
+    assert records.exit_code == 0, records.output
+    replay = await _cli("replay", "--route", route, "--dry-run", "--json", "-c", c)
+    assert replay.exit_code == 1, replay.output  # the two refused readbacks still fail: a finding
+    doc = json.loads(replay.stdout)
+    return {
+        "clean": json.loads(handoffs.stdout)[0]["status"],
+        "binding": json.loads(records.stdout)[0]["binding"],
+        "replay": Counter(ln["reason"] or ln["status"] for ln in doc["lines"] if ln["conversation"].endswith(run_id)),
+        "state_gone": doc["state_gone"],
+    }
+
+
+async def test_the_next_demo_clears_a_demos_state_and_never_keys_it_did_not_write(
+    redis_url: str, redis_client: Any, tmp_path: Path
+) -> None:
+    base = f"gk-test-demo-{uuid.uuid4().hex[:8]}"
+    config, _ = _sample(tmp_path, base, "127.0.0.1:1", redis_url)  # Kafka is never reached
+    options = DemoOptions(
+        config=config, records=SAMPLES / "records.json", late_records=SAMPLES / "records.late.json", http_port=0
+    )
+    out = io.StringIO()
+    await redis_client.set(f"{base}:cs:{{someone/else}}", "1")
+    demo = Demo(options, Console(file=out, width=200, color_system=None))
+    with pytest.raises(DemoError, match=f"1 key\\(s\\) under the prefix '{base}' that no demo wrote"):
+        await demo.fresh_state()
+    assert await redis_client.get(f"{base}:cs:{{someone/else}}") == b"1"  # left alone
+
+    await redis_client.set(f"{base}:{DEMO_MARKER}", json.dumps({"run": "earlier"}))  # an earlier demo's world
+    await demo.fresh_state()
+    assert [k async for k in redis_client.scan_iter(match=f"{base}:*")] == [f"{base}:{DEMO_MARKER}".encode()]
+    assert json.loads(await redis_client.get(f"{base}:{DEMO_MARKER}"))["run"] == demo.run_id
+    assert "cleared the previous demo's Redis state (run earlier, 2 keys)" in out.getvalue()
