@@ -1,0 +1,263 @@
+"""An in-memory Kafka behind the gatekeeper's seam (``gatekeeper.consumers.client.Kafka``), for unit tests of
+retries, trimming and commit order. The real broker's behaviour the worker depends on is modelled, no more:
+
+- topics of partitions of records; a record's offset is its index; ``highwater`` is the partition's length;
+- one consumer group: the consumer is assigned every partition of its topics at start (the listener is told),
+  reads from the committed offset, honours ``pause``/``resume``/``seek``, and ``commit`` stores offsets;
+- the producer batches the records sent to one partition in one turn of the event loop (as aiokafka's
+  accumulator does): the broker refuses the whole batch with ``MessageSizeTooLargeError`` when one record is larger
+  than its topic's ``max.message.bytes``, appends it otherwise;
+- injectable trouble: ``fail_sends`` (the next N sends' batches fail with ``KafkaConnectionError``), ``hold_acks``
+  (acknowledgements wait until released: a produce timeout), ``fail_commits`` (the next N commits fail);
+- transactions: records and offsets of a transaction become visible only when it commits; an abort drops both.
+
+``events`` records, in order, every acknowledged record (``("ack", topic, partition, offset)``) and every commit
+(``("commit", topic, partition, offset)``), so a test can see that a commit never passes an unacknowledged record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError
+
+
+@dataclass
+class FakeRecord:
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: int | None = 1_790_000_000_000
+
+
+@dataclass
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass
+class Cluster:
+    """The broker's state, shared by the clients a ``FakeKafka`` makes."""
+
+    partitions: dict[str, int] = field(default_factory=dict)
+    limits: dict[str, int] = field(default_factory=dict)  # max.message.bytes the broker enforces
+    describe_limits: bool = True  # False: topic_limits answers nothing (the worker learns by refusals)
+    logs: dict[tuple[str, int], list[FakeRecord]] = field(default_factory=dict)
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
+    events: list[tuple[str, str, int, int]] = field(default_factory=list)
+    fail_sends: int = 0
+    fail_commits: int = 0
+    hold_acks: asyncio.Event | None = None  # set: acknowledgements flow; unset: they wait
+    refused_batches: int = 0
+
+    def create(self, topic: str, partitions: int = 1, max_message_bytes: int | None = None) -> None:
+        self.partitions[topic] = partitions
+        for p in range(partitions):
+            self.logs[(topic, p)] = []
+        if max_message_bytes is not None:
+            self.limits[topic] = max_message_bytes
+
+    def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any = ()) -> int:
+        log = self.logs[(topic, partition)]
+        log.append(FakeRecord(topic, partition, len(log), key, value, tuple(headers or ())))
+        return len(log) - 1
+
+    def records(self, topic: str) -> list[FakeRecord]:
+        return [r for p in range(self.partitions[topic]) for r in self.logs[(topic, p)]]
+
+    def size(self, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]]) -> int:
+        return 70 + len(key or b"") + len(value or b"") + sum(len(k) + len(v) + 10 for k, v in headers)
+
+
+class FakeConsumer:
+    def __init__(self, cluster: Cluster, topics: Iterable[str], listener: Any) -> None:
+        self.cluster = cluster
+        self.topics = sorted(set(topics))
+        self.listener = listener
+        self._assigned: set[TopicPartition] = set()
+        self._paused: set[TopicPartition] = set()
+        self._position: dict[TopicPartition, int] = {}
+
+    async def start(self) -> None:
+        self._assigned = {TopicPartition(t, p) for t in self.topics for p in range(self.cluster.partitions[t])}
+        for tp in self._assigned:
+            self._position[tp] = self.cluster.committed.get((tp.topic, tp.partition), 0)
+        if self.listener is not None:
+            await self.listener.on_partitions_assigned(set(self._assigned))
+
+    async def stop(self) -> None:
+        if self.listener is not None and self._assigned:
+            await self.listener.on_partitions_revoked(set(self._assigned))
+        self._assigned = set()
+
+    async def getmany(
+        self, *partitions: TopicPartition, timeout_ms: int = 0, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
+        out: dict[TopicPartition, list[Any]] = {}
+        room = max_records if max_records is not None else 10_000
+        for tp in sorted(self._assigned - self._paused):
+            log = self.cluster.logs[(tp.topic, tp.partition)]
+            pos = self._position[tp]
+            take = log[pos : pos + room]
+            if take:
+                out[tp] = list(take)
+                self._position[tp] = pos + len(take)
+                room -= len(take)
+            if room <= 0:
+                break
+        if not out:
+            await asyncio.sleep(min(timeout_ms, 20) / 1000)
+        return out
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._assigned)
+
+    def highwater(self, partition: TopicPartition) -> int | None:
+        return len(self.cluster.logs[(partition.topic, partition.partition)])
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        self._paused |= set(partitions)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        self._paused -= set(partitions)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        self._position[partition] = offset
+
+    async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if self.cluster.fail_commits > 0:
+            self.cluster.fail_commits -= 1
+            raise KafkaConnectionError("commit: connection refused (fake)")
+        for tp, off in offsets.items():
+            self.cluster.committed[(tp.topic, tp.partition)] = off
+            self.cluster.events.append(("commit", tp.topic, tp.partition, off))
+
+
+class FakeProducer:
+    def __init__(self, cluster: Cluster, transactional: bool) -> None:
+        self.cluster = cluster
+        self.transactional = transactional
+        self.started = False
+        self.stopped = False
+        self._batches: dict[tuple[str, int], list[tuple[Any, asyncio.Future[Any]]]] = {}
+        self._flush: asyncio.Handle | None = None
+        self._txn: list[tuple[tuple[str, int], Any, asyncio.Future[Any]]] | None = None
+        self._txn_offsets: dict[tuple[str, int], int] = {}
+
+    async def start(self) -> None:
+        self.started = True
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        return set(range(self.cluster.partitions[topic]))
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None = None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> asyncio.Future[Any]:
+        assert self.started and not self.stopped, "send on a producer that is not running"
+        if partition is None:
+            partition = (sum(key or b"") % self.cluster.partitions[topic]) if key else 0
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._batches.setdefault((topic, partition), []).append(((key, value, tuple(headers or ())), fut))
+        if self._flush is None:
+            self._flush = asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._deliver()))
+        return fut
+
+    async def _deliver(self) -> None:
+        self._flush = None
+        batches, self._batches = self._batches, {}
+        if self.cluster.hold_acks is not None:
+            await self.cluster.hold_acks.wait()
+        for (topic, partition), items in batches.items():
+            if self.cluster.fail_sends > 0:
+                self.cluster.fail_sends -= 1
+                for _, fut in items:
+                    if not fut.done():
+                        fut.set_exception(KafkaConnectionError("produce: connection refused (fake)"))
+                continue
+            limit = self.cluster.limits.get(topic)
+            if limit is not None and any(self.cluster.size(*rec) > limit for rec, _ in items):
+                self.cluster.refused_batches += 1
+                for _, fut in items:
+                    if not fut.done():
+                        fut.set_exception(MessageSizeTooLargeError("the batch is larger than max.message.bytes"))
+                continue
+            for rec, fut in items:
+                if fut.done():
+                    continue
+                if self._txn is not None:
+                    self._txn.append(((topic, partition), rec, fut))
+                    fut.set_result(RecordMetadata(topic, partition, -1))
+                    continue
+                offset = self.cluster.append(topic, partition, *rec)
+                self.cluster.events.append(("ack", topic, partition, offset))
+                fut.set_result(RecordMetadata(topic, partition, offset))
+
+    async def begin_transaction(self) -> None:
+        assert self.transactional
+        self._txn, self._txn_offsets = [], {}
+
+    async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+        assert self._txn is not None
+        self._txn_offsets.update({(tp.topic, tp.partition): off for tp, off in offsets.items()})
+
+    async def commit_transaction(self) -> None:
+        assert self._txn is not None
+        if self.cluster.fail_commits > 0:
+            self.cluster.fail_commits -= 1
+            self._txn = None
+            raise KafkaTimeoutError("commit_transaction: timed out (fake)")
+        for (topic, partition), rec, _ in self._txn:
+            offset = self.cluster.append(topic, partition, *rec)
+            self.cluster.events.append(("ack", topic, partition, offset))
+        for (topic, partition), off in self._txn_offsets.items():
+            self.cluster.committed[(topic, partition)] = off
+            self.cluster.events.append(("commit", topic, partition, off))
+        self._txn = None
+
+    async def abort_transaction(self) -> None:
+        self._txn = None
+
+
+class FakeKafka:
+    """``gatekeeper.consumers.client.Kafka`` in memory."""
+
+    def __init__(self, cluster: Cluster | None = None) -> None:
+        self.cluster = cluster if cluster is not None else Cluster()
+        self.producers: list[FakeProducer] = []
+
+    def consumer(self, topics: Iterable[str], listener: Any) -> FakeConsumer:
+        return FakeConsumer(self.cluster, topics, listener)
+
+    def producer(self, *, max_batch_size: int | None = None, transactional: bool | None = None) -> FakeProducer:
+        producer = FakeProducer(self.cluster, bool(transactional))
+        self.producers.append(producer)
+        return producer
+
+    async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]:
+        if not self.cluster.describe_limits:
+            return {}
+        return {t: self.cluster.limits.get(t, 1_048_576) for t in topics if t in self.cluster.partitions}
+
+    async def probe(self, producer: Any) -> None:
+        return None

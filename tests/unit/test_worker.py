@@ -1,0 +1,202 @@
+"""The worker against an in-memory Kafka (``fake_kafka``) and the in-memory store: commit order, retries, trimming
+and transactions, with trouble injected where a real broker cannot be made to misbehave on cue. The same paths run
+on real Kafka in ``tests/integration`` (test_pipeline, test_no_loss, test_poison)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from gatekeeper.config import Settings
+from gatekeeper.consumers.loop import Gatekeeper
+from gatekeeper.store import MemoryStore
+from tests.policy.world import AN, DN, HO, RB, RECORD
+from tests.unit.fake_kafka import Cluster, FakeKafka, FakeRecord
+
+ACCT, LOOKALIKE = "40-12-88/61102938", "40-12-88/61102983"
+BAD = HO.replace(ACCT, LOOKALIKE)  # refused check-ho: two digits swapped
+
+
+def _settings(**kafka: Any) -> Settings:
+    return Settings.model_validate(
+        {
+            "kafka": {"batch_timeout_ms": 10, "request_timeout_ms": 1000, "commit_interval_ms": 0, **kafka},
+            "routes": [{"input": "in", "output": "out", "dead_letter": "dlq", "alerts": "alerts", "profile": "pay"}],
+            "sweeper": {"interval_seconds": 0},
+            "grace_seconds": 2,
+        }
+    )
+
+
+def _cluster(dlq_limit: int | None = None) -> Cluster:
+    c = Cluster()
+    c.create("in", 2)
+    c.create("out")
+    c.create("dlq", max_message_bytes=dlq_limit)
+    c.create("alerts")
+    return c
+
+
+@contextlib.asynccontextmanager
+async def running(cluster: Cluster, **kafka: Any) -> AsyncIterator[Gatekeeper]:
+    store = MemoryStore()
+    await store.put_record(RECORD)
+    gk = Gatekeeper(_settings(**kafka), store=store, kafka=FakeKafka(cluster), http=False, startup_timeout=5)
+    task = asyncio.create_task(gk.run())
+    try:
+        yield gk
+    finally:
+        gk.request_stop()
+        await asyncio.wait_for(task, 10)
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+def kafka_of(gk: Gatekeeper) -> FakeKafka:
+    kafka = gk._kafka
+    assert isinstance(kafka, FakeKafka)
+    return kafka
+
+
+def origin(r: FakeRecord) -> tuple[int, int]:
+    h = dict(r.headers)
+    return int(h["gk.original.partition"]), int(h["gk.original.offset"])
+
+
+def decided(cluster: Cluster) -> int:
+    return len(cluster.records("out")) + len(cluster.records("dlq"))
+
+
+def send(cluster: Cluster, conversation: str, *lines: str, partition: int = 0) -> None:
+    for line in lines:
+        cluster.append("in", partition, conversation.encode(), line.encode())
+
+
+def assert_commits_follow_acks(cluster: Cluster) -> None:
+    """Every commit of an input partition at offset n comes after the acknowledgement of an outcome of every
+    input record below n on that partition."""
+    acked: dict[tuple[int, int], int] = {}  # (input partition, input offset) -> index of its first outcome's ack
+    for i, (kind, topic, partition, offset) in enumerate(cluster.events):
+        if kind == "ack" and topic in ("out", "dlq"):
+            acked.setdefault(origin(cluster.logs[(topic, partition)][offset]), i)
+    for i, (kind, topic, partition, offset) in enumerate(cluster.events):
+        if kind == "commit" and topic == "in":
+            for below in range(offset):
+                assert acked.get((partition, below), len(cluster.events)) < i, (partition, below, cluster.events)
+
+
+async def test_offsets_are_committed_only_after_the_outcomes_are_acknowledged() -> None:
+    cluster = _cluster()
+    send(cluster, "c1", HO, RB, AN, DN, partition=0)
+    send(cluster, "c2", BAD, partition=1)
+    async with running(cluster):
+        await until(lambda: decided(cluster) == 5 and cluster.committed == {("in", 0): 4, ("in", 1): 1})
+    assert [r.value for r in cluster.records("out")] == [x.encode() for x in (HO, RB, AN, DN)]
+    [dead] = cluster.records("dlq")
+    assert dict(dead.headers)["gk.reason"] == b"check-ho"
+    assert_commits_follow_acks(cluster)
+
+
+async def test_a_failed_produce_is_retried_never_dead_lettered_nor_duplicated() -> None:
+    cluster = _cluster()
+    cluster.fail_sends = 3
+    send(cluster, "c1", HO, RB, AN, DN)
+    async with running(cluster) as gk:
+        await until(lambda: cluster.committed.get(("in", 0)) == 4)
+        assert gk.metrics.registry.get_sample_value(
+            "gatekeeper_kafka_errors_total", {"operation": "produce"}
+        ) == pytest.approx(3)
+        assert len(kafka_of(gk).producers) >= 2  # the producer replaced after each failure
+    assert [r.value for r in cluster.records("out")] == [x.encode() for x in (HO, RB, AN, DN)]
+    assert cluster.records("dlq") == []
+    assert_commits_follow_acks(cluster)
+
+
+async def test_acknowledgements_that_do_not_come_are_waited_for_never_sent_twice() -> None:
+    cluster = _cluster()
+    cluster.hold_acks = asyncio.Event()  # the broker takes the records and does not answer (yet)
+    send(cluster, "c1", HO, RB)
+    async with running(cluster) as gk:
+        await until(lambda: not gk.readiness()[0] and "produce" in str(gk.readiness()[1].get("error")), timeout=5)
+        assert cluster.committed == {}
+        cluster.hold_acks.set()  # the answers come, after the request timeout
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+        await until(lambda: gk.readiness()[0])
+    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]  # once each
+
+
+async def test_an_outcome_is_trimmed_before_it_is_sent_when_its_topic_limit_is_known() -> None:
+    cluster = _cluster(dlq_limit=1000)
+    send(cluster, "big", BAD + " // " + "y" * 280)
+    async with running(cluster) as gk:
+        await until(lambda: cluster.committed.get(("in", 0)) == 1)
+        trimmed = gk.metrics.registry.get_sample_value(
+            "gatekeeper_outcomes_trimmed_total", {"route": "in", "kind": "dead-letter"}
+        )
+    [dead] = cluster.records("dlq")
+    headers = dict(dead.headers)
+    assert headers["gk.trimmed"] and headers["gk.reason"] == b"check-ho" and origin(dead) == (0, 0)
+    assert cluster.refused_batches == 0 and trimmed == 1
+
+
+async def test_a_refusal_shared_by_a_batch_is_sent_alone_then_only_the_large_one_trimmed() -> None:
+    cluster = _cluster(dlq_limit=1000)
+    cluster.describe_limits = False  # the worker learns the limit from the broker's refusal
+    small = BAD.replace("scheduler-1", "scheduler-2", 1)
+    send(cluster, "big", BAD + " // " + "y" * 280, small)
+    async with running(cluster):
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+    first, second = cluster.records("dlq")
+    assert origin(first) == (0, 0) and origin(second) == (0, 1)  # the partition's order holds
+    assert b"gk.trimmed" not in dict(second.headers) and dict(first.headers).get("gk.trimmed")
+    assert second.value == small.encode()
+    assert cluster.refused_batches >= 2  # the shared batch, then the large one alone
+    assert_commits_follow_acks(cluster)
+
+
+async def test_a_failed_commit_is_tried_again_and_never_passes_an_open_line() -> None:
+    cluster = _cluster()
+    cluster.fail_commits = 2
+    send(cluster, "c1", HO, RB)
+    async with running(cluster) as gk:
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+        assert gk.metrics.registry.get_sample_value("gatekeeper_kafka_errors_total", {"operation": "commit"}) == 2
+        send(cluster, "c1", AN, DN)
+        await until(lambda: cluster.committed.get(("in", 0)) == 4)
+    assert len(cluster.records("out")) == 4
+    assert_commits_follow_acks(cluster)
+
+
+async def test_a_reply_held_for_its_handoff_keeps_the_commit_below_it() -> None:
+    cluster = _cluster()
+    send(cluster, "c1", RB)  # the readback first: held for the handoff
+    async with running(cluster):
+        await until(lambda: cluster.logs[("in", 0)] and decided(cluster) == 0 and ("in", 0) not in cluster.committed)
+        await asyncio.sleep(0.2)
+        assert cluster.committed.get(("in", 0), 0) == 0  # the held line is open: nothing past it
+        send(cluster, "c1", HO)
+        await until(lambda: decided(cluster) == 2 and cluster.committed.get(("in", 0)) == 2)
+    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert_commits_follow_acks(cluster)
+
+
+async def test_exactly_once_offsets_ride_in_the_transaction_and_an_aborted_one_is_retried() -> None:
+    cluster = _cluster()
+    cluster.fail_commits = 1  # the first commit_transaction times out: aborted, nothing visible
+    send(cluster, "c1", HO, RB, AN, DN)
+    async with running(cluster, transactional=True, transactional_id="gk-0"):
+        await until(lambda: cluster.committed.get(("in", 0)) == 4)
+    assert [r.value for r in cluster.records("out")] == [x.encode() for x in (HO, RB, AN, DN)]  # once each
+    kinds = [k for k, *_ in cluster.events]
+    assert kinds.index("commit") > max(i for i, k in enumerate(kinds) if k == "ack")  # offsets after the records
+    assert_commits_follow_acks(cluster)
