@@ -162,6 +162,23 @@ class Route(_Strict):
         return self.input
 
 
+class ApiToken(_Strict):
+    """A bearer token of ``POST /v1/gate``, stored hashed: the token itself is never in the configuration.
+
+    ``sha256`` is the hex SHA-256 of the token's UTF-8 text (``printf %s "$TOKEN" | sha256sum``). The token speaks
+    for ``agents`` only: a line whose ``from=`` is not one of them is refused (403); ``"*"`` is any agent."""
+
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$", description="for logs and errors")
+    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$", description="hex SHA-256 of the token")
+    agents: list[str] = Field(min_length=1, description='the from= agents it may speak for ("*": any)')
+    routes: list[str] | None = Field(None, description="the routes (input topics) it may gate; none: every route")
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower(cls, v: str) -> str:
+        return v.lower()
+
+
 class HttpSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(9108, ge=0, le=65535)
@@ -170,6 +187,28 @@ class HttpSettings(_Strict):
         ge=0,
         description="/healthz fails when the work loop has not turned for this long while it holds partitions with "
         "lag (a hung call: restarting is the cure); 0 never fails it",
+    )
+    api: bool = Field(True, description="serve the HTTP API (/v1/...) and its OpenAPI on this port")
+    mcp: bool = Field(True, description="serve the MCP tools at /mcp (streamable HTTP) on this port")
+    max_body_bytes: int = Field(
+        1_048_576, ge=1024, le=64 * 1_048_576, description="a request body larger than this is refused (413)"
+    )
+    rate_limit: float = Field(
+        50.0,
+        ge=0,
+        description="API requests per second per client address (0: no limit); probes and /metrics are never limited",
+    )
+    rate_burst: int = Field(100, ge=1, description="requests a client may make at once before rate_limit applies")
+    tokens: list[ApiToken] = Field(default_factory=list, description="the bearer tokens of POST /v1/gate, hashed")
+    tokens_file: Path | None = Field(
+        None, description="a YAML or JSON file with more tokens, a list of entries as in tokens (a mounted secret)"
+    )
+    gate_timeout_seconds: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="how long POST /v1/gate waits for the line's outcome before answering 504 (the line is still in "
+        "the pipeline); a request may ask for less",
     )
 
 

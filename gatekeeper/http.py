@@ -1,4 +1,7 @@
-"""A tiny HTTP/1.1 server on asyncio streams for probes and scraping. No framework, one request per connection.
+"""The gatekeeper's one HTTP port: a real ASGI server (uvicorn) in the daemon's own event loop.
+
+It serves the probes and ``/metrics`` as before, and the HTTP API, its OpenAPI and the MCP tools
+(``gatekeeper.api.app``, where every path is listed):
 
 ==============  ===========================================================================================
 path            answer
@@ -11,21 +14,31 @@ path            answer
 ``/readyz``     200 ``{"status": "ready", ...}`` when Kafka and Redis answer and the consumer group is joined
                 (partitions assigned, or none to assign yet); 503 ``{"status": "not-ready", "reason": ...}``
                 otherwise (readiness: a load balancer or Kubernetes stops sending traffic, nothing restarts)
+``/v1/...``     the API (``http.api``): the stateless checks, ``/v1/gate`` (with a token), ``/openapi.json``
+``/mcp``        the MCP tools (``http.mcp``), streamable HTTP
 ==============  ===========================================================================================
 
-``GET`` and ``HEAD`` only; anything else is 405, an unknown path 404. Requests are bounded (8 KiB of head, 5 s).
+The probes and ``/metrics`` take ``GET`` and ``HEAD``, need no token and are never rate limited.
+
+The server runs as a task of the running loop: it installs no signal handlers (the daemon owns SIGTERM and SIGINT),
+and uvicorn's own logs are quiet (warnings and errors only; no access log: ``gatekeeper_api_requests_total`` counts
+the requests). The socket is bound by ``start()`` itself, so a port in use raises ``OSError`` there and ``port=0``
+is resolved at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import Callable
-from typing import Any
+import socket
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, Any
 
 from gatekeeper.metrics import Metrics
+
+if TYPE_CHECKING:
+    from gatekeeper.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -33,31 +46,65 @@ log = logging.getLogger(__name__)
 Probe = Callable[[], tuple[bool, dict[str, Any]]]
 Readiness = Probe
 
+#: How long ``close()`` lets requests in flight finish (a /v1/gate waiting for its outcome is answered 504 by then
+#: or cancelled: its line is on the input topic either way).
+SHUTDOWN_SECONDS = 3
+
 
 def _alive() -> tuple[bool, dict[str, Any]]:
     return True, {}
 
 
-_MAX_HEAD = 8192
-_TIMEOUT = 5.0
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
+def _server_class() -> Any:
+    import uvicorn
+
+    class _Server(uvicorn.Server):
+        """uvicorn's server without its signal handling: the daemon's handlers stay in place."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None, None, None]:
+            yield
+
+        def install_signal_handlers(self) -> None:  # older uvicorn releases
+            return None
+
+    return _Server
 
 
 class HttpServer:
-    """Serves ``/metrics``, ``/healthz`` and ``/readyz``. ``port=0`` picks a free port (see ``port``)."""
+    """Serves the probes, ``/metrics``, the API and MCP on one port. ``port=0`` picks a free port (see ``port``).
 
-    def __init__(self, host: str, port: int, metrics: Metrics, readiness: Probe, liveness: Probe = _alive) -> None:
+    ``settings`` (optional) supplies the API's configuration (``http.api``, ``http.mcp``, the limits, the tokens)
+    and the routes ``/v1/gate`` can gate; without it the API and MCP are served with the defaults and no gate.
+    ``gate`` overrides the gate made from ``settings`` (tests)."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        metrics: Metrics,
+        readiness: Probe,
+        liveness: Probe = _alive,
+        *,
+        settings: Settings | None = None,
+        gate: Any = None,
+    ) -> None:
         self.host = host
         self._port = port
         self.metrics = metrics
         self.readiness = readiness
         self.liveness = liveness
-        self._server: asyncio.Server | None = None
+        self.settings = settings
+        self.gate = gate
+        self.app: Any = None  # the FastAPI app, once started
+        self._sock: socket.socket | None = None
+        self._server: Any = None
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def port(self) -> int:
-        if self._server is not None and self._server.sockets:
-            return int(self._server.sockets[0].getsockname()[1])
+        if self._sock is not None:
+            return int(self._sock.getsockname()[1])
         return self._port
 
     @property
@@ -65,76 +112,88 @@ class HttpServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
+    def _app(self) -> Any:
+        from gatekeeper.api.app import create_app
+        from gatekeeper.config import HttpSettings
+
+        http = self.settings.http if self.settings is not None else HttpSettings()
+        gate = self.gate
+        if gate is None and self.settings is not None and http.api and self.settings.routes:
+            from gatekeeper.api.gate import Gate
+
+            gate = self.gate = Gate(self.settings, self.metrics)
+        guarded, app = create_app(
+            self.metrics,
+            self.readiness,
+            self.liveness,
+            api=http.api,
+            mcp=http.mcp,
+            gate=gate,
+            max_body_bytes=http.max_body_bytes,
+            rate_limit=http.rate_limit,
+            rate_burst=http.rate_burst,
+            mcp_host=self.host,
+        )
+        self.app = app
+        return guarded
+
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self._port, reuse_address=True)
+        """Bind and serve. Raises ``OSError`` when the address cannot be bound."""
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((self.host, self._port))
+            sock.listen(128)
+            sock.setblocking(False)
+        except BaseException:
+            sock.close()
+            raise
+        self._sock = sock
+        config = uvicorn.Config(
+            self._app(),
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=SHUTDOWN_SECONDS,
+            server_header=False,
+            proxy_headers=False,
+        )
+        server = self._server = _server_class()(config)
+        self._task = asyncio.create_task(self._serve(server, sock), name="gatekeeper-http")
+        while not server.started:
+            if self._task.done():
+                self._sock = None
+                sock.close()
+                exc = self._task.exception() if not self._task.cancelled() else None
+                raise OSError(f"the HTTP server did not start: {exc!r}")
+            await asyncio.sleep(0.01)
+
+    @staticmethod
+    async def _serve(server: Any, sock: socket.socket) -> None:
+        try:
+            await server.serve(sockets=[sock])
+        except SystemExit as exc:  # uvicorn exits on a startup failure (the lifespan raised)
+            raise RuntimeError(f"uvicorn stopped at startup (exit {exc.code})") from None
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 2.0)
-            self._server = None
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
+        server, task = self._server, self._task
+        self._server = self._task = None
+        if server is not None and task is not None:
+            server.should_exit = True
             try:
-                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _TIMEOUT)
-            except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
-                await self._send(writer, 400, b"bad request\n", "text/plain; charset=utf-8")
-                return
-            if len(head) > _MAX_HEAD:
-                await self._send(writer, 400, b"request too large\n", "text/plain; charset=utf-8")
-                return
-            parts = head.split(b"\r\n", 1)[0].decode("latin-1").split()
-            if len(parts) != 3:
-                await self._send(writer, 400, b"bad request\n", "text/plain; charset=utf-8")
-                return
-            method, target, _version = parts
-            path = target.split("?", 1)[0]
-            if method not in ("GET", "HEAD"):
-                await self._send(writer, 405, b"method not allowed\n", "text/plain; charset=utf-8", head_only=False)
-                return
-            status, body, ctype = self._route(path)
-            await self._send(writer, status, body, ctype, head_only=method == "HEAD")
-        except (ConnectionError, OSError):
-            pass
-        except Exception:  # a probe must never take the server down
-            log.exception("http handler failed")
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-
-    def _route(self, path: str) -> tuple[int, bytes, str]:
-        if path == "/metrics":
-            body, ctype = self.metrics.exposition()
-            return 200, body, ctype
-        if path == "/healthz":
-            alive, detail = self.liveness()
-            doc = {"status": "alive" if alive else "stalled", **detail}
-            return (200 if alive else 503), _json(doc), "application/json"
-        if path == "/readyz":
-            ready, detail = self.readiness()
-            doc = {"status": "ready" if ready else "not-ready", **detail}
-            return (200 if ready else 503), _json(doc), "application/json"
-        return 404, b"not found\n", "text/plain; charset=utf-8"
-
-    async def _send(
-        self, writer: asyncio.StreamWriter, status: int, body: bytes, ctype: str, head_only: bool = False
-    ) -> None:
-        head = (
-            f"HTTP/1.1 {status} {_REASONS.get(status, 'OK')}\r\n"
-            f"Content-Type: {ctype}\r\n"
-            f"Content-Length: {len(body)}\r\n"
-            "Cache-Control: no-store\r\n"
-            "Connection: close\r\n\r\n"
-        ).encode("latin-1")
-        writer.write(head if head_only else head + body)
-        await writer.drain()
-
-
-def _json(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, separators=(",", ":")).encode() + b"\n"
+                await asyncio.wait_for(asyncio.shield(task), SHUTDOWN_SECONDS + 2.0)
+            except (TimeoutError, Exception):
+                server.force_exit = True
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
 
 __all__ = ["HttpServer", "Probe", "Readiness"]

@@ -59,6 +59,13 @@ metric                                         type       labels / meaning
                                                           the breaker's window
 ``gatekeeper_dead_letter_breaker_open``        gauge      route: 1 while the dead-letter breaker has tripped
 ``gatekeeper_dead_letter_breaker_trips_total`` counter    route: times the breaker tripped
+``gatekeeper_api_requests_total``              counter    endpoint, status: HTTP requests answered (the endpoint is
+                                                          the served path, ``/v1/check-rb``, ``/healthz``...; any
+                                                          other path is ``other``)
+``gatekeeper_api_request_seconds``             histogram  endpoint: from the request's arrival to its answer sent
+``gatekeeper_api_gate_total``                  counter    outcome (forward, dead-letter, alert, hold, or the
+                                                          refusal's code: unauthorized, forbidden, pending...):
+                                                          ``POST /v1/gate`` answers
 =============================================  =========  ==========================================================
 """
 
@@ -194,6 +201,17 @@ class Metrics:
         self.breaker_trips = Counter(
             "gatekeeper_dead_letter_breaker_trips", "Times the dead-letter breaker tripped.", ["route"], registry=r
         )
+        self.api_requests = Counter(
+            "gatekeeper_api_requests", "HTTP requests answered.", ["endpoint", "status"], registry=r
+        )
+        self.api_seconds = Histogram(
+            "gatekeeper_api_request_seconds",
+            "HTTP requests, from arrival to answer sent.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.api_gate = Counter("gatekeeper_api_gate", "POST /v1/gate answers.", ["outcome"], registry=r)
 
     def forget_partition(self, topic: str, partition: int) -> None:
         """A revoked partition's gauges go away (they would freeze at their last value otherwise)."""

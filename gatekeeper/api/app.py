@@ -1,0 +1,572 @@
+"""The ASGI application on the gatekeeper's one HTTP port: probes, ``/metrics``, the API, its OpenAPI, and MCP.
+
+==========================  ========================================================================================
+path                        answer
+==========================  ========================================================================================
+``GET /healthz``            liveness: 200 ``{"status": "alive"}``, 503 ``{"status": "stalled", ...}``
+``GET /readyz``             readiness: 200 ``{"status": "ready", ...}``, 503 ``{"status": "not-ready", "reason": ...}``
+``GET /metrics``            the Prometheus exposition of the gatekeeper's registry (prometheus-client's ASGI app)
+``POST /v1/<function>``     the stateless functions (``gatekeeper.api.functions``); also at ``/<function>``
+``GET /v1/legend``          ``?profile=pay&lean=true``; also at ``/legend``
+``POST /v1/gate``           the gatekeeper's verdict for one line of a conversation (``gatekeeper.api.gate``), with a
+                            bearer token; also at ``/gate``
+``/mcp``                    the MCP tools, streamable HTTP (``gatekeeper.api.mcp``)
+``GET /openapi.json``       the OpenAPI document; ``/docs`` renders it
+==========================  ========================================================================================
+
+Probes and ``/metrics`` need no token and are never rate limited; ``GET`` and ``HEAD`` only. Bad input is always a
+4xx with a JSON problem document, never a 500::
+
+    {"ok": false, "status": 400, "code": "malformed-json", "title": "Malformed JSON", "detail": "..."}
+
+Codes: ``malformed-json`` (400), ``unknown-profile`` (400), ``invalid-request`` (422, with ``errors``: where and
+what), ``unauthorized`` (401), ``forbidden`` (403), ``unknown-route`` (404), ``not-found`` (404),
+``method-not-allowed`` (405), ``body-too-large`` (413), ``line-too-large`` (413), ``rate-limited`` (429, with
+``Retry-After``), ``gate-unavailable`` (503), ``pending`` (504: the line is still in the pipeline).
+"""
+
+import json
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Route
+
+from gatekeeper import __version__
+from gatekeeper.api import functions as fn
+from gatekeeper.api.functions import BadInput
+from gatekeeper.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+Probe = Callable[[], tuple[bool, dict[str, Any]]]
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+#: The paths that are never rate limited and need no token.
+OPERATIONAL = frozenset({"/healthz", "/readyz", "/metrics"})
+
+DESCRIPTION = """\
+The RW1 checks of the rogerwilco protocol as JSON endpoints, and the gatekeeper's own verdict for a line.
+
+Every check answers `{"ok": bool, "problems": [...], "notes": [...]}` with the reference's wording; no problems
+means go, anything in problems means stop, notes are worth logging. Add `"detail": true` to a request for the same
+findings as data (code, tier, slot, expected, got). Every `/v1/<name>` is also served at `/<name>`, the names of the
+reference's hosted API. Bad input is a 4xx with a JSON problem document, never a 500.
+"""
+
+
+class ProblemDocument(BaseModel):
+    """A request that could not be answered as asked."""
+
+    ok: bool = Field(False, description="always false")
+    status: int = Field(description="the HTTP status")
+    code: str = Field(description="a stable, machine-readable code", examples=["unknown-profile"])
+    title: str = Field(description="the code, for a human")
+    detail: str = Field(description="what is wrong, and where")
+    errors: list[dict[str, Any]] | None = Field(None, description="invalid-request: each field's problem")
+
+
+class Finding(BaseModel):
+    code: str
+    tier: str | None = None
+    slot: str | None = None
+    expected: str | None = None
+    got: str | None = None
+    message: str
+
+
+class Detail(BaseModel):
+    problems: list[Finding]
+    notes: list[Finding]
+
+
+class CheckAnswer(BaseModel):
+    """The answer of a check: no problems means go."""
+
+    ok: bool
+    problems: list[str] = Field(description="the reference's wording; any means stop")
+    notes: list[str] = Field(description="assumptions worth logging")
+    detail: Detail | None = Field(None, description='with "detail": true: the findings as data, in the same order')
+
+    model_config = {
+        "json_schema_extra": {
+            "examples": [
+                {
+                    "ok": False,
+                    "problems": ["record: acct mismatch: record 40-12-88/61102938 vs HO 40-12-88/61102983"],
+                    "notes": [],
+                }
+            ]
+        }
+    }
+
+
+class MakeRbAnswer(CheckAnswer):
+    rb: str | None = Field(None, description="the readback line")
+
+
+class ValidateAnswer(CheckAnswer):
+    message: dict[str, Any] | None = Field(None, description="the JSON twin of a valid line")
+
+
+class DigestAnswer(CheckAnswer):
+    digest: str | None = Field(None, description="the h= value: 12 hex characters")
+
+
+class ToJsonAnswer(CheckAnswer):
+    message: dict[str, Any] | None = Field(None, description="the JSON twin")
+
+
+class FromJsonAnswer(CheckAnswer):
+    line: str | None = Field(None, description="the line")
+
+
+class LegendAnswer(CheckAnswer):
+    legend: str = Field(description="the legend text")
+
+
+class ProbeAnswer(BaseModel):
+    status: str = Field(description="alive | stalled (healthz); ready | not-ready (readyz)")
+
+    model_config = {"extra": "allow"}
+
+
+_ANSWERS: dict[str, type[CheckAnswer]] = {
+    "make-rb": MakeRbAnswer,
+    "validate": ValidateAnswer,
+    "digest": DigestAnswer,
+    "to-json": ToJsonAnswer,
+    "from-json": FromJsonAnswer,
+}
+
+_TITLES = {
+    400: "Bad request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not found",
+    405: "Method not allowed",
+    413: "Request too large",
+    422: "Invalid request",
+    429: "Too many requests",
+    500: "Internal error",
+    503: "Unavailable",
+    504: "Pending",
+}
+_CODES = {404: "not-found", 405: "method-not-allowed", 401: "unauthorized", 403: "forbidden"}
+
+
+class CompatJSON(JSONResponse):
+    """JSON as Python's ``json.dumps`` writes it (``{"ok": false, "problems": [], "notes": []}``), the reference's
+    own formatting, ASCII only (escaped), so any text can be written."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content).encode("ascii")
+
+
+def problem(status: int, code: str, detail: str, **extra: Any) -> CompatJSON:
+    doc: dict[str, Any] = {
+        "ok": False,
+        "status": status,
+        "code": code,
+        "title": code.replace("-", " ").capitalize() if code else _TITLES.get(status, "Error"),
+        "detail": detail,
+    }
+    headers = extra.pop("headers", None)
+    doc.update(extra)
+    return CompatJSON(doc, status_code=status, headers=headers)
+
+
+def _problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ProblemDocument, "description": _TITLES.get(s, "Error")} for s in statuses}
+
+
+# ------------------------------------------------------------------------------------------------ the guard
+
+
+class _Bucket:
+    __slots__ = ("at", "tokens")
+
+    def __init__(self, tokens: float, at: float) -> None:
+        self.tokens = tokens
+        self.at = at
+
+
+class RateLimiter:
+    """A token bucket per client address: ``rate`` requests a second, ``burst`` at once. Bounded in memory: the
+    least recently seen clients are forgotten past ``max_clients``."""
+
+    def __init__(self, rate: float, burst: int, max_clients: int = 10_000) -> None:
+        self.rate = rate
+        self.burst = float(burst)
+        self.max_clients = max_clients
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+
+    def take(self, client: str, now: float | None = None) -> float:
+        """0 when the request may go, else the seconds until it may."""
+        if self.rate <= 0:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        b = self._buckets.get(client)
+        if b is None:
+            b = self._buckets[client] = _Bucket(self.burst, now)
+            while len(self._buckets) > self.max_clients:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(client)
+            b.tokens = min(self.burst, b.tokens + (now - b.at) * self.rate)
+            b.at = now
+        if b.tokens >= 1.0:
+            b.tokens -= 1.0
+            return 0.0
+        return (1.0 - b.tokens) / self.rate
+
+
+class Guard:
+    """The outermost ASGI layer: API metrics, ``HEAD`` as ``GET``, the body size limit and the rate limit, each
+    refusal a problem document."""
+
+    def __init__(
+        self, app: ASGIApp, metrics: Metrics, known: frozenset[str], max_body: int, limiter: RateLimiter
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.known = known
+        self.max_body = max_body
+        self.limiter = limiter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        path = scope.get("path", "")
+        endpoint = path if path in self.known else "other"
+        status = 500
+
+        async def send_counted(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, send_counted, path)
+        finally:
+            m = self.metrics
+            m.api_requests.labels(endpoint=endpoint, status=str(status)).inc()
+            m.api_seconds.labels(endpoint=endpoint).observe(time.perf_counter() - started)
+
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
+        if scope.get("method") == "HEAD":
+            scope = dict(scope, method="GET")  # the server still sends no body: it knows the request was HEAD
+        if path not in OPERATIONAL:
+            client = scope.get("client")
+            wait = self.limiter.take(client[0] if client else "-")
+            if wait > 0:
+                retry = str(max(1, int(wait + 0.999)))
+                doc = problem(
+                    429, "rate-limited", f"too many requests: retry in {retry}s", headers={"Retry-After": retry}
+                )
+                await doc(scope, receive, send)
+                return
+        if scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
+            declared = _content_length(scope)
+            if declared is not None and declared > self.max_body:
+                await self._too_large(scope, receive, send)
+                return
+            body = bytearray()
+            more = True
+            while more:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    return
+                body += message.get("body", b"")
+                more = bool(message.get("more_body"))
+                if len(body) > self.max_body:
+                    await self._too_large(scope, receive, send)
+                    return
+            await self.app(scope, _replay(bytes(body), receive), send)
+            return
+        await self.app(scope, receive, send)
+
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        doc = problem(413, "body-too-large", f"the request body is larger than {self.max_body} bytes")
+        await doc(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def again() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return again
+
+
+class _Asgi:
+    """An ASGI callable as a Starlette route endpoint (a plain function would be taken for a request handler)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+# ------------------------------------------------------------------------------------------------ the app
+
+
+def _validation_problem(exc: RequestValidationError) -> CompatJSON:
+    errors = []
+    malformed = None
+    for err in exc.errors():
+        if err.get("type") == "json_invalid":
+            ctx = err.get("ctx") or {}
+            malformed = str(ctx.get("error", "not JSON"))
+            continue
+        loc = [str(x) for x in err.get("loc", ()) if x != "body"]
+        errors.append({"loc": ".".join(loc) or "(body)", "msg": str(err.get("msg", "")), "type": str(err.get("type"))})
+    if malformed is not None:
+        return problem(400, "malformed-json", f"the request body is not JSON: {malformed}")
+    where = "; ".join(f"{e['loc']}: {e['msg']}" for e in errors[:10])
+    return problem(422, "invalid-request", where or "the request is not valid", errors=errors)
+
+
+def create_app(
+    metrics: Metrics,
+    readiness: Probe,
+    liveness: Probe,
+    *,
+    api: bool = True,
+    mcp: bool = True,
+    gate: Any = None,
+    max_body_bytes: int = 1_048_576,
+    rate_limit: float = 0.0,
+    rate_burst: int = 100,
+    mcp_host: str = "127.0.0.1",
+) -> Any:
+    """The ASGI app (the ``Guard`` around FastAPI). ``gate`` is a ``gatekeeper.api.gate.Gate`` (started and closed
+    by the app's lifespan), or None: ``/v1/gate`` then answers 503."""
+    mcp_server = None
+    if api and mcp:
+        from gatekeeper.api.mcp import make_mcp_server
+
+        mcp_server = make_mcp_server()
+        mcp_app = mcp_server.streamable_http_app(
+            streamable_http_path="/mcp",
+            stateless_http=True,
+            json_response=True,
+            host=mcp_host,
+            max_request_body_size=max_body_bytes,
+        )
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> Any:
+        async with AsyncExitStack() as stack:
+            if mcp_server is not None:
+                await stack.enter_async_context(mcp_server.session_manager.run())
+            if gate is not None:
+                await gate.start()
+                stack.push_async_callback(gate.close)
+            yield
+
+    app = FastAPI(
+        title="rogerwilco gatekeeper",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs" if api else None,
+        redoc_url=None,
+        openapi_url="/openapi.json" if api else None,
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> Response:
+        return _validation_problem(exc)
+
+    @app.exception_handler(BadInput)
+    async def _bad(_request: Request, exc: BadInput) -> Response:
+        return problem(exc.status, exc.code, str(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_request: Request, exc: StarletteHTTPException) -> Response:
+        code = _CODES.get(exc.status_code, "error")
+        return problem(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def _bug(_request: Request, exc: Exception) -> Response:
+        log.error("an API request raised", exc_info=exc)
+        return problem(500, "internal-error", f"the gatekeeper failed to answer: {type(exc).__name__}")
+
+    probe_responses: dict[int | str, dict[str, Any]] = {503: {"model": ProbeAnswer, "description": "failing"}}
+
+    @app.get("/healthz", tags=["operations"], response_model=ProbeAnswer, responses=probe_responses)
+    def healthz() -> Response:
+        """Liveness: 503 when the work loop has not turned while partitions have lag (restart cures it)."""
+        alive, detail = liveness()
+        return CompatJSON({"status": "alive" if alive else "stalled", **detail}, status_code=200 if alive else 503)
+
+    @app.get("/readyz", tags=["operations"], response_model=ProbeAnswer, responses=probe_responses)
+    def readyz() -> Response:
+        """Readiness: 503 with the reason while Kafka or Redis do not answer or the group is not joined."""
+        ready, detail = readiness()
+        return CompatJSON({"status": "ready" if ready else "not-ready", **detail}, status_code=200 if ready else 503)
+
+    app.router.routes.append(
+        Route("/metrics", endpoint=_Asgi(_metrics_app(metrics)), methods=["GET"], include_in_schema=False)
+    )
+
+    if api:
+        _add_functions(app)
+        _add_gate(app, gate)
+    if mcp_server is not None:
+        app.router.routes.extend(mcp_app.routes)
+
+    known = frozenset(getattr(r, "path", "") for r in app.router.routes) - {""}
+    limiter = RateLimiter(rate_limit, rate_burst)
+    return Guard(app, metrics, known, max_body_bytes, limiter), app
+
+
+def _metrics_app(metrics: Metrics) -> ASGIApp:
+    from prometheus_client import make_asgi_app
+
+    app: ASGIApp = make_asgi_app(registry=metrics.registry)
+    return app
+
+
+_FUNCTION_DOCS = {
+    "check-ho": "Check 1, before sending: the HO against the record it was built from.",
+    "check-rb": "Check 2: a readback (or a tool's prepared statement) against the HO: the five tiers (receipt, "
+    "integrity, echo, comprehension with `expect_acc`, execution) and expiry (`now`).",
+    "check-dn": "Check 3, after the act: the done report against the plan (the HO, and `rb`, the readback that "
+    "passed).",
+    "check-thread": "Every handoff of a conversation closes (DN, UN, FL or an acknowledged CX) and none is open past "
+    "its exp= at `now`.",
+    "make-rb": "The correct readback for an HO, as a code-side receiver sends it (`rb`).",
+    "validate": "Parse one line: its errors as problems and its warnings as notes (problems with `strict`), and its "
+    "JSON twin (`message`).",
+    "digest": "The h= digest of a line (`digest`).",
+    "to-json": "A line's JSON twin (`message`).",
+    "from-json": "The line of a JSON twin (`line`), validated.",
+    "translation": "The pay profile's translation rules: an ST about an invoice carries src=, amt, cur and kind; "
+    "with kind=GROSS, net + vat = amt.",
+}
+
+
+def _add_functions(app: FastAPI) -> None:
+    for name, (model, func) in fn.FUNCTIONS.items():
+        endpoint = _function_endpoint(name, model, func)
+        answer = _ANSWERS.get(name, CheckAnswer)
+        for path, in_schema in ((f"/v1/{name}", True), (f"/{name}", False)):
+            app.add_api_route(
+                path,
+                endpoint,
+                methods=["POST"],
+                name=f"{name} ({path})",
+                operation_id=name.replace("-", "_"),
+                summary=_FUNCTION_DOCS[name].split(":")[0].rstrip("."),
+                description=f"{_FUNCTION_DOCS[name]}\n\nAlso served at `/{name}`.",
+                tags=["checks"],
+                response_model=answer,
+                responses=_problem_responses(400, 413, 422, 429),
+                include_in_schema=in_schema,
+            )
+
+    def legend(
+        profile: Annotated[
+            str | None, Query(max_length=64, description="pay, clin, deploy, pform...", examples=["pay"])
+        ] = None,
+        lean: Annotated[bool, Query(description="drop the comprehension-readback keys and unused core asks")] = False,
+    ) -> Response:
+        return CompatJSON(fn.legend(profile, lean))
+
+    for path, in_schema in (("/v1/legend", True), ("/legend", False)):
+        app.add_api_route(
+            path,
+            legend,
+            methods=["GET"],
+            name=f"legend ({path})",
+            operation_id="legend",
+            summary="The legend another model needs in its prompt",
+            description="The prompt text for reading and writing lines under a profile.\n\nAlso served at `/legend`.",
+            tags=["checks"],
+            response_model=LegendAnswer,
+            responses=_problem_responses(400, 422, 429),
+            include_in_schema=in_schema,
+        )
+
+
+def _function_endpoint(name: str, model: type[fn.Request], func: Callable[[Any], dict[str, Any]]) -> Any:
+    def endpoint(body: model) -> Response:  # type: ignore[valid-type]
+        return CompatJSON(func(body))
+
+    endpoint.__name__ = name.replace("-", "_")
+    return endpoint
+
+
+def _add_gate(app: FastAPI, gate: Any) -> None:
+    from gatekeeper.api.gate import GateAnswer, GateRequest, PendingAnswer
+
+    async def gate_endpoint(
+        body: GateRequest,
+        authorization: Annotated[
+            str | None, Header(description="Bearer <token>: a token that speaks for the line's from=")
+        ] = None,
+    ) -> Response:
+        if gate is None:
+            return problem(503, "gate-unavailable", "the gate is not configured on this server")
+        status, doc = await gate.handle(body, authorization)
+        return CompatJSON(doc, status_code=status)
+
+    responses = _problem_responses(400, 401, 403, 404, 413, 422, 429, 503)
+    responses[504] = {"model": PendingAnswer, "description": "the line is still in the pipeline (not refused)"}
+    for path, in_schema in (("/v1/gate", True), ("/gate", False)):
+        app.add_api_route(
+            path,
+            gate_endpoint,
+            methods=["POST"],
+            name=f"gate ({path})",
+            operation_id="gate",
+            summary="The gatekeeper's verdict for one line of a conversation",
+            description=(
+                "Produces the line to the route's input topic, keyed by the conversation, and answers with the "
+                "outcome the daemon produced for it (forward, dead-letter or alert), so a service that does not "
+                "speak Kafka is gated exactly as one that does. `dry_run`: decided against the current state, "
+                "nothing produced or saved. Needs `Authorization: Bearer <token>`, a token that speaks for the "
+                "line's from=. 504: no outcome yet within the timeout; the line is in the pipeline and will be "
+                "decided, it was not refused.\n\nAlso served at `/gate`."
+            ),
+            tags=["gate"],
+            response_model=GateAnswer,
+            responses=responses,
+            include_in_schema=in_schema,
+        )
+
+
+__all__ = ["OPERATIONAL", "CompatJSON", "Guard", "ProblemDocument", "RateLimiter", "create_app", "problem"]

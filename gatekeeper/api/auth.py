@@ -1,0 +1,116 @@
+"""Bearer tokens of ``POST /v1/gate``: stored hashed (SHA-256), each allowed to speak for a set of agents.
+
+    tokens:
+      - name: payer-service
+        sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08   # printf %s "$TOKEN" | sha256sum
+        agents: [payer]
+        routes: [agents.pay]          # optional; every route when absent
+
+A request carries ``Authorization: Bearer <token>``. The token is hashed and compared with every configured hash in
+constant time; the token itself is never stored, logged or echoed. A line is gated only when its ``from=`` is one of
+the token's agents (``"*"``: any) and its route is one of the token's routes: a token for ``payer`` cannot gate a line
+``from=scheduler`` (403).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import TypeAdapter, ValidationError
+
+from gatekeeper.config import ApiToken, ConfigError, HttpSettings
+
+ANY_AGENT = "*"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a request's token speaks for."""
+
+    name: str
+    agents: frozenset[str]
+    routes: frozenset[str] | None
+
+    def speaks_for(self, agent: str | None) -> bool:
+        if ANY_AGENT in self.agents:
+            return True
+        return agent is not None and agent in self.agents
+
+    def may_gate(self, route: str) -> bool:
+        return self.routes is None or route in self.routes
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of a token's UTF-8 text: what the configuration stores."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def load_tokens_file(path: Path) -> list[ApiToken]:
+    """The entries of ``http.tokens_file`` (YAML or JSON: a list of token entries). Raises ConfigError."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"http.tokens_file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"http.tokens_file {path} cannot be read: {type(exc).__name__}") from None
+    if loaded is None:
+        return []
+    if isinstance(loaded, dict) and "tokens" in loaded:
+        loaded = loaded["tokens"]
+    try:
+        return TypeAdapter(list[ApiToken]).validate_python(loaded)
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"http.tokens_file {path}: {where}") from None
+
+
+class TokenBook:
+    """The configured tokens (``http.tokens`` and ``http.tokens_file``)."""
+
+    def __init__(self, tokens: Iterable[ApiToken]) -> None:
+        self._entries = [
+            (
+                bytes.fromhex(t.sha256),
+                Principal(t.name, frozenset(t.agents), None if t.routes is None else frozenset(t.routes)),
+            )
+            for t in tokens
+        ]
+
+    @classmethod
+    def from_settings(cls, http: HttpSettings) -> TokenBook:
+        tokens = list(http.tokens)
+        if http.tokens_file is not None:
+            tokens += load_tokens_file(http.tokens_file)
+        return cls(tokens)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def principal(self, authorization: str | None) -> Principal | None:
+        """The principal of an ``Authorization`` header's bearer token, or None (missing, malformed, unknown)."""
+        if not authorization:
+            return None
+        scheme, _, token = authorization.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            return None
+        digest = hashlib.sha256(token.encode("utf-8", errors="surrogatepass")).digest()
+        found: Principal | None = None
+        for stored, principal in self._entries:  # every entry compared: the time does not tell which matched
+            if hmac.compare_digest(stored, digest) and found is None:
+                found = principal
+        return found
+
+
+def dumps_tokens(tokens: Iterable[ApiToken]) -> str:
+    """Token entries as JSON (for ``GK_HTTP__TOKENS``)."""
+    return json.dumps([t.model_dump(exclude_none=True) for t in tokens])
+
+
+__all__ = ["ANY_AGENT", "Principal", "TokenBook", "dumps_tokens", "hash_token", "load_tokens_file"]
