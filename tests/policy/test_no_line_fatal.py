@@ -833,6 +833,10 @@ def test_gatekeeper_check_decides_every_line(prof: str, data: st.DataObject, now
     rows = [outcome(ln, d) for ln, d in zip(lines, decisions, strict=True)]
     json.dumps(rows, ensure_ascii=False)
     render_table(rows, colour=False)
+    sensitive = frozenset(_check_route(prof).profile.sensitive)
+    masked = [outcome(ln, d, sensitive) for ln, d in zip(lines, decisions, strict=True)]  # the default: masked
+    json.dumps(masked, ensure_ascii=False)
+    render_table(masked, colour=False)
 
 
 # ---------------------------------------------------------------------------------------------------- the records file
