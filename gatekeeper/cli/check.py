@@ -239,7 +239,8 @@ def check(
         typer.Option("--records", metavar="RECORDS.json", help="The approved records (JSON or JSON lines)."),
     ] = None,
     profile: Annotated[
-        str | None, typer.Option("--profile", "-p", help=f"The route's profile \\[default: {DEFAULT_PROFILE}].")
+        str | None,
+        typer.Option("--profile", "-p", metavar="NAME", help=f"The route's profile \\[default: {DEFAULT_PROFILE}]."),
     ] = None,
     now: Annotated[
         str | None,

@@ -95,7 +95,8 @@ def load(
         bool, typer.Option("--supersede", help="Replace records that already exist for their (item, ask).")
     ] = False,
     profile: Annotated[
-        str | None, typer.Option("--profile", "-p", help="Check slot names and values against this profile.")
+        str | None,
+        typer.Option("--profile", "-p", metavar="NAME", help="Check slot names and values against this profile."),
     ] = None,
     config: ConfigOption = None,
 ) -> None:
