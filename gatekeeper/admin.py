@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from gatekeeper.config import KafkaSettings, Route, Settings
+from gatekeeper.errors import Unavailable, UsageError
 
 if TYPE_CHECKING:
     from aiokafka import AIOKafkaConsumer
@@ -37,11 +38,11 @@ SHOWN_CONFIGS = ("retention.ms", "cleanup.policy", "max.message.bytes", "min.ins
 DEFAULT_TIMEOUT = 10.0
 
 
-class KafkaUnavailable(Exception):
+class KafkaUnavailable(Unavailable):
     """The broker could not be reached, or did not answer, within the timeout."""
 
 
-class TopicError(Exception):
+class TopicError(UsageError):
     """A topic is missing or the broker refused an operation on it (the message says which and why)."""
 
 

@@ -38,6 +38,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from gatekeeper.errors import UsageError
 from gatekeeper.policy import Record, RecordKey
 from rwcore import Profile
 
@@ -50,7 +51,7 @@ _ENVELOPE = frozenset({"to", "from", "item"})
 _NOT_VALUES = frozenset({"resolved", "expect_acc"})
 
 
-class RecordsError(Exception):
+class RecordsError(UsageError):
     """A records file cannot be used. ``errors`` lists every problem, each with its position and key."""
 
     def __init__(self, source: str, errors: list[str]) -> None:

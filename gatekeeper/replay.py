@@ -65,6 +65,7 @@ from gatekeeper.consumers.outcomes import (
     next_attempt,
 )
 from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, Send
+from gatekeeper.errors import UsageError
 from gatekeeper.policy import (
     BindingChange,
     ConversationState,
@@ -85,7 +86,7 @@ STATE_GONE = "its conversation has no state in Redis (expired after retention, o
 REPLAYED_HEADERS = ("gk.replayed.from.topic", "gk.replayed.from.partition", "gk.replayed.from.offset", "gk.replayed.at")
 
 
-class ReplayError(Exception):
+class ReplayError(UsageError):
     """The replay cannot start: no such route or topic, bad options. Nothing was changed."""
 
 

@@ -20,6 +20,7 @@ from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
 
+from gatekeeper.errors import GatekeeperError, Unavailable
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.policy.state import EPOCH, collect, wanted_fields
@@ -29,7 +30,7 @@ from gatekeeper.policy.state import EPOCH, collect, wanted_fields
 Wants = Mapping[str, Collection[str] | None]
 
 
-class StoreError(Exception):
+class StoreError(Unavailable):
     """The store cannot be reached or answered wrongly: infrastructure trouble, never a bad line."""
 
 
@@ -42,7 +43,7 @@ class Fenced(StoreError):
         self.conversations = tuple(conversations)
 
 
-class RecordExists(Exception):
+class RecordExists(GatekeeperError):
     """A record for (item, ask) is already loaded; supersede it explicitly."""
 
 

@@ -397,9 +397,9 @@ class Gatekeeper:
                     self._gauge_held()
         except ProducerFenced as exc:
             raise FatalError(f"another producer with transactional id took over: {exc}") from exc
-        except (asyncio.CancelledError, GatekeeperError):
+        except (asyncio.CancelledError, FatalError):
             raise
-        except Exception as exc:
+        except Exception as exc:  # a service error the loop should have handled is a bug here too
             log.exception("the worker failed")
             raise FatalError(f"the worker failed: {describe(exc)}") from exc
 
