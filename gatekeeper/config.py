@@ -27,12 +27,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from gatekeeper.errors import ConfigError as ConfigError  # raised here, part of the tree
+
 ENV_PREFIX = "GK_"
 CONFIG_ENV = "GK_CONFIG"  # a config file named by the environment, when --config is not given
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used. The message names the key and what is wrong with it."""
 
 
 class _Strict(BaseModel):

@@ -48,6 +48,7 @@ from rich.console import Console
 import rwcore as rw
 from gatekeeper.admin import TopicSpec, create_topics, quiet_client_logs, route_topics
 from gatekeeper.config import Route, Settings, load_settings
+from gatekeeper.errors import GatekeeperError
 from gatekeeper.masking import mask_value
 from gatekeeper.records import load_records_file
 from gatekeeper.twophase import TwoPhaseTool
@@ -61,7 +62,7 @@ STEP_TIMEOUT = 45.0
 DEMO_MARKER = "demo-run"  # <prefix>:demo-run: the key that says a demo wrote the keys under the prefix
 
 
-class DemoError(Exception):
+class DemoError(GatekeeperError):
     """The demo could not run (a step did not finish in time, the gatekeeper did not start)."""
 
 

@@ -11,9 +11,10 @@ Exit codes (the same for every command)::
     3  a service is unavailable: Kafka or Redis cannot be reached or answered with an error (retry later)
 
 Results go to stdout. Errors are printed as ``gatekeeper: error: <what>`` on stderr, never as a traceback:
-``cli_errors()`` maps the errors a command can meet (ConfigError, RecordsError, StoreError, rwcore's FormError,
-redis-py's errors, and ``gatekeeper.admin``'s KafkaUnavailable (exit 3) and TopicError (exit 2)) to a line and an
-exit code. A lookup that finds nothing says so as ``gatekeeper: <what>`` on stderr (``not_found``), exit 1.
+``cli_errors()`` is the one place errors become a line and an exit code: the gatekeeper's own
+(``gatekeeper.errors``: each class carries its exit code, ``Unavailable`` 3, ``ConfigError`` and ``UsageError`` 2),
+rwcore's FormError (2) and redis-py's errors (3). A lookup that finds nothing says so as ``gatekeeper: <what>`` on
+stderr (``not_found``), exit 1.
 
 Short options mean one thing in every command: ``-c`` --config, ``-r`` --route, ``-p`` --profile, ``-a`` --ask,
 ``-f`` --format, ``-y`` --yes, ``-h`` --help. Every other option is long only.
@@ -34,10 +35,8 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from redis import exceptions as redis_exc
 
-from gatekeeper.admin import KafkaUnavailable, TopicError
-from gatekeeper.config import CONFIG_ENV, ConfigError, Settings, load_settings
-from gatekeeper.records import RecordsError
-from gatekeeper.store import StoreError
+from gatekeeper.config import CONFIG_ENV, Settings, load_settings
+from gatekeeper.errors import GatekeeperError
 from rwcore import FormError, Profile, get_profile
 
 EXIT_OK = 0
@@ -98,20 +97,12 @@ def cli_errors() -> Iterator[None]:
         yield
     except (typer.Exit, typer.Abort):
         raise
-    except ConfigError as exc:
-        fail(str(exc), EXIT_USAGE)
-    except RecordsError as exc:
-        fail(str(exc), EXIT_USAGE)
+    except GatekeeperError as exc:  # the gatekeeper's own tree (gatekeeper.errors): each class has its exit code
+        fail(str(exc), exc.exit_code)
     except FormError as exc:
         fail(str(exc), EXIT_USAGE)
-    except StoreError as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
     except redis_exc.RedisError as exc:
         fail(f"redis: {type(exc).__name__}: {exc}", EXIT_UNAVAILABLE)
-    except KafkaUnavailable as exc:
-        fail(str(exc), EXIT_UNAVAILABLE)
-    except TopicError as exc:
-        fail(str(exc), EXIT_USAGE)
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
