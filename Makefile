@@ -2,14 +2,16 @@
 # machine: the venv (reinstalled when pyproject.toml changes) and the local Kafka + Redis (deploy/local/stack.sh).
 #
 #   make run        start the services, then the demo: the real gatekeeper, agents, verdicts, a replay
-#   make test       ruff check, ruff format --check, mypy, then pytest against the real services
+#   make test       ruff check, ruff format --check, mypy, the operator kit's tools, then pytest against the real
+#                   services (the chart, image, rules and dashboard checks included)
+#   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules (cached)
 #   make venv       create .venv and install the project with its dev extra
-#   make services   start Kafka and Redis (prints GK_KAFKA_BOOTSTRAP / GK_REDIS_URL)
+#   make services   start Kafka and Redis (their addresses in .local/stack/stack.env)
 #   make status     what runs;   make stop   stop the services and delete their data
 #   make lint       ruff;        make typecheck   mypy
 #
 # Variables: PYTHON (the interpreter that creates the venv), PYTEST_ARGS (e.g. PYTEST_ARGS='-k smoke -x'),
-# GK_STATE_DIR / GK_CACHE_DIR (see deploy/local/stack.sh).
+# GK_STATE_DIR / GK_CACHE_DIR (see deploy/local/stack.sh and deploy/tools/install.sh).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,14 +23,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STACK := deploy/local/stack.sh
 STATE_DIR := $(or $(GK_STATE_DIR),$(CURDIR)/.local/stack)
-# Exports the running stack's GK_KAFKA_BOOTSTRAP and GK_REDIS_URL to the command that follows.
+# Exports the running stack's env (GK_KAFKA__BOOTSTRAP_SERVERS / GK_REDIS__URL, and the tests' GK_KAFKA_BOOTSTRAP /
+# GK_REDIS_URL) to the command that follows.
 WITH_STACK_ENV := set -a; . "$(STATE_DIR)/stack.env"; set +a;
 PYTEST_ARGS ?=
 
-.PHONY: help venv services status stop lint typecheck test run
+.PHONY: help venv services status stop lint typecheck tools test run
 
 help:
-	@sed -n '4,13s/^# \{0,1\}//p' Makefile
+	@sed -n '4,15s/^# \{0,1\}//p' Makefile
 
 $(BIN)/python:
 	@if ! $(PYTHON) -m venv $(VENV); then \
@@ -64,8 +67,11 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy rwcore gatekeeper
 
+tools:
+	@deploy/tools/install.sh
+
 # pytest exits 5 when it collects no test: that fails the target too, on purpose.
-test: venv lint typecheck services
+test: venv lint typecheck tools services
 	@$(WITH_STACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
 # The newcomer's path: `gatekeeper demo` (gatekeeper/demo.py, config/samples/) on the local services.
