@@ -539,10 +539,21 @@ def _add_gate(app: FastAPI, gate: Any) -> None:
             str | None, Header(description="Bearer <token>: a token that speaks for the line's from=")
         ] = None,
     ) -> Response:
-        if gate is None:
-            return problem(503, "gate-unavailable", "the gate is not configured on this server")
-        status, doc = await gate.handle(body, authorization)
-        return CompatJSON(doc, status_code=status)
+        if gate is None:  # no configuration, so no tokens: nothing can be gated here
+            status, doc = (
+                401,
+                {
+                    "ok": False,
+                    "status": 401,
+                    "code": "unauthorized",
+                    "title": "Unauthorized",
+                    "detail": "POST /v1/gate needs a bearer token, and none is configured (http.tokens)",
+                },
+            )
+        else:
+            status, doc = await gate.handle(body, authorization)
+        headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+        return CompatJSON(doc, status_code=status, headers=headers)
 
     responses = _problem_responses(400, 401, 403, 404, 413, 422, 429, 503)
     responses[504] = {"model": PendingAnswer, "description": "the line is still in the pipeline (not refused)"}

@@ -451,7 +451,11 @@ class Gate:
     async def _handle(self, req: GateRequest, authorization: str | None) -> tuple[int, dict[str, Any]]:
         principal = self.tokens.principal(authorization)
         if principal is None:
-            why = "no tokens are configured (http.tokens)" if not len(self.tokens) else "a valid bearer token"
+            why = (
+                "a bearer token, and none is configured (http.tokens)"
+                if not len(self.tokens)
+                else "a valid bearer token"
+            )
             return 401, _problem(401, "unauthorized", f"POST /v1/gate needs {why}")
         route = self.routes.get(req.route)
         if route is None:
