@@ -48,7 +48,12 @@ def _tool(name: str, model: type[Request], fn: Callable[[Any], dict[str, Any]]) 
     params = []
     for field_name, info in model.model_fields.items():
         arg = info.alias or field_name
-        annotation: Any = Annotated[(info.annotation, *info.metadata, Field(description=info.description))]
+        kind: Any = info.annotation
+        if kind == str | None and not info.is_required():
+            # typed str (its default None stays): the SDK parses a string argument that holds JSON into an object
+            # unless the argument is exactly str, and from_json's json is a JSON string
+            kind = str
+        annotation: Any = Annotated[(kind, *info.metadata, Field(description=info.description))]
         default = inspect.Parameter.empty if info.is_required() else info.get_default(call_default_factory=True)
         params.append(inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
     params.sort(key=lambda p: p.default is not inspect.Parameter.empty)
@@ -57,16 +62,23 @@ def _tool(name: str, model: type[Request], fn: Callable[[Any], dict[str, Any]]) 
         try:
             req = model.model_validate({k: v for k, v in kwargs.items() if v is not None})
         except ValidationError as exc:
-            raise ValueError(_validation_text(exc)) from None
+            raise _tool_error(_validation_text(exc)) from None
         try:
             return fn(req)
         except BadInput as exc:
-            raise ValueError(f"{exc.code}: {exc}") from None
+            raise _tool_error(f"{exc.code}: {exc}") from None
 
     call.__name__ = name.replace("-", "_")
     call.__doc__ = _DESCRIPTIONS[name]
     call.__signature__ = inspect.Signature(params, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
     return call
+
+
+def _tool_error(message: str) -> Exception:
+    """An error the SDK reports to the client with its message (any other exception is reported without it)."""
+    from mcp.server.mcpserver.exceptions import ToolError
+
+    return ToolError(message)
 
 
 def _validation_text(exc: ValidationError) -> str:
@@ -87,7 +99,7 @@ def legend_tool(
     try:
         return legend(profile, lean)
     except BadInput as exc:
-        raise ValueError(f"{exc.code}: {exc}") from None
+        raise _tool_error(f"{exc.code}: {exc}") from None
 
 
 def make_mcp_server() -> Any:
