@@ -97,7 +97,7 @@ func checkReferences(docs []*document, p *problems) {
 				p.add(d, "spec.selector: %q selects no pod template in the manifests", sel.String())
 			}
 		case *monitoringv1.ServiceMonitor:
-			checkServiceMonitorRefs(d, o, services, p)
+			checkServiceMonitorRefs(d, o, services, selects, p)
 		}
 		if d.object != nil && d.gvk.Kind == "ScaledObject" {
 			checkScaledObjectRefs(d, workloads, triggerAuths, p)
@@ -139,7 +139,8 @@ func checkConfigMapVolumes(w workload, configMaps map[string]*corev1.ConfigMap, 
 	}
 }
 
-func checkServiceMonitorRefs(d *document, sm *monitoringv1.ServiceMonitor, services map[string]*corev1.Service, p *problems) {
+func checkServiceMonitorRefs(d *document, sm *monitoringv1.ServiceMonitor, services map[string]*corev1.Service,
+	selects func(string, labels.Selector) []workload, p *problems) {
 	sel, err := metav1.LabelSelectorAsSelector(&sm.Spec.Selector)
 	if err != nil {
 		return
@@ -159,6 +160,22 @@ func checkServiceMonitorRefs(d *document, sm *monitoringv1.ServiceMonitor, servi
 	if len(matched) == 0 {
 		p.add(d, "spec.selector: %q selects no Service in the manifests", sel.String())
 		return
+	}
+	// Two selected Services in front of the same pods: every pod is scraped twice (duplicate series).
+	fronts := map[string]string{}
+	for _, svc := range matched {
+		if len(svc.Spec.Selector) == 0 {
+			continue
+		}
+		for _, w := range selects(d.ns, labels.SelectorFromSet(svc.Spec.Selector)) {
+			k := w.kind + "/" + w.doc.name
+			if other, dup := fronts[k]; dup {
+				p.add(d, "spec.selector: %q selects Services %s and %s, both in front of %s: its pods would be "+
+					"scraped twice", sel.String(), other, svc.Name, k)
+				continue
+			}
+			fronts[k] = svc.Name
+		}
 	}
 	for i, ep := range sm.Spec.Endpoints {
 		if ep.Port == "" {
