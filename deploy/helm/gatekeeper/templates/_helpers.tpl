@@ -61,6 +61,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "gatekeeper.profilesDir" -}}/etc/gatekeeper/profiles{{- end }}
 {{- define "gatekeeper.kafkaTlsDir" -}}/etc/gatekeeper/tls/kafka{{- end }}
 {{- define "gatekeeper.redisTlsDir" -}}/etc/gatekeeper/tls/redis{{- end }}
+{{- define "gatekeeper.tokensDir" -}}/etc/gatekeeper/tokens{{- end }}
 
 {{/* The HTTP port the daemon listens on (config.http.port): the container port, the probes and the Service's
 target follow it. */}}
@@ -118,6 +119,11 @@ at least 5 s after the drain for the offsets' commit and the clients' close). */
 {{- $_ := set $redis "tls" true }}
 {{- $_ := set $redis "tls_ca_file" (printf "%s/ca.crt" (include "gatekeeper.redisTlsDir" .)) }}
 {{- $_ := set $c "redis" $redis }}
+{{- end }}
+{{- if .Values.secrets.apiTokens.secretName }}
+{{- $http := get $c "http" | default dict }}
+{{- $_ := set $http "tokens_file" (printf "%s/tokens.yaml" (include "gatekeeper.tokensDir" .)) }}
+{{- $_ := set $c "http" $http }}
 {{- end }}
 {{- if .Values.profiles }}
 {{- $dirs := get $c "profile_dirs" | default list }}
@@ -179,6 +185,10 @@ at least 5 s after the drain for the offsets' commit and the clients' close). */
 {{- if $redis.tls_ca_file }}
 {{- fail "config.redis.tls_ca_file is set by the chart from secrets.redisTls: remove it from config" }}
 {{- end }}
+{{- end }}
+{{- $http := get (.Values.config | default dict) "http" | default dict }}
+{{- if and .Values.secrets.apiTokens.secretName $http.tokens_file }}
+{{- fail "config.http.tokens_file is set by the chart from secrets.apiTokens: remove it from config" }}
 {{- end }}
 {{- $as := .Values.autoscaling }}
 {{- if $as.enabled }}
