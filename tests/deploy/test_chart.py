@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -128,6 +129,26 @@ def pod_env(c: dict[str, Any], pod: str = POD) -> dict[str, str]:
             env[e["name"]] = f"from-secret-{ref['name']}-{ref['key']}"
         else:
             raise AssertionError(f"an env var the test cannot resolve: {e}")
+    return env
+
+
+def image_env() -> dict[str, str]:
+    """The environment the image's final stage sets (the Dockerfile's ENV instructions after its last FROM)."""
+    text = (REPO / "Dockerfile").read_text()
+    final = text[text.rindex("\nFROM ") :].replace("\\\n", " ")
+    env: dict[str, str] = {}
+    for line in final.splitlines():
+        if line.startswith("ENV "):
+            for pair in shlex.split(line[4:]):
+                name, _, value = pair.partition("=")
+                env[name] = value
+    return env
+
+
+def effective_env(c: dict[str, Any]) -> dict[str, str]:
+    """The GK_ variables the daemon sees in the pod: the image's, overridden by the container's."""
+    env = {k: v for k, v in image_env().items() if k.startswith("GK_")}
+    env.update(pod_env(c))
     return env
 
 
@@ -509,7 +530,7 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
             for item in v["configMap"]["items"]:
                 (local / item["path"]).write_text(cm["data"][item["key"]])
     config_file = Path(c["args"][c["args"].index("--config") + 1])
-    env = pod_env(c)
+    env = effective_env(c)
     assert env["GK_CONFIG"] == str(config_file)
     local_file = mounts[str(config_file.parent)] / config_file.name
 
@@ -537,7 +558,9 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
     except ConfigError as exc:
         pytest.fail(f"the daemon refuses the rendered configuration:\n{exc}\n---\n{text}", pytrace=False)
 
-    assert settings.http.host == "0.0.0.0"
+    # what the pod runs is the ConfigMap's configuration, whatever GK_ defaults the image sets
+    assert settings.http.host == config["http"]["host"] == "0.0.0.0"
+    assert settings.log_format == config["log_format"]
     assert settings.kafka.group_instance_id == POD
     if settings.kafka.transactional:
         assert settings.kafka.transactional_id == f"{settings.kafka.group_id}-{POD}"
@@ -568,6 +591,17 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
         assert len(TokenBook.from_settings(settings.http)) == 2
     if values == "custom-profile":
         assert settings.routes[0].profile == "acme"
+
+
+def test_the_file_wins_over_the_image_s_defaults(helm: Path, helm_env: dict[str, str]) -> None:
+    """The image sets GK_LOG_FORMAT=json and GK_HTTP__HOST (environment beats the file): the chart restates the
+    config's values so that `config.log_format: text` is what runs."""
+    assert {"GK_LOG_FORMAT", "GK_HTTP__HOST"} <= image_env().keys(), (
+        "the image's GK_ defaults changed: update the chart"
+    )
+    c = container(docs(template(helm, helm_env, "--set", "config.log_format=text", "--set", "config.http.host=::")))
+    env = effective_env(c)
+    assert env["GK_LOG_FORMAT"] == "text" and env["GK_HTTP__HOST"] == "::"
 
 
 @pytest.mark.parametrize("values", VALUES)
