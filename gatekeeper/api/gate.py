@@ -213,7 +213,8 @@ class Correlator:
         self._waiters: dict[Key, list[asyncio.Future[tuple[str, dict[str, bytes]]]]] = {}
         self._recent: OrderedDict[Key, tuple[str, dict[str, bytes]]] = OrderedDict()
 
-    async def start(self) -> None:
+    async def start(self, partitions: Mapping[str, Collection[int]]) -> None:
+        """Assign every partition of the outcome topics (``partitions``: topic -> its partitions) at its end."""
         kafka = self.settings.kafka
         kw = client_kwargs(kafka)
         kw.update(
@@ -226,13 +227,7 @@ class Correlator:
         consumer = AIOKafkaConsumer(**kw)
         await consumer.start()
         try:
-            await consumer.topics()  # the metadata of every topic: their partitions
-            tps = []
-            for topic in sorted(self.kinds):
-                parts = consumer.partitions_for_topic(topic)
-                if not parts:
-                    raise KafkaError(f"topic {topic} is not known to the broker")
-                tps += [TopicPartition(topic, p) for p in sorted(parts)]
+            tps = [TopicPartition(t, p) for t in sorted(self.kinds) for p in sorted(partitions[t])]
             consumer.assign(tps)
             await consumer.seek_to_end(*tps)
             for tp in tps:  # resolved now: every outcome produced from here on is read
@@ -401,7 +396,13 @@ class Gate:
                     raise
                 correlator = Correlator(self.settings, self._kinds)
                 try:
-                    await correlator.start()
+                    partitions = {}
+                    for topic in sorted(self._kinds):
+                        parts = await asyncio.wait_for(producer.partitions_for(topic), timeout=30.0)
+                        if not parts:
+                            raise KafkaError(f"topic {topic} has no partitions")
+                        partitions[topic] = parts
+                    await correlator.start(partitions)
                 except BaseException:
                     with contextlib.suppress(Exception):
                         await producer.stop()
@@ -411,7 +412,7 @@ class Gate:
                 self._ready.set()
                 log.info("the gate is connected", extra={"routes": sorted(self.routes)})
                 return
-            except (KafkaError, OSError) as exc:
+            except (KafkaError, OSError, TimeoutError) as exc:
                 self._error = f"{type(exc).__name__}: {exc}"
                 log.warning("the gate cannot reach Kafka yet; retrying", extra={"error": self._error})
                 await asyncio.sleep(delay)
