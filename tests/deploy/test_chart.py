@@ -306,6 +306,17 @@ def test_kubevalidate_catches_a_typo_that_reaches_the_manifests(
         assert message in proc.stderr
 
 
+def test_kubevalidate_s_embedded_crds_are_pinned() -> None:
+    """install.sh rebuilds kubevalidate when its .go files change, not its embedded CRDs: each CRD's SHA-256 is
+    pinned in crd.go (and checked by the program at start), so a changed CRD must change crd.go, and is rebuilt."""
+    import hashlib
+
+    folder = REPO / "deploy" / "tools" / "kubevalidate"
+    pinned = dict(re.findall(r'"(crds/[^"]+\.yaml)":\s*"([0-9a-f]{64})"', (folder / "crd.go").read_text()))
+    files = {f"crds/{p.name}": hashlib.sha256(p.read_bytes()).hexdigest() for p in (folder / "crds").glob("*.yaml")}
+    assert files and pinned == files
+
+
 def test_kubevalidate_checks_references_between_manifests(kubevalidate: Path, rendered: dict[str, str]) -> None:
     text = rendered["production"]
     cases = {
@@ -522,31 +533,31 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
     mounts: dict[str, Path] = {}
     for m in c["volumeMounts"]:
         v = volumes[m["name"]]
-        local = tmp_path / m["mountPath"].lstrip("/")
-        mounts[m["mountPath"]] = local
-        local.mkdir(parents=True, exist_ok=True)
+        here = tmp_path / m["mountPath"].lstrip("/")
+        mounts[m["mountPath"]] = here
+        here.mkdir(parents=True, exist_ok=True)
         if "configMap" in v:
             assert v["configMap"]["name"] == cm["metadata"]["name"]
             for item in v["configMap"]["items"]:
-                (local / item["path"]).write_text(cm["data"][item["key"]])
+                (here / item["path"]).write_text(cm["data"][item["key"]])
     config_file = Path(c["args"][c["args"].index("--config") + 1])
     env = effective_env(c)
     assert env["GK_CONFIG"] == str(config_file)
     local_file = mounts[str(config_file.parent)] / config_file.name
 
     # Paths in the configuration point where the pod has them; here, under tmp_path.
-    def local(value: Any) -> Any:
+    def relocate(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: local(v) for k, v in value.items()}
+            return {k: relocate(v) for k, v in value.items()}
         if isinstance(value, list):
-            return [local(v) for v in value]
+            return [relocate(v) for v in value]
         if isinstance(value, str):
             for mount, path in mounts.items():
                 if mount != "/tmp" and (value == mount or value.startswith(mount + "/")):
                     return str(path) + value[len(mount) :]
         return value
 
-    config = local(yaml.safe_load(local_file.read_text()))
+    config = relocate(yaml.safe_load(local_file.read_text()))
     text = yaml.safe_dump(config)
     local_file.write_text(text)
     for name, value in env.items():
