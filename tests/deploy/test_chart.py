@@ -733,6 +733,8 @@ def test_sasl_without_its_secret_is_refused(helm: Path, helm_env: dict[str, str]
     assert "secrets.kafkaTls is set but config.kafka.security.protocol is PLAINTEXT" in err
     err = template_fails(helm, helm_env, *VALUES["production"], "--set", "secrets.kafkaTls.certKey=tls.crt")
     assert "mutual TLS needs both certKey and keyKey" in err
+    err = template_fails(helm, helm_env, *VALUES["production"], "--set", "secrets.kafkaTls.caKey=")
+    assert "secrets.kafkaTls.secretName is set but names no file" in err
 
 
 def test_a_literal_sasl_user_reaches_keda_through_the_environment(

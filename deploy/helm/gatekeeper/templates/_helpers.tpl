@@ -165,6 +165,9 @@ at least 5 s after the drain for the offsets' commit and the clients' close). */
 {{- if not (has $protocol (list "SSL" "SASL_SSL")) }}
 {{- fail (printf "secrets.kafkaTls is set but config.kafka.security.protocol is %s: the certificates would not be used (SSL or SASL_SSL)" $protocol) }}
 {{- end }}
+{{- if not (or $tls.caKey $tls.certKey) }}
+{{- fail "secrets.kafkaTls.secretName is set but names no file: set caKey (and certKey, keyKey for mutual TLS)" }}
+{{- end }}
 {{- if ne (empty $tls.certKey) (empty $tls.keyKey) }}
 {{- fail "secrets.kafkaTls: mutual TLS needs both certKey and keyKey (or neither)" }}
 {{- end }}
