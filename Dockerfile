@@ -7,7 +7,9 @@
 # Two stages: "build" makes a virtual environment with the project and its pinned runtime dependencies
 # (deploy/image/constraints.txt); the final stage copies only that environment onto a slim Python, with no pip
 # cache, no compiler and no source tree, and runs as an unprivileged user (uid 10001) that can write only /tmp.
-# The HTTP server (metrics, /healthz, /readyz) listens on 0.0.0.0:9108 in the container (GK_HTTP__HOST).
+# The HTTP server (metrics, /healthz, /readyz, the API) listens on 0.0.0.0:9108 in the container: GK_HTTP__HOST is
+# the one GK_ variable the image sets, and like every GK_ variable it overrides the config file's http.host. Logs are
+# JSON (log_format auto: JSON when stderr is not a terminal).
 
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
@@ -35,8 +37,7 @@ COPY --from=build /opt/gatekeeper /opt/gatekeeper
 ENV PATH=/opt/gatekeeper/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    GK_HTTP__HOST=0.0.0.0 \
-    GK_LOG_FORMAT=json
+    GK_HTTP__HOST=0.0.0.0
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 9108
