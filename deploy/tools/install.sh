@@ -34,7 +34,7 @@ go_tool() {
     if [[ -x "$BIN/$name" && "$(cat "$stamp" 2>/dev/null)" == "$module@$version" ]]; then
         return 0
     fi
-    command -v "$GO" >/dev/null || die "$name needs Go (go install $module@$version); install Go 1.22 or newer"
+    command -v "$GO" >/dev/null || die "$name needs Go (go install $module@$version); install Go 1.26 or newer"
     mkdir -p "$BIN"
     echo "deploy/tools/install.sh: building $name ($module@$version), once" >&2
     GOBIN="$BIN" GOFLAGS="${GOFLAGS:--trimpath}" CGO_ENABLED=0 "$GO" install "$module@$version" >&2 ||
@@ -50,7 +50,7 @@ local_tool() {
     if [[ -x "$BIN/$name" && "$(cat "$stamp" 2>/dev/null)" == "$sum" ]]; then
         return 0
     fi
-    command -v "$GO" >/dev/null || die "$name needs Go; install Go 1.22 or newer"
+    command -v "$GO" >/dev/null || die "$name needs Go; install Go 1.26 or newer"
     mkdir -p "$BIN"
     echo "deploy/tools/install.sh: building $name from $dir" >&2
     (cd "$dir" && CGO_ENABLED=0 "$GO" build -trimpath -o "$BIN/$name" .) >&2 || die "building $name failed"
