@@ -248,3 +248,19 @@ async def test_probes_metrics_and_openapi_on_the_same_port(client: httpx.AsyncCl
         ref_ = op["requestBody"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
         assert spec["components"]["schemas"][ref_].get("examples"), name  # every endpoint has an example
     assert "/v1/legend" in paths and "/healthz" in paths
+
+
+async def test_a_keep_alive_connection_answers_without_the_delayed_ack_wait(client: httpx.AsyncClient) -> None:
+    """Without TCP_NODELAY on the server's sockets each answer on a kept-alive connection waited ~40 ms for the
+    client's delayed ACK (head and body are two writes): measured 44 ms a request before the fix, under 1 ms after."""
+    import time
+
+    body = {"profile": "pay", "ho": HO, "rb": RB}
+    await client.post("/v1/check-rb", json=body)
+    times = []
+    for _ in range(15):
+        started = time.perf_counter()
+        assert (await client.post("/v1/check-rb", json=body)).status_code == 200
+        times.append(time.perf_counter() - started)
+    times.sort()
+    assert times[len(times) // 2] < 0.02, times
