@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from gatekeeper.api.auth import hash_token
+from gatekeeper.api.gate import GateAnswer, PendingAnswer
 from gatekeeper.config import ApiToken, HttpSettings, Settings
 from gatekeeper.http import HttpServer
 from gatekeeper.metrics import Metrics
@@ -97,6 +98,7 @@ async def test_gate_and_kafka_give_the_same_verdicts_on_one_conversation_interle
                     r = await gate(client, agent, name, "c1", line, detail=True)
                     assert r.status_code == 200, r.text
                     doc = r.json()
+                    GateAnswer.model_validate(doc)  # the answer is the one the OpenAPI document declares
                     answers.append(doc)
                     got.append((doc["verdict"], doc["reason"]))
                     collected = await p.collect(lambda g, n=n: g.count("c1") >= n)
@@ -172,7 +174,7 @@ async def test_dry_run_decides_against_the_state_and_changes_nothing(
         name = p.route().input
         async with gate_server(gate_settings(p.settings)) as (_server, client):
             r = await gate(client, "payer", name, "c1", RB, dry_run=True)
-            assert r.json()["verdict"] == "hold"  # its handoff is not known yet
+            assert GateAnswer.model_validate(r.json()).verdict == "hold"  # its handoff is not known yet
             for _ in range(2):  # twice: the first dry run bound nothing
                 doc = (await gate(client, "scheduler", name, "c1", HO, dry_run=True)).json()
                 assert (doc["verdict"], doc["dry_run"], doc["original"]) == ("forward", True, None)
@@ -200,6 +202,7 @@ async def test_a_daemon_that_is_down_answers_504_and_the_line_is_decided_when_it
         assert time.monotonic() - started < 4
         assert r.status_code == 504
         doc = r.json()
+        PendingAnswer.model_validate(doc)
         assert doc["code"] == "pending" and "was not refused" in doc["detail"]
         offset = doc["original"]["offset"]
         async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, routes=[rt]) as p:
