@@ -137,7 +137,10 @@ class LineEntry:
     text: str | None = None  # kept for forwarded HOs and checked RBs: later checks need them
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"d": self.digest, "t": self.type, "v": self.verdict, "r": self.reason, "at": self.at}
+        # ``at`` to the millisecond and no ``r`` for no reason: every open handoff keeps one of these (memory)
+        d: dict[str, Any] = {"d": self.digest, "t": self.type, "v": self.verdict, "at": round(self.at, 3)}
+        if self.reason is not None:
+            d["r"] = self.reason
         if self.re is not None:
             d["re"] = self.re
         if self.problems:
@@ -189,7 +192,10 @@ class HandoffEntry:
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"item": self.item, "ask": self.ask, "exec": self.exec_ask}
         if self.record is not None:
-            d["rec"] = self.record.to_dict()
+            rec = self.record.to_dict()
+            if rec["item"] == self.item and rec["ask"] == self.ask:  # the usual case: not written twice (memory)
+                del rec["item"], rec["ask"]
+            d["rec"] = rec
         for k in ("bound", "superseded_by", "cleared_by", "passed_rb"):
             v = getattr(self, k)
             if v:
@@ -210,7 +216,7 @@ class HandoffEntry:
             item=d["item"],
             ask=d["ask"],
             exec_ask=bool(d["exec"]),
-            record=None if rec is None else Record.from_dict(rec),
+            record=None if rec is None else Record.from_dict({"item": d["item"], "ask": d["ask"], **rec}),
             bound=bool(d.get("bound", False)),
             superseded_by=d.get("superseded_by"),
             cleared_by=d.get("cleared_by"),

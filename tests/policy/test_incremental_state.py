@@ -21,6 +21,7 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gatekeeper.policy import Record
 from gatekeeper.policy.lifecycle import index_entries
 from gatekeeper.processor import Line, Processor
 from gatekeeper.store import MemoryStore
@@ -114,3 +115,27 @@ def test_the_incremental_state_decides_and_stores_what_the_whole_state_did(
     again = asyncio.run(incremental(store, lines[start:], cuts))
     assert again == want[start:]
     assert {c: store.fields("agents.pay", c) for c in before} == before
+
+
+def test_the_compact_entries_read_back_and_the_earlier_form_still_reads() -> None:
+    """An open handoff's entries are written compact (the record without the item and ask its entry already has, no
+    null reason, times to the millisecond), and entries written before that read the same."""
+    from gatekeeper.policy.state import HandoffEntry, LineEntry
+
+    record = Record(item="inv:1", ask="PAY", values={"to": "payer", "amt": "10.00"}, resolved={"acct": "1"})
+    ho = HandoffEntry(id="s-1", item="inv:1", ask="PAY", exec_ask=True, record=record, bound=True)
+    written = ho.to_dict()
+    assert "item" not in written["rec"] and "ask" not in written["rec"]
+    assert HandoffEntry.from_dict("s-1", written) == ho
+    earlier = {**written, "rec": record.to_dict()}  # the record whole, as written before
+    assert HandoffEntry.from_dict("s-1", earlier) == ho
+    other = HandoffEntry(id="s-2", item="inv:1", ask="PAY", exec_ask=True, record=Record("inv:9", "PAY", {}))
+    assert HandoffEntry.from_dict("s-2", other.to_dict()) == other  # a record of another key keeps its own
+
+    line = LineEntry(digest="ab", type="HO", verdict="forward", reason=None, at=1796148190.0666115, text="RW1 HO")
+    d = line.to_dict()
+    assert "r" not in d and d["at"] == 1796148190.067
+    assert LineEntry.from_dict(d) == LineEntry("ab", "HO", "forward", None, 1796148190.067, text="RW1 HO")
+    assert LineEntry.from_dict({**d, "r": None, "at": 1796148190.0666115}).at == 1796148190.0666115
+    refused = LineEntry(digest="cd", type="RB", verdict="dead-letter", reason="check-rb", at=1.5)
+    assert LineEntry.from_dict(refused.to_dict()) == refused
