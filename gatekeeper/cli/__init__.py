@@ -15,6 +15,7 @@ imported, and append ONE import line to the list at the bottom of this file::
 
     # here, at the bottom:
     from gatekeeper.cli import run as _run  # noqa: E402, F401
+from gatekeeper.cli import serve as _serve  # noqa: E402, F401
 
 (A plain function works too: ``from gatekeeper.cli.run import run`` and ``app.command("run")(run)``.) Shared
 helpers are in ``gatekeeper.cli.common``: the ``--config`` option, exit codes, ``fail`` and ``cli_errors``.
@@ -81,5 +82,6 @@ from gatekeeper.cli import info as _info  # noqa: E402, F401
 from gatekeeper.cli import records as _records  # noqa: E402, F401
 from gatekeeper.cli import replay as _replay  # noqa: E402, F401
 from gatekeeper.cli import run as _run  # noqa: E402, F401
+from gatekeeper.cli import serve as _serve  # noqa: E402, F401
 from gatekeeper.cli import status as _status  # noqa: E402, F401
 from gatekeeper.cli import topics as _topics  # noqa: E402, F401

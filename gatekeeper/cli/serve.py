@@ -18,6 +18,7 @@ from typing import Any
 
 import typer
 
+from gatekeeper.cli import app
 from gatekeeper.cli.common import EXIT_USAGE, ConfigOption, fail, settings_from
 from gatekeeper.config import ConfigError, Settings
 from gatekeeper.logs import configure_logging
@@ -78,6 +79,7 @@ async def serve_api(
         await server.close()
 
 
+@app.command("serve", epilog=EPILOG)
 def serve(config: ConfigOption = None) -> None:
     """Serve the HTTP API (the checks, /v1/gate, MCP), the probes and /metrics, without the daemon."""
     settings = settings_from(config)

@@ -207,7 +207,9 @@ class Gatekeeper:
         self._signals: list[signal.Signals] = []
         self.metrics.stalled.set_function(self._health.stalled_for)
         self.http = (
-            HttpServer(settings.http.host, settings.http.port, self.metrics, self.readiness, self.liveness)
+            HttpServer(
+                settings.http.host, settings.http.port, self.metrics, self.readiness, self.liveness, settings=settings
+            )
             if http
             else None
         )

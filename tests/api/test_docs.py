@@ -1,6 +1,6 @@
-"""docs/http-api.md runs as written: every ``sh`` block (curl) against a live server beside a daemon on real Kafka and
-Redis, each answer compared with the block shown after it (``json exact``: byte for byte; ``json``: every key shown
-has the value shown; ``text``: the output)."""
+"""The README's "HTTP API" section runs as written: every ``sh`` block (curl) against a live server beside a daemon on
+real Kafka and Redis, each answer compared with the block shown after it (``json exact``: byte for byte; ``json``:
+every key shown has the value shown; ``text``: the output)."""
 
 from __future__ import annotations
 
@@ -16,13 +16,21 @@ from tests.api.test_gate import TOKENS, gate_server, gate_settings
 from tests.integration._pipeline import Pipeline, TopicFactory
 from tests.policy.world import RECORD
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "http-api.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 BLOCK = re.compile(r"```([a-z]+(?: exact)?)\n(.*?)```", re.S)
+
+
+def section() -> str:
+    """The README's "## HTTP API" section, up to the next section."""
+    text = README.read_text(encoding="utf-8")
+    start = text.index("\n## HTTP API\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end != -1 else len(text)]
 
 
 def examples() -> list[tuple[str, str | None, str]]:
     """(command, output kind, expected output) for each sh block that calls the server."""
-    blocks = BLOCK.findall(DOC.read_text(encoding="utf-8"))
+    blocks = BLOCK.findall(section())
     out = []
     for i, (kind, body) in enumerate(blocks):
         if kind != "sh" or "$GK" not in body:
