@@ -103,13 +103,9 @@ Profile = Annotated[
 ]
 
 
-class Request(BaseModel):
-    """What every request carries: the profile, and whether to add the findings as data."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    profile: Profile = None
-    detail: bool = Field(False, description="add `detail`: the findings as data (code, tier, slot, expected, got)")
+class Unicode(BaseModel):
+    """A request body whose text is all valid Unicode: a lone surrogate (which JSON can carry) is a 422 naming the
+    field, never a line decided or a 500."""
 
     @model_validator(mode="before")
     @classmethod
@@ -118,6 +114,15 @@ class Request(BaseModel):
         if where is not None:
             raise ValueError(f"{where}: text that is not valid Unicode (a lone surrogate)")
         return data
+
+
+class Request(Unicode):
+    """What every request carries: the profile, and whether to add the findings as data."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    profile: Profile = None
+    detail: bool = Field(False, description="add `detail`: the findings as data (code, tier, slot, expected, got)")
 
 
 def _criteria(v: Any) -> Any:

@@ -45,10 +45,10 @@ from typing import Any, Literal
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper.api.auth import Principal, TokenBook
-from gatekeeper.api.functions import HO_EXAMPLE, MAX_TEXT, _not_utf8
+from gatekeeper.api.functions import HO_EXAMPLE, MAX_TEXT, Unicode
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.kafka import client_kwargs, make_producer
 from gatekeeper.consumers.outcomes import Outcome, OutcomeKind, Source, Targets, build
@@ -63,7 +63,7 @@ RECENT_OUTCOMES = 4096  # outcomes seen before their request asked (the produce 
 CONNECT_BACKOFF_MAX = 10.0
 
 
-class GateRequest(BaseModel):
+class GateRequest(Unicode):
     """One line of a conversation, to be gated on a route."""
 
     model_config = ConfigDict(
@@ -81,14 +81,6 @@ class GateRequest(BaseModel):
         None, gt=0, le=300, description="seconds to wait for the outcome (at most http.gate_timeout_seconds)"
     )
     detail: bool = Field(False, description="add `detail`: the problems as data (code, tier, slot, expected, got)")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _utf8(cls, data: Any) -> Any:
-        where = _not_utf8(data)
-        if where is not None:
-            raise ValueError(f"{where}: text that is not valid Unicode (a lone surrogate)")
-        return data
 
 
 class Original(BaseModel):
