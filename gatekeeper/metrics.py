@@ -32,6 +32,11 @@ metric                                         type       labels / meaning
 ``gatekeeper_committed_offset``                gauge      topic, partition: the last committed offset
 ``gatekeeper_assigned_partitions``             gauge      partitions assigned to this instance
 ``gatekeeper_ready``                           gauge      1 when Kafka and Redis answer and the group is joined
+``gatekeeper_redis_data_lost``                 gauge      1 while Redis is not the one this instance started on
+                                                          (its generation marker is missing or different)
+``gatekeeper_redis_data_losses_total``         counter    times this instance found that Redis lost its data
+``gatekeeper_probe_last_success_timestamp_     gauge      service (redis, kafka): when the readiness probe last got
+seconds``                                                 an answer (epoch seconds)
 ``gatekeeper_work_loop_stalled_seconds``       gauge      seconds since the work loop last turned (each batch, poll
                                                           or retry); ``/healthz`` fails past ``http.stall_seconds``
                                                           while partitions have lag
@@ -150,6 +155,18 @@ class Metrics:
         )
         self.assigned = Gauge("gatekeeper_assigned_partitions", "Partitions assigned.", registry=r)
         self.ready = Gauge("gatekeeper_ready", "1 when ready.", registry=r)
+        self.redis_data_lost = Gauge(
+            "gatekeeper_redis_data_lost", "1 while Redis is not the Redis this instance started on.", registry=r
+        )
+        self.redis_data_lost_total = Counter(
+            "gatekeeper_redis_data_losses", "Times Redis was found to have lost its data.", registry=r
+        )
+        self.last_success = Gauge(
+            "gatekeeper_probe_last_success_timestamp_seconds",
+            "When the readiness probe last got an answer.",
+            ["service"],
+            registry=r,
+        )
         self.stalled = Gauge(
             "gatekeeper_work_loop_stalled_seconds", "Seconds since the work loop last turned.", registry=r
         )

@@ -11,6 +11,10 @@ Key layout (``<p>`` is ``redis.key_prefix``; the part in braces is the Redis Clu
     <p>:rec:{<item>}:<ask>              an approved record: JSON of Record.to_dict(), no TTL
     <p>:bind:{<item>}:<ask>             the exec binding of that record: "<conversation>/<HO id>", no TTL
     <p>:recidx:{<item>}                 a set of the asks that have a record for <item> (``records get ITEM``)
+    <p>:generation                      the generation marker: a random id written (SET NX) at the first start; every
+                                        load, claim, save and ping reads it first in its pipeline and raises
+                                        ``DataLost`` when it is missing or not the one the store started on (Redis
+                                        restarted without persistence, was flushed, or failed over to an empty one)
 
 The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partition ``<n>`` (decimal)::
 
@@ -77,6 +81,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -90,6 +95,7 @@ from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.policy.state import COLLECT_PER_SAVE
 from gatekeeper.store import (
     CancelIntent,
+    DataLost,
     DueView,
     Fenced,
     Indexed,
@@ -362,6 +368,10 @@ class Keys:
             return None
         return unescape_tag(route_tag), int(part)
 
+    def generation(self) -> str:
+        """The generation marker: a random id, written once (SET NX) at the first start against this Redis."""
+        return f"{self.prefix}:generation"
+
     def cancel(self, route: str, conversation: str, ho: str) -> str:
         return f"{self.prefix}:cancel:{{{self.route_tag(route)}/{escape_tag(conversation)}}}:{ho}"
 
@@ -413,6 +423,62 @@ class RedisStore:
         self._claim_cancel = self._redis.register_script(_CLAIM)
         self._take_over = self._redis.register_script(_TAKE_OVER)
         self._where = redacted_url(settings.url)
+        self._generation: str | None = None  # the marker this store started on (ensure_generation)
+
+    # ------------------------------------------------------------ the generation marker
+
+    async def ensure_generation(self) -> str:
+        """The generation marker (``<prefix>:generation``), written with SET NX when there is none (the first start
+        against this Redis). Remembered: from then on every load, claim, save and ping reads it in the same
+        pipeline, ahead of its other commands, and raises ``DataLost`` when it is missing or different."""
+        fresh = uuid.uuid4().hex
+        try:
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.set(self.keys.generation(), fresh, nx=True)
+            pipe.get(self.keys.generation())
+            created, raw = await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("generation", exc) from exc
+        if raw is None:
+            raise StoreError(f"redis {self._where}: the generation marker was not written")
+        self._generation = _text(raw)
+        if created:
+            log.warning(
+                "redis generation marker written: the first start against this redis (or its data was lost before "
+                "this start: see the README's runbook)",
+                extra={"generation": self._generation},
+            )
+        return self._generation
+
+    async def generation(self) -> str | None:
+        """The generation marker in Redis now (None: there is none)."""
+        try:
+            raw = await self._redis.get(self.keys.generation())
+        except _REDIS_ERRORS as exc:
+            raise self._error("generation", exc) from exc
+        return None if raw is None else _text(raw)
+
+    async def accept_loss(self) -> tuple[str | None, str]:
+        """Write a new generation marker (``gatekeeper redis accept-loss``): the operator accepts what Redis holds
+        now. Returns (the marker before, the new one). Running gatekeepers stay stopped until restarted."""
+        fresh = uuid.uuid4().hex
+        try:
+            old = await self._redis.set(self.keys.generation(), fresh, get=True)
+        except _REDIS_ERRORS as exc:
+            raise self._error("accept-loss", exc) from exc
+        return (None if old is None else _text(old)), fresh
+
+    def _check_generation(self, raw: Any) -> None:
+        if isinstance(raw, BaseException):
+            raise self._error("generation", raw) from raw
+        found = None if raw is None else _text(raw)
+        if found != self._generation:
+            what = "is missing" if found is None else f"changed ({self._generation} -> {found})"
+            raise DataLost(
+                f"redis {self._where} lost its data: the generation marker {self.keys.generation()} {what}",
+                self._generation,
+                found,
+            )
 
     # ------------------------------------------------------------ plumbing
 
@@ -425,14 +491,20 @@ class RedisStore:
         them). When the server forgot a script (a restart, ``SCRIPT FLUSH``, a failover) the scripts are loaded and
         the pipeline is sent once more: the commands of a load or a save are idempotent. Any other error is a
         ``StoreError``."""
+        checked = self._generation is not None
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
+            if checked:  # first on the connection: the commands after it ran on the same data
+                pipe.get(self.keys.generation())
             queue(pipe)
             self._trip(what)
             try:
                 results: list[Any] = await pipe.execute(raise_on_error=False)
             except _REDIS_ERRORS as exc:
                 raise self._error(what, exc) from exc
+            if checked:
+                self._check_generation(results[0])
+                results = results[1:]
             if attempt == 0 and any(isinstance(r, redis_exc.NoScriptError) for r in results):
                 try:
                     for script, text in scripts:
@@ -450,11 +522,19 @@ class RedisStore:
         return StoreError(f"redis {self._where}: {what} failed: {type(exc).__name__}: {exc}")
 
     async def ping(self) -> bool:
-        """True when Redis answers (readiness). Raises ``StoreError`` otherwise."""
+        """True when Redis answers (readiness). Raises ``StoreError`` otherwise, ``DataLost`` when the generation
+        marker is not the one this store started on."""
         try:
-            return bool(await self._redis.ping())
+            if self._generation is None:
+                return bool(await self._redis.ping())
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.ping()
+            pipe.get(self.keys.generation())
+            pong, raw = await pipe.execute()
         except _REDIS_ERRORS as exc:
             raise self._error("ping", exc) from exc
+        self._check_generation(raw)
+        return bool(pong)
 
     async def close(self) -> None:
         if self._owns_client:
@@ -736,6 +816,9 @@ class RedisStore:
         conflicts: list[BindingChange] = []
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
+            checked = self._generation is not None
+            if checked:  # first on the connection, as in _scripted
+                pipe.get(self.keys.generation())
             for ch in pending:
                 pipe.evalsha(self._cas.sha, 1, self.keys.binding(ch.key), *_cas_args(ch))
             self._trip("claim")
@@ -743,6 +826,9 @@ class RedisStore:
                 results = await pipe.execute(raise_on_error=False)
             except _REDIS_ERRORS as exc:
                 raise self._error("claim", exc) from exc
+            if checked:
+                self._check_generation(results[0])
+                results = results[1:]
             retry: list[BindingChange] = []
             for ch, res in zip(pending, results, strict=True):
                 if isinstance(res, redis_exc.NoScriptError) and attempt == 0:

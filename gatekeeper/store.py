@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import time
+import uuid
 from collections.abc import Collection, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Protocol
@@ -41,6 +42,19 @@ class Fenced(StoreError):
     def __init__(self, message: str, conversations: Collection[str]) -> None:
         super().__init__(message)
         self.conversations = tuple(conversations)
+
+
+class DataLost(StoreError):
+    """Redis answers but is not the Redis this instance started on: its generation marker (``<prefix>:generation``)
+    is missing or different, so it restarted without persistence, was flushed, or failed over to an empty replica.
+    Its states, records and exec bindings are gone: nothing may be decided against it (an approval already used
+    could be used again). Never recovers by itself: an operator restores the data and runs
+    ``gatekeeper redis accept-loss``, then restarts the gatekeepers."""
+
+    def __init__(self, message: str, expected: str | None = None, found: str | None = None) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.found = found
 
 
 class RecordExists(GatekeeperError):
@@ -175,7 +189,8 @@ class Store(Protocol):
     async def binding(self, key: RecordKey) -> str | None: ...
 
     async def ping(self) -> bool:
-        """True when the store answers; raises ``StoreError`` when it cannot be reached (readiness)."""
+        """True when the store answers; raises ``StoreError`` when it cannot be reached (readiness), ``DataLost``
+        when its generation marker is not the one ``ensure_generation`` (of the daemon's stores) found."""
         ...
 
 
@@ -248,8 +263,31 @@ class MemoryStore:
         self._index: dict[tuple[str, int, IndexKind], dict[tuple[str, str], float]] = {}
         self._intents: dict[tuple[str, str, str], CancelIntent] = {}
         self._epochs: dict[tuple[str, int], int] = {}
+        self.generation: str | None = None  # the marker "in Redis" (None: never written, or lost)
+        self._expected: str | None = None  # the marker this store started on (``ensure_generation``)
+
+    # ------------------------------------------------------------ the generation marker (tests: ``lose_data``)
+
+    async def ensure_generation(self) -> str:
+        """The generation marker, written at first use (as ``RedisStore.ensure_generation``)."""
+        if self.generation is None:
+            self.generation = uuid.uuid4().hex
+        self._expected = self.generation
+        return self.generation
+
+    def lose_data(self) -> None:
+        """Simulate a Redis that restarted without persistence (tests): everything and the marker are gone."""
+        for kept in (self._states, self._queues, self._records, self._bindings, self._index, self._intents):
+            kept.clear()
+        self._epochs.clear()
+        self.generation = None
+
+    def _check(self) -> None:
+        if self._expected is not None and self.generation != self._expected:
+            raise DataLost("redis lost its data: the generation marker is missing", self._expected, self.generation)
 
     async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
+        self._check()
         loaded = Loaded()
         for conv, ids in wants.items():
             stored = self._states.get((route, conv), {})
@@ -264,6 +302,7 @@ class MemoryStore:
         return loaded
 
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
+        self._check()
         return claim_in_memory(self._bindings, changes)
 
     async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
@@ -280,6 +319,7 @@ class MemoryStore:
         fences: Mapping[str, int] | None = None,
         now: float | None = None,
     ) -> None:
+        self._check()
         at = time.time() if now is None else now
         refused = []
         for conv, state in states.items():
@@ -385,6 +425,7 @@ class MemoryStore:
         return self._bindings.get(key)
 
     async def ping(self) -> bool:
+        self._check()
         return True
 
     def state(self, route: str, conversation: str) -> ConversationState | None:

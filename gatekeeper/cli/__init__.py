@@ -80,6 +80,7 @@ from gatekeeper.cli import demo as _demo  # noqa: E402, F401
 from gatekeeper.cli import handoffs as _handoffs  # noqa: E402, F401
 from gatekeeper.cli import info as _info  # noqa: E402, F401
 from gatekeeper.cli import records as _records  # noqa: E402, F401
+from gatekeeper.cli import redis as _redis  # noqa: E402, F401
 from gatekeeper.cli import replay as _replay  # noqa: E402, F401
 from gatekeeper.cli import run as _run  # noqa: E402, F401
 from gatekeeper.cli import serve as _serve  # noqa: E402, F401

@@ -1,7 +1,10 @@
 """Health: what ``/readyz`` and ``/healthz`` answer, and the lag gauges.
 
-**Ready** (``/readyz``) means Kafka and Redis answer, no write of this instance was fenced, and the consumer group
-is joined. Not ready takes the instance out of a load balancer's rotation; nothing restarts.
+**Ready** (``/readyz``) means Kafka and Redis answer, no write of this instance was fenced, the consumer group
+is joined, and Redis still holds the data this instance started on (its generation marker; "redis lost its data"
+otherwise, until an operator acts). The probe runs in a task of its own every 2 s, each service bounded (a Redis
+PING 2 s, a Kafka metadata request 3 s), so a stuck batch does not hide a paused Redis or a stopped broker.
+Not ready takes the instance out of a load balancer's rotation; nothing restarts.
 
 **Alive** (``/healthz``) means the work loop turns: it fails when the loop has not turned for
 ``http.stall_seconds`` while assigned partitions have records not finished (lag). A client's heartbeats run in a
@@ -30,6 +33,7 @@ class Health:
 
     started: bool = False  # Kafka and Redis answered at startup
     joined: bool = False  # the group assigned partitions (or none to assign)
+    data_lost: str | None = None  # Redis lost its data (the generation marker): never cleared by itself
     redis_error: str | None = None
     kafka_error: str | None = None
     fenced: str | None = None  # why the last batch was refused
@@ -43,6 +47,8 @@ class Health:
         """Why the instance is not ready, or None."""
         if not self.started:
             return {"reason": "starting: connecting to Kafka and Redis"}
+        if self.data_lost is not None:
+            return {"reason": "redis lost its data", "error": self.data_lost}
         if self.redis_error is not None:
             return {"reason": "redis unavailable", "error": self.redis_error}
         if self.kafka_error is not None:

@@ -103,22 +103,27 @@ from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, describe
 from gatekeeper.errors import ConfigError, FatalError, GatekeeperError, Unavailable
 from gatekeeper.http import HttpServer
 from gatekeeper.metrics import Metrics
-from gatekeeper.store import Fenced, LifecycleStore, Store, StoreError
+from gatekeeper.store import DataLost, Fenced, LifecycleStore, Store, StoreError
 from gatekeeper.sweeper import KafkaPublisher, OutRecord, Sweeper, SweepReport, SweepRoute
 
 log = logging.getLogger(__name__)
 
 BACKOFF_MIN = 0.2  # seconds, the first retry after an infrastructure error
 BACKOFF_MAX = 10.0  # the cap of the exponential backoff
-PROBE_INTERVAL = 5.0  # how often an idle gatekeeper checks that Kafka and Redis still answer (readiness)
+PROBE_INTERVAL = 2.0  # how often the probe task checks that Kafka and Redis still answer (readiness)
+REDIS_PROBE_TIMEOUT = 2.0  # a PING (and the generation marker) not answered within this: not ready
+KAFKA_PROBE_TIMEOUT = 3.0  # a metadata request not answered within this: not ready
 LAG_INTERVAL = 2.0  # how often the consumer lag gauges are refreshed
 FLOOD_ALERT = "dead-letter-flood"  # the alert a tripped dead-letter breaker raises
+DATA_LOST_ALERT = "redis-data-lost"  # the alert raised when Redis lost its data (the generation marker)
 
 
 class ServiceStore(Store, Protocol):
     """The daemon's store: the Store protocol, plus a readiness probe and a close (``RedisStore`` has both)."""
 
     async def ping(self) -> bool: ...
+
+    async def ensure_generation(self) -> str: ...
 
     async def close(self) -> None: ...
 
@@ -202,7 +207,6 @@ class Gatekeeper:
         self._child = Children()
         self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
         self._assigned: set[TP] = set()
-        self._next_probe = 0.0
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
         self.metrics.stalled.set_function(self._health.stalled_for)
@@ -214,6 +218,7 @@ class Gatekeeper:
             else None
         )
         self._sweep_task: asyncio.Task[None] | None = None
+        self._probe_task: asyncio.Task[None] | None = None
         # the records the gatekeeper writes in its own name: the sweeper's cancels and alerts, the breaker's alerts
         self._publisher = KafkaPublisher(self.settings.kafka, self._sender)
         self._pending_alerts: list[OutRecord] = []
@@ -290,6 +295,7 @@ class Gatekeeper:
             self._work = asyncio.create_task(self._work_loop(), name="gatekeeper-work")
             if self._sweeper is not None:
                 self._sweep_task = asyncio.create_task(self._sweep_loop(), name="gatekeeper-sweeper")
+            self._probe_task = asyncio.create_task(self._probe_loop(), name="gatekeeper-probe")
             stopped = asyncio.create_task(self._stop.wait())
             try:
                 await asyncio.wait({self._work, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -307,6 +313,7 @@ class Gatekeeper:
                     self._work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await self._work
+                await self._stop_probe()
                 await self._stop_sweeper()
         finally:
             await asyncio.shield(self._shutdown())
@@ -322,6 +329,7 @@ class Gatekeeper:
                 return False
             try:
                 await asyncio.wait_for(self.store.ping(), timeout=5.0)
+                await asyncio.wait_for(self.store.ensure_generation(), timeout=5.0)
                 self._health.redis_error = None
                 break
             except (StoreError, TimeoutError) as exc:
@@ -385,6 +393,7 @@ class Gatekeeper:
                     await self._backoff_wait()
                     if self._stop.is_set():
                         break
+                    await self._publish_alerts()  # e.g. redis-data-lost: raised while the batch waits
                     await self._attempt()
                     continue
                 await self._housekeeping()
@@ -438,6 +447,9 @@ class Gatekeeper:
                 if b.sends is None:
                     build_sends(b, self._routes, now, self.metrics, self._sender.fit)
                 await self._produce(b)
+            except DataLost as exc:
+                self._data_lost(exc)
+                return
             except Fenced as exc:
                 self.metrics.fenced.inc()
                 self._health.fenced = describe(exc)
@@ -588,6 +600,46 @@ class Gatekeeper:
             extra={"error": describe(exc), "attempt": self._failures, "lines": lines},
         )
 
+    def _data_lost(self, exc: DataLost) -> None:
+        """Redis is not the Redis this instance started on: decide nothing, forward nothing, until an operator
+        restores the data, runs ``gatekeeper redis accept-loss`` and restarts the gatekeepers. Logged and alerted
+        once; the batch is retried (and refused) with the capped backoff, partitions paused."""
+        self._failures += 1
+        self._pause("redis-data-lost")
+        first = self._health.data_lost is None
+        self._health.data_lost = describe(exc)
+        self.metrics.redis_data_lost.set(1)
+        self._update_ready()
+        if not first:
+            return
+        self.metrics.redis_data_lost_total.inc()
+        log.error(
+            "redis lost its data: nothing is decided or forwarded until an operator restores it and runs "
+            "`gatekeeper redis accept-loss` (see the README's runbook), then restarts the gatekeepers",
+            extra={"error": describe(exc), "expected": exc.expected, "found": exc.found},
+        )
+        now = self._clock()
+        for name, rt in self._routes.items():
+            doc = {
+                "alert": DATA_LOST_ALERT,
+                "author": "gatekeeper",
+                "action": "paused",
+                "route": name,
+                "error": describe(exc),
+                "expected_generation": exc.expected,
+                "found_generation": exc.found,
+                "at": iso(now),
+                "version": __version__,
+            }
+            self._pending_alerts.append(
+                OutRecord(
+                    rt.config.alerts,
+                    name.encode("utf-8"),
+                    json.dumps(doc, separators=(",", ":")).encode("utf-8"),
+                    (("gk.author", b"gatekeeper"), ("gk.version", __version__.encode())),
+                )
+            )
+
     def _kafka_failed(self, operation: str, exc: BaseException) -> None:
         self._health.kafka_error = f"{operation}: {describe(exc)}"
         self._update_ready()
@@ -727,29 +779,55 @@ class Gatekeeper:
                 self._breaker_changed(name, rt.breaker.evaluate(wall), wall)
         await self._publish_alerts()
         now = time.monotonic()
-        if now >= self._next_probe:
-            self._next_probe = now + PROBE_INTERVAL
-            await self._probe()
         if now >= self._next_lag:
             self._next_lag = now + LAG_INTERVAL
             gauge_lag(self._consumer, self._watermarks, self.metrics)
 
+    async def _probe_loop(self) -> None:
+        """Every ``PROBE_INTERVAL``: probe Redis and Kafka, each bounded, in a task of its own, so that readiness
+        follows the services even while a batch is stuck on one of them (a paused Redis, a broker gone)."""
+        while not self._stop.is_set():
+            await self._sleep(PROBE_INTERVAL)
+            if self._stop.is_set():
+                return
+            try:
+                await self._probe()
+            except Exception:  # the probe must never end: readiness depends on it
+                log.exception("the readiness probe failed")
+
+    async def _stop_probe(self) -> None:
+        task, self._probe_task = self._probe_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
     async def _probe(self) -> None:
         try:
-            await asyncio.wait_for(self.store.ping(), timeout=2.0)
-            self._health.redis_error = None
+            await asyncio.wait_for(self.store.ping(), timeout=REDIS_PROBE_TIMEOUT)
+            if self._failures == 0:  # a batch failing on Redis keeps saying so until it gets through
+                self._health.redis_error = None
+            self.metrics.last_success.labels(service="redis").set(time.time())
+        except DataLost as exc:
+            self._data_lost(exc)
         except (StoreError, TimeoutError) as exc:
             self.metrics.redis_errors.inc()
+            if isinstance(exc, TimeoutError):
+                exc = StoreError(f"redis did not answer a PING within {REDIS_PROBE_TIMEOUT:g}s")
             self._health.redis_error = describe(exc)
         producer = self._sender.started
         if producer is not None:
             try:
-                await asyncio.wait_for(self._kafka.probe(producer), timeout=5.0)
+                await asyncio.wait_for(self._kafka.probe(producer), timeout=KAFKA_PROBE_TIMEOUT)
+                self.metrics.last_success.labels(service="kafka").set(time.time())
                 if self._health.kafka_error is not None and self._batch is None:
                     self._health.kafka_error = None
             except (KafkaError, TimeoutError) as exc:
                 self.metrics.kafka_errors.labels(operation="metadata").inc()
-                self._health.kafka_error = f"metadata: {describe(exc)}"
+                if isinstance(exc, TimeoutError):
+                    self._health.kafka_error = f"metadata: no answer within {KAFKA_PROBE_TIMEOUT:g}s"
+                else:
+                    self._health.kafka_error = f"metadata: {describe(exc)}"
         self._update_ready()
 
     def _gauge_held(self) -> None:
@@ -808,6 +886,8 @@ class Gatekeeper:
         None when there is no sweeper, the instance is not consuming yet, or the sweep failed (logged, counted, and
         tried again at the next interval)."""
         if self._sweeper is None or self._consumer is None or not self._health.started:
+            return None
+        if self._health.data_lost is not None:  # an empty Redis has no deadlines: nothing to sweep, nothing to trust
             return None
         async with self._lock:
             owned = [(topic, partition) for topic, partition in self._assigned if topic in self._routes]
