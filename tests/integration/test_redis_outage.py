@@ -1,0 +1,129 @@
+"""Redis trouble the daemon must see for what it is, on a redis-server of the test's own (``_own_redis``):
+
+- Redis restarted without persistence (its data, the exec bindings among it, gone): fail closed. Nothing decided,
+  nothing forwarded, not ready ("redis lost its data"), one ERROR, one alert per route, until an operator accepts
+  the loss (``gatekeeper redis accept-loss``) and restarts the gatekeeper.
+- Redis paused (``CLIENT PAUSE``): not ready within a few seconds, ready again after, nothing dead-lettered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gatekeeper.cli import app
+from gatekeeper.consumers.loop import Gatekeeper
+from gatekeeper.redis_store import RedisStore
+from gatekeeper.store import StoreError
+from tests.integration._own_redis import OwnRedis
+from tests.integration._pipeline import Pipeline, TopicFactory, wait_ready
+from tests.policy.world import HO, RB, RECORD
+
+
+async def _until(predicate: Any, timeout: float = 20.0) -> float:
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < timeout, "timed out"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
+def _gauge(gk: Gatekeeper, name: str, **labels: str) -> float | None:
+    return gk.metrics.registry.get_sample_value(name, labels)
+
+
+async def test_redis_restarted_empty_decides_nothing_until_an_operator_accepts_the_loss(
+    topic_factory: TopicFactory, kafka_bootstrap: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="gatekeeper")
+    with OwnRedis() as redis_server:
+        async with Pipeline.create(topic_factory, kafka_bootstrap, redis_server.url) as p:
+            gk = p.gatekeeper
+            await p.store.put_record(RECORD)
+            await p.send("c1", HO, RB)
+            await p.collect(lambda g: len(g.of("output", "c1")) == 2)  # c1's HO is bound to the approval
+
+            redis_server.restart()  # no persistence: states, records, bindings and the marker are gone
+            with contextlib.suppress(StoreError):  # the test's own connection was closed by the restart
+                await p.store.ping()
+            await p.store.put_record(RECORD)  # the approvals loaded again: c1's binding is not among them
+            await p.send("c2", HO)  # a second use of the approval c1 used: with the binding gone, it would pass
+            lost_after = await _until(lambda: gk.readiness()[1].get("reason") == "redis lost its data", 15)
+            assert lost_after < 5
+            got = await p.collect(lambda g: any(a.doc.get("alert") == "redis-data-lost" for a in g.alerts))
+            [alert] = [a for a in got.alerts if a.doc.get("alert") == "redis-data-lost"]
+            assert alert.doc["route"] == p.route().input and alert.doc["found_generation"] is None
+            await asyncio.sleep(3)  # retries and probes
+            got = await p.collector.settle(1.0)
+            assert got.count("c2") == 0  # nothing decided against the empty Redis
+            assert _gauge(gk, "gatekeeper_redis_data_lost") == 1
+            assert _gauge(gk, "gatekeeper_ready") == 0
+            lost_logs = [r for r in caplog.records if "redis lost its data" in r.getMessage()]
+            assert [r.levelno for r in lost_logs] == [logging.ERROR]  # once, not per retry
+
+            # the operator: the used approval is withdrawn (its binding was lost), then the loss accepted
+            assert await p.store.delete_records(RECORD.item) == 1
+            config = tmp_path / "gk.yaml"
+            config.write_text(
+                yaml.safe_dump({"redis": {"url": redis_server.url, "key_prefix": p.settings.redis.key_prefix}})
+            )
+            env = {"GK_REDIS__URL": redis_server.url, "GK_REDIS__KEY_PREFIX": p.settings.redis.key_prefix}
+            accepted = await asyncio.to_thread(
+                CliRunner().invoke, app, ["redis", "accept-loss", "-c", str(config), "--yes"], env=env
+            )
+            assert accepted.exit_code == 0, accepted.output
+            assert "restart the gatekeepers" in accepted.output
+            await asyncio.sleep(2.5)  # a probe later: a running gatekeeper does not resume by itself
+            assert gk.readiness()[1].get("reason") == "redis lost its data"
+            assert (await p.collector.settle(0.5)).count("c2") == 0
+
+            # restarted: it starts on the new marker and decides c2 (no record now: dead-lettered, never forwarded)
+            gk.request_stop()
+            await asyncio.wait_for(p.task, 20)
+            store = RedisStore(p.settings.redis)
+            gk2 = Gatekeeper(p.settings, store=store, http=False, startup_timeout=20.0)
+            task = asyncio.create_task(gk2.run())
+            try:
+                await wait_ready(gk2, task)
+                got = await p.collect(lambda g: g.count("c2") == 1)
+                assert got.of("output", "c2") == []
+                assert [r.h("gk.reason") for r in got.of("dead", "c2")] == ["no-record"]
+            finally:
+                gk2.request_stop()
+                await asyncio.wait_for(task, 20)
+                await store.close()
+
+
+async def test_a_paused_redis_is_not_ready_within_seconds_and_nothing_is_dead_lettered(
+    topic_factory: TopicFactory, kafka_bootstrap: str
+) -> None:
+    with OwnRedis() as redis_server:
+        async with Pipeline.create(topic_factory, kafka_bootstrap, redis_server.url) as p:
+            gk = p.gatekeeper
+            await p.store.put_record(RECORD)
+            await p.send("c1", HO)
+            await p.collect(lambda g: g.count("c1") == 1)
+            with redis_server.client() as admin:
+                admin.execute_command("CLIENT", "PAUSE", "10000")
+            paused = time.monotonic()
+            await p.send("c1", RB)  # a batch that gets stuck on the paused Redis
+            not_ready_after = await _until(lambda: not gk.readiness()[0], 10)
+            assert gk.readiness()[1]["reason"] == "redis unavailable", gk.readiness()
+            assert not_ready_after < 5, not_ready_after
+            await _until(lambda: gk.readiness()[0], 30)
+            ready_again_after = time.monotonic() - paused
+            assert ready_again_after >= 9.5  # not before the pause ended
+            got = await p.collect(lambda g: g.count("c1") == 2)
+            assert [r.text for r in got.of("output", "c1")] == [HO, RB]
+            assert got.dead == []
+            print(
+                f"CLIENT PAUSE 10000: not ready after {not_ready_after:.1f}s, ready again at {ready_again_after:.1f}s"
+            )
