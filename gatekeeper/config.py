@@ -283,6 +283,21 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
+class SigningSettings(_Strict):
+    """Signed verdicts (``gatekeeper.verdicts``): the Ed25519 key the gatekeeper signs every record it writes to an
+    output topic with (the ``gk.sig`` header); act tools verify it with the public key. Off unless
+    ``private_key_file`` is set. The key is read once at start and never logged."""
+
+    key_id: str = Field(
+        "gk-1", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the key id gk.sig names (change it with the key)"
+    )
+    private_key_file: Path | None = Field(
+        None,
+        description="the private key: an unencrypted PKCS#8 PEM file or the base64 of the 32-byte seed (a mounted "
+        "Secret); none: records are not signed",
+    )
+
+
         cls,
         settings_cls: type[BaseSettings],
         init_settings: PydanticBaseSettingsSource,
@@ -305,6 +320,7 @@ class Settings(BaseSettings):
         known = ", ".join(r.input for r in self.routes) or "none configured"
         raise ConfigError(f"unknown route {name!r} (routes: {known})")
 
+    signing: SigningSettings = SigningSettings()
 
 def _format_error(exc: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}):"]

@@ -600,6 +600,15 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
             yaml.safe_dump([{"name": "desk", "sha256": "ab" * 32, "agents": ["desk"]}])
         )
         assert len(TokenBook.from_settings(settings.http)) == 2
+        # the signing key (signed verdicts): where the Secret volume puts it, and one the daemon loads
+        from gatekeeper.verdicts import new_key_pair, signer_for
+
+        assert settings.signing.private_key_file == mounts["/etc/gatekeeper/signing"] / "signing.pem"
+        assert {"key": "signing.pem", "path": "signing.pem"} in volumes["signing-key"]["secret"]["items"]
+        pem, public = new_key_pair()
+        settings.signing.private_key_file.write_bytes(pem)
+        signer = signer_for(settings.signing)
+        assert signer is not None and signer.public_key == public
     if values == "custom-profile":
         assert settings.routes[0].profile == "acme"
 

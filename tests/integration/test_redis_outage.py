@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,11 @@ import yaml
 from typer.testing import CliRunner
 
 from gatekeeper.cli import app
+from gatekeeper.config import RedisSettings
 from gatekeeper.consumers.loop import Gatekeeper
+from gatekeeper.policy import BindingChange, ConversationState
 from gatekeeper.redis_store import RedisStore
-from gatekeeper.store import StoreError
+from gatekeeper.store import DataLost, StoreError
 from tests.integration._own_redis import OwnRedis
 from tests.integration._pipeline import Pipeline, TopicFactory, wait_ready
 from tests.policy.world import HO, RB, RECORD
@@ -127,3 +130,32 @@ async def test_a_paused_redis_is_not_ready_within_seconds_and_nothing_is_dead_le
             print(
                 f"CLIENT PAUSE 10000: not ready after {not_ready_after:.1f}s, ready again at {ready_again_after:.1f}s"
             )
+
+
+async def test_every_round_trip_of_a_batch_checks_the_generation_marker(redis_url: str) -> None:
+    settings = RedisSettings(url=redis_url, key_prefix=f"gkt{uuid.uuid4().hex[:10]}")
+    store, other = RedisStore(settings), RedisStore(settings)
+    try:
+        marker = await store.ensure_generation()
+        assert await other.ensure_generation() == marker  # SET NX: the second instance finds the first's
+        assert await store.ping() and await store.load("r", {"c": None}, [RECORD.key]) is not None
+        await store._redis.delete(store.keys.generation())  # as a Redis restarted empty (only this test's key)
+        calls = [store.ping(), store.load("r", {"c": None}, []), store.save("r", {"c": ConversationState()})]
+        change = BindingChange(RECORD.key, None, "c/HO-1")
+        for call in [*calls, store.claim([change])]:
+            with pytest.raises(DataLost, match=r"generation marker .* is missing"):
+                await call
+        # the check shares the claim's round trip, it does not guard its commands: the binding was written, for a
+        # handoff never forwarded, so it can only refuse another use of the approval (record-used), never allow one
+        assert await store.binding(RECORD.key) == "c/HO-1"
+        old, new = await other.accept_loss()
+        assert old is None and new != marker
+        with pytest.raises(DataLost, match="changed"):  # a running instance does not take the new marker
+            await store.load("r", {"c": None}, [])
+        fresh = RedisStore(settings)
+        assert await fresh.ensure_generation() == new
+        await fresh.close()
+    finally:
+        await store._redis.delete(store.keys.generation(), store.keys.binding(RECORD.key))
+        await store.close()
+        await other.close()

@@ -62,6 +62,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "gatekeeper.kafkaTlsDir" -}}/etc/gatekeeper/tls/kafka{{- end }}
 {{- define "gatekeeper.redisTlsDir" -}}/etc/gatekeeper/tls/redis{{- end }}
 {{- define "gatekeeper.tokensDir" -}}/etc/gatekeeper/tokens{{- end }}
+{{- define "gatekeeper.signingDir" -}}/etc/gatekeeper/signing{{- end }}
 
 {{/* The HTTP port the daemon listens on (config.http.port): the container port, the probes and the Service's
 target follow it. */}}
@@ -124,6 +125,11 @@ at least 5 s after the drain for the offsets' commit and the clients' close). */
 {{- $http := get $c "http" | default dict }}
 {{- $_ := set $http "tokens_file" (printf "%s/tokens.yaml" (include "gatekeeper.tokensDir" .)) }}
 {{- $_ := set $c "http" $http }}
+{{- end }}
+{{- if .Values.secrets.signingKey.secretName }}
+{{- $signing := get $c "signing" | default dict }}
+{{- $_ := set $signing "private_key_file" (printf "%s/signing.pem" (include "gatekeeper.signingDir" .)) }}
+{{- $_ := set $c "signing" $signing }}
 {{- end }}
 {{- if .Values.profiles }}
 {{- $dirs := get $c "profile_dirs" | default list }}
@@ -192,6 +198,10 @@ at least 5 s after the drain for the offsets' commit and the clients' close). */
 {{- $http := get (.Values.config | default dict) "http" | default dict }}
 {{- if and .Values.secrets.apiTokens.secretName $http.tokens_file }}
 {{- fail "config.http.tokens_file is set by the chart from secrets.apiTokens: remove it from config" }}
+{{- end }}
+{{- $signing := get (.Values.config | default dict) "signing" | default dict }}
+{{- if and .Values.secrets.signingKey.secretName $signing.private_key_file }}
+{{- fail "config.signing.private_key_file is set by the chart from secrets.signingKey: remove it from config" }}
 {{- end }}
 {{- $as := .Values.autoscaling }}
 {{- if $as.enabled }}

@@ -1,0 +1,381 @@
+"""Signed verdicts: the gatekeeper signs what it forwards, so an act tool can tell a clearance that passed through
+the gatekeeper from one produced straight to the output topic.
+
+The gatekeeper holds an Ed25519 private key (``signing.private_key_file``); act tools hold only its public key. Every
+record the gatekeeper writes to a route's output topic (forwarded and alerted lines, replay's forwarded lines, the
+sweeper's CX lines) carries one header::
+
+    gk.sig: v1 <key id> <verdict> <signature>
+
+``<signature>`` is the Ed25519 signature (64 bytes, base64url without padding) of these bytes (UTF-8, fields
+separated by one LF, no LF at the end)::
+
+    rw1-gatekeeper-verdict v1
+    <key id>
+    <route: the route's input topic>
+    <verdict>
+    <sha256 of the record's value bytes, 64 lowercase hex digits>
+    <conversation id>
+
+The conversation is last: it is the only free-form field (the key id is ``[A-Za-z0-9_.-]{1,64}``, a topic name has no
+LF, the verdict is one of the words below, the digest is hex), so the bytes read back one way only. ``<verdict>``:
+
+- ``forward`` and ``alert``: an enforce-mode route forwarded the line (``gk.verdict``); these are the clearances an
+  act tool may act on (``CLEARANCE_VERDICTS``);
+- ``dry-run``: any record of a route in dry-run mode (the gatekeeper did not enforce anything: never a clearance);
+- ``cancel``: a CX the sweeper wrote in the sender's name (``gk.author: gatekeeper``).
+
+Dead letters and alerts are never signed. Nothing else on the record is signed (its other headers are
+informational); the line itself is bound by its digest. The signature does not expire: an act tool binds a
+clearance to its own statement (``re=`` the readback's id, in the conversation) and to its own expiry.
+
+Make the gatekeeper's key pair (``new_key_pair``; or any Ed25519 PKCS#8 PEM, e.g. ``openssl genpkey -algorithm
+ed25519``)::
+
+    python -c 'import gatekeeper.verdicts as v; k, pub = v.new_key_pair(); open("gk.pem", "wb").write(k); print(pub)'
+
+The printed public key (base64url of the 32 raw bytes) is what act tools are given, with the key id:
+``Verifier({"gk-2026-12": pub})``. Rotation: give the tools the new public key beside the old one, then switch
+``signing.key_id`` and ``signing.private_key_file``; drop the old key from the tools once nothing in flight carries it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import functools
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from gatekeeper.errors import ConfigError
+
+HEADER = "gk.sig"
+VERSION = "v1"
+DOMAIN = b"rw1-gatekeeper-verdict v1"
+FORWARD = "forward"
+ALERT = "alert"
+DRY_RUN = "dry-run"
+CANCEL = "cancel"
+VERDICTS = frozenset({FORWARD, ALERT, DRY_RUN, CANCEL})
+#: The signed verdicts that clear an act: lines an enforcing gatekeeper forwarded.
+CLEARANCE_VERDICTS = frozenset({FORWARD, ALERT})
+KEY_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+_KEY_ID = re.compile(KEY_ID_PATTERN)
+
+Headers = Iterable[tuple[str, bytes]]
+PublicKeyLike = Ed25519PublicKey | str | bytes
+
+
+class SignatureError(ValueError):
+    """A signature that does not verify: missing, malformed, by an unknown key, or not over these fields."""
+
+
+class KeyLoadError(ConfigError, ValueError):
+    """A key that cannot be loaded (the message never contains the key's bytes). A ``ConfigError``: the daemon
+    refuses to start (exit 2) with a signing key it cannot read."""
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    text = text.strip()
+    try:
+        return base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_") + "=" * (-len(text) % 4))
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64") from None
+
+
+def signed_bytes(key_id: str, route: str, conversation: str, value: bytes, verdict: str) -> bytes:
+    """The exact bytes a ``gk.sig`` signs (see the module docstring)."""
+    if not _KEY_ID.match(key_id):
+        raise ValueError(f"key id {key_id!r}: expected {KEY_ID_PATTERN}")
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict {verdict!r}: expected one of {sorted(VERDICTS)}")
+    if "\n" in route:
+        raise ValueError("a route has no line feed")
+    return b"\n".join(
+        (
+            DOMAIN,
+            key_id.encode("ascii"),
+            route.encode("utf-8"),
+            verdict.encode("ascii"),
+            hashlib.sha256(value).hexdigest().encode("ascii"),
+            conversation.encode("utf-8"),
+        )
+    )
+
+
+# ------------------------------------------------------------------------------------------------------------ keys
+
+
+def new_key_pair() -> tuple[bytes, str]:
+    """A new Ed25519 key pair: the private key as PKCS#8 PEM (for ``signing.private_key_file``) and the public key
+    as base64url of its 32 raw bytes (for act tools)."""
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return pem, public_key_text(key.public_key())
+
+
+def public_key_text(key: Ed25519PublicKey) -> str:
+    """A public key as base64url of its 32 raw bytes."""
+    return _b64(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+
+
+def private_key_from(data: bytes) -> Ed25519PrivateKey:
+    """An Ed25519 private key from PKCS#8 PEM (unencrypted) or the base64 (standard or url) of its 32-byte seed."""
+    text = data.strip()
+    if text.startswith(b"-----BEGIN"):
+        try:
+            key = serialization.load_pem_private_key(text, password=None)
+        except (ValueError, TypeError):
+            raise KeyLoadError("not an unencrypted PEM private key") from None
+        if not isinstance(key, Ed25519PrivateKey):
+            raise KeyLoadError("the PEM key is not an Ed25519 key")
+        return key
+    try:
+        seed = _unb64(text.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise KeyLoadError("neither PEM nor base64") from None
+    if len(seed) != 32:
+        raise KeyLoadError(f"a raw Ed25519 seed is 32 bytes, got {len(seed)}")
+    return Ed25519PrivateKey.from_private_bytes(seed)
+
+
+def public_key_from(key: PublicKeyLike) -> Ed25519PublicKey:
+    """An Ed25519 public key from a key object, PEM (``BEGIN PUBLIC KEY``) or base64(url) of its 32 raw bytes."""
+    if isinstance(key, Ed25519PublicKey):
+        return key
+    data = key.encode("ascii") if isinstance(key, str) else key
+    data = data.strip()
+    if data.startswith(b"-----BEGIN"):
+        try:
+            loaded = serialization.load_pem_public_key(data)
+        except ValueError:
+            raise KeyLoadError("not a PEM public key") from None
+        if not isinstance(loaded, Ed25519PublicKey):
+            raise KeyLoadError("the PEM key is not an Ed25519 key")
+        return loaded
+    try:
+        raw = _unb64(data.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise KeyLoadError("neither PEM nor base64") from None
+    if len(raw) != 32:
+        raise KeyLoadError(f"a raw Ed25519 public key is 32 bytes, got {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+# ------------------------------------------------------------------------------------------------------------ sign
+
+
+class Signer:
+    """Signs the gatekeeper's forwarded records with one key. Its ``repr`` never shows the key."""
+
+    __slots__ = ("_key", "key_id", "public_key")
+
+    def __init__(self, key_id: str, key: Ed25519PrivateKey) -> None:
+        if not _KEY_ID.match(key_id):
+            raise ValueError(f"key id {key_id!r}: expected {KEY_ID_PATTERN}")
+        self.key_id = key_id
+        self._key = key
+        self.public_key = public_key_text(key.public_key())
+
+    @classmethod
+    def from_file(cls, key_id: str, path: str | Path) -> Signer:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise KeyLoadError(
+                f"signing.private_key_file {path}: cannot read it ({exc.strerror or type(exc).__name__})"
+            ) from None
+        try:
+            return cls(key_id, private_key_from(data))
+        except KeyLoadError as exc:
+            raise KeyLoadError(f"signing.private_key_file {path}: {exc}") from None
+
+    def sign(self, route: str, conversation: str | None, value: bytes, verdict: str) -> bytes:
+        """The ``gk.sig`` header's value for a record (a conversation of None signs as the empty string)."""
+        sig = self._key.sign(signed_bytes(self.key_id, route, conversation or "", value, verdict))
+        return f"{VERSION} {self.key_id} {verdict} {_b64(sig)}".encode("ascii")
+
+    def header(self, route: str, conversation: str | None, value: bytes, verdict: str) -> tuple[str, bytes]:
+        return HEADER, self.sign(route, conversation, value, verdict)
+
+    def __repr__(self) -> str:
+        return f"Signer(key_id={self.key_id!r}, public_key={self.public_key!r})"
+
+
+@functools.lru_cache(maxsize=16)
+def _load(key_id: str, path: str, mtime_ns: int) -> Signer:
+    return Signer.from_file(key_id, path)
+
+
+def signer_for(signing: object) -> Signer | None:
+    """The signer a ``config.SigningSettings`` configures (None: signing is off). The key file is read once per
+    path and modification time. Raises ``KeyLoadError`` (a ValueError) when it cannot be read."""
+    path = getattr(signing, "private_key_file", None)
+    if path is None:
+        return None
+    key_id = str(getattr(signing, "key_id", ""))
+    try:
+        mtime = Path(path).stat().st_mtime_ns
+    except OSError as exc:
+        raise KeyLoadError(
+            f"signing.private_key_file {path}: cannot read it ({exc.strerror or type(exc).__name__})"
+        ) from None
+    return _load(key_id, str(path), mtime)
+
+
+#: The signer of each route (input topic) of the daemon running in this process, registered when its routes are
+#: built (``consumers.deciding.RouteRuntime.of``): the sweeper's routes are built from the daemon's without it.
+_ROUTE_SIGNERS: dict[str, Signer | None] = {}
+
+
+def register(route: str, signer: Signer | None) -> None:
+    _ROUTE_SIGNERS[route] = signer
+
+
+def registered(route: str) -> Signer | None:
+    return _ROUTE_SIGNERS.get(route)
+
+
+def route_signer(route: str, signing: object) -> Signer | None:
+    """``signer_for(signing)``, registered as the signer of ``route`` (its input topic) for the sweeper."""
+    signer = signer_for(signing)
+    register(route, signer)
+    return signer
+
+
+# ------------------------------------------------------------------------------------------------------------ verify
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """A parsed ``gk.sig`` value."""
+
+    key_id: str
+    verdict: str
+    signature: bytes
+
+    @classmethod
+    def parse(cls, value: bytes | str) -> Signature:
+        try:
+            text = value.decode("ascii") if isinstance(value, bytes) else value
+        except UnicodeDecodeError:
+            raise SignatureError("malformed gk.sig: not ASCII") from None
+        parts = text.split(" ")
+        if len(parts) != 4 or parts[0] != VERSION:
+            raise SignatureError(f"malformed gk.sig: expected '{VERSION} <key id> <verdict> <signature>'")
+        _, key_id, verdict, sig_text = parts
+        if not _KEY_ID.match(key_id):
+            raise SignatureError("malformed gk.sig: bad key id")
+        if verdict not in VERDICTS:
+            raise SignatureError(f"malformed gk.sig: unknown verdict {verdict!r}")
+        try:
+            sig = _unb64(sig_text)
+        except ValueError:
+            raise SignatureError("malformed gk.sig: the signature is not base64url") from None
+        if len(sig) != 64:
+            raise SignatureError("malformed gk.sig: an Ed25519 signature is 64 bytes")
+        return cls(key_id, verdict, sig)
+
+
+def header_of(headers: Headers, name: str) -> bytes | None:
+    """The one header ``name`` (None: absent). Raises ``SignatureError`` when there are several (ambiguous)."""
+    found = [v for k, v in headers if k == name]
+    if len(found) > 1:
+        raise SignatureError(f"{len(found)} {name} headers on one record")
+    return found[0] if found else None
+
+
+class Verifier:
+    """Verifies ``gk.sig`` headers against the gatekeeper's public keys, by key id (several: a rotation)."""
+
+    def __init__(self, keys: Mapping[str, PublicKeyLike]) -> None:
+        if not keys:
+            raise ValueError("a Verifier needs at least one public key")
+        for key_id in keys:
+            if not _KEY_ID.match(key_id):
+                raise ValueError(f"key id {key_id!r}: expected {KEY_ID_PATTERN}")
+        self.keys: dict[str, Ed25519PublicKey] = {k: public_key_from(v) for k, v in keys.items()}
+
+    def verify(
+        self,
+        header: bytes | str | None,
+        *,
+        route: str,
+        conversation: str,
+        value: bytes,
+        accept: Iterable[str] = CLEARANCE_VERDICTS,
+    ) -> Signature:
+        """The signature, when ``header`` is a valid ``gk.sig`` by one of the keys over exactly these fields and
+        its verdict is one of ``accept``; raises ``SignatureError`` otherwise."""
+        if header is None:
+            raise SignatureError("no gk.sig header: the record did not come from the gatekeeper")
+        sig = Signature.parse(header)
+        key = self.keys.get(sig.key_id)
+        if key is None:
+            raise SignatureError(f"gk.sig by key {sig.key_id!r}, which is not one of the gatekeeper's")
+        try:
+            key.verify(sig.signature, signed_bytes(sig.key_id, route, conversation, value, sig.verdict))
+        except InvalidSignature:
+            raise SignatureError(
+                "gk.sig does not verify: not signed by the gatekeeper for this route, conversation and line"
+            ) from None
+        accepted = frozenset(accept)
+        if sig.verdict not in accepted:
+            raise SignatureError(f"the gatekeeper's verdict on this record is {sig.verdict}, not {'/'.join(accepted)}")
+        return sig
+
+    def verify_record(
+        self,
+        headers: Headers,
+        value: bytes,
+        *,
+        conversation: str,
+        route: str | None = None,
+        accept: Iterable[str] = CLEARANCE_VERDICTS,
+    ) -> Signature:
+        """``verify`` for a consumed record's headers and value. ``route`` None: the record's
+        ``gk.original.topic`` (the signature covers it either way; give it to bind the record to one route)."""
+        hs = list(headers)
+        if route is None:
+            topic = header_of(hs, "gk.original.topic")
+            if topic is None:
+                raise SignatureError("no gk.original.topic header: the record did not come from the gatekeeper")
+            route = topic.decode("utf-8", errors="replace")
+        return self.verify(header_of(hs, HEADER), route=route, conversation=conversation, value=value, accept=accept)
+
+
+__all__ = [
+    "ALERT",
+    "CANCEL",
+    "CLEARANCE_VERDICTS",
+    "DOMAIN",
+    "DRY_RUN",
+    "FORWARD",
+    "HEADER",
+    "KEY_ID_PATTERN",
+    "KeyLoadError",
+    "Signature",
+    "SignatureError",
+    "Signer",
+    "Verifier",
+    "new_key_pair",
+    "private_key_from",
+    "public_key_from",
+    "public_key_text",
+    "register",
+    "registered",
+    "route_signer",
+    "signed_bytes",
+    "signer_for",
+]
