@@ -7,6 +7,13 @@ of the JSON object (and as ``key=value`` after the message in text form)::
     {"ts": "2026-10-01T09:00:00.120Z", "level": "info", "logger": "gatekeeper.consumers.loop",
      "msg": "partitions assigned", "partitions": 3}
 
+**Bounded during an outage.** A broker stopping gracefully made aiokafka's reconnect loop log 206,064 ERROR lines
+in 15 s. ``RepeatFilter`` (installed on the handler by ``configure_logging``) lets through the first ``burst`` (10)
+records of a kind (logger, level, message template) per ``interval`` (10 s), at WARNING and above, from every
+logger (aiokafka's and the gatekeeper's own); the rest are counted, and one
+``suppressed K similar messages in the last Ns: <template>`` line follows when the interval is over (with the next
+record logged). DEBUG and INFO lines are not limited.
+
 Nothing sensitive is logged: settings hold secrets as ``SecretStr`` (shown as ``**********``), and a line is logged
 only through ``gatekeeper.masking`` (account numbers and addresses masked).
 """
@@ -16,6 +23,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
@@ -54,15 +64,98 @@ class TextFormatter(logging.Formatter):
         return text
 
 
+@dataclass(slots=True)
+class _Window:
+    start: float
+    passed: int = 0
+    suppressed: int = 0
+
+
+class RepeatFilter(logging.Filter):
+    """At most ``burst`` records of a kind (logger, level, message template) per ``interval`` seconds, for records
+    at ``level`` and above; the others are dropped and counted. When a kind's interval is over, one summary record
+    (the same logger and level) says how many were suppressed: emitted through ``emit`` (the handler's ``handle``)
+    with the next record that reaches the filter. ``clock`` is ``time.monotonic`` (tests pass a fake one)."""
+
+    def __init__(
+        self,
+        emit: Callable[[logging.LogRecord], object] | None = None,
+        *,
+        burst: int = 10,
+        interval: float = 10.0,
+        level: int = logging.WARNING,
+        max_kinds: int = 1000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.emit = emit
+        self.burst = burst
+        self.interval = interval
+        self.level = level
+        self.max_kinds = max_kinds
+        self.clock = clock
+        self._windows: dict[tuple[str, int, str], _Window] = {}
+        self._next_sweep = clock() + interval
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < self.level or getattr(record, "_gk_summary", False):
+            return True
+        now = self.clock()
+        if now >= self._next_sweep:
+            self.flush(now)
+        key = (record.name, record.levelno, str(record.msg))
+        w = self._windows.get(key)
+        if w is None:
+            if len(self._windows) >= self.max_kinds:
+                self.flush(now, every=True)
+            w = self._windows[key] = _Window(now)
+        elif now - w.start >= self.interval:
+            self._summarise(key, w, now)
+            w.start, w.passed, w.suppressed = now, 0, 0
+        if w.passed < self.burst:
+            w.passed += 1
+            return True
+        w.suppressed += 1
+        return False
+
+    def flush(self, now: float | None = None, *, every: bool = False) -> None:
+        """Summarise the kinds whose interval is over (``every``: all of them), and forget them."""
+        now = self.clock() if now is None else now
+        self._next_sweep = now + self.interval
+        for key, w in list(self._windows.items()):
+            if every or now - w.start >= self.interval:
+                self._summarise(key, w, now)
+                del self._windows[key]
+
+    def _summarise(self, key: tuple[str, int, str], w: _Window, now: float) -> None:
+        if not w.suppressed or self.emit is None:
+            return
+        name, level, template = key
+        summary = logging.LogRecord(
+            name,
+            level,
+            __file__,
+            0,
+            "suppressed %d similar messages in the last %.0fs: %s",
+            (w.suppressed, max(now - w.start, self.interval), template[:200]),
+            None,
+        )
+        summary._gk_summary = True
+        summary.suppressed = w.suppressed
+        w.suppressed = 0
+        self.emit(summary)
+
+
 def configure_logging(fmt: str = "auto", level: str = "INFO", stream: TextIO | None = None) -> logging.Handler:
     """Send the ``gatekeeper`` and ``rwcore`` loggers (and aiokafka's warnings) to ``stream`` (stderr) in ``fmt``:
-    ``json``, ``text``, or ``auto`` (JSON unless the stream is a terminal). Returns the handler (idempotent: a
-    second call replaces the first handler)."""
+    ``json``, ``text``, or ``auto`` (JSON unless the stream is a terminal), repeated warnings and errors limited
+    (``RepeatFilter``). Returns the handler (idempotent: a second call replaces the first handler)."""
     stream = stream if stream is not None else sys.stderr
     if fmt == "auto":
         fmt = "text" if getattr(stream, "isatty", lambda: False)() else "json"
     handler = logging.StreamHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.addFilter(RepeatFilter(handler.handle))
     handler.set_name("gatekeeper")
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == "gatekeeper"]:
@@ -74,4 +167,4 @@ def configure_logging(fmt: str = "auto", level: str = "INFO", stream: TextIO | N
     return handler
 
 
-__all__ = ["JsonFormatter", "TextFormatter", "configure_logging"]
+__all__ = ["JsonFormatter", "RepeatFilter", "TextFormatter", "configure_logging"]
