@@ -11,6 +11,8 @@ Secrets are ``SecretStr``: they never appear in ``repr``, logs or error messages
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from contextvars import ContextVar
 from pathlib import Path
@@ -147,6 +149,11 @@ class Route(_Strict):
         "off by default (the protocol also lets the sender re-send instead)",
     )
     dead_letter_breaker: BreakerSettings = BreakerSettings()
+    sender_auth: bool = Field(
+        False,
+        description="require every line to be signed by its from= agent's key (sender_auth.keys); a line unsigned, "
+        "signed by an unknown key, badly signed or signed by another agent is dead-lettered sender-auth",
+    )
 
     @field_validator("conversation_header")
     @classmethod
@@ -158,6 +165,51 @@ class Route(_Strict):
     @property
     def name(self) -> str:
         return self.input
+
+
+class SenderKey(_Strict):
+    """One agent's Ed25519 public key (``gatekeeper.auth``). Public keys are not secrets."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9._:-]{1,64}$", description="the key id a signature header names")
+    agent: str = Field(pattern=r"^[!-~]{1,128}$", description="the from= agent whose key it is")
+    public_key: str = Field(description="base64 of the raw 32-byte Ed25519 public key")
+
+    @field_validator("public_key")
+    @classmethod
+    def _ed25519(cls, v: str) -> str:
+        try:
+            raw = base64.b64decode(v.strip(), validate=True)
+        except (binascii.Error, ValueError):
+            raise ValueError("not base64") from None
+        if len(raw) != 32:
+            raise ValueError(f"{len(raw)} bytes; an Ed25519 public key is 32")
+        return v.strip()
+
+
+class SenderAuthSettings(_Strict):
+    """Sender authentication (``gatekeeper.auth``): the agents' public keys, and the header their signatures are
+    in. A route requires signatures with ``routes[].sender_auth: true``."""
+
+    header: str = Field("rw-sig", min_length=1, max_length=64, description="the record header of the signature")
+    keys: list[SenderKey] = Field(default_factory=list, description="the agents' public keys")
+    keys_file: Path | None = Field(
+        None, description="a YAML or JSON file with more keys, a list of entries as in keys (a mounted ConfigMap)"
+    )
+
+    @field_validator("header")
+    @classmethod
+    def _not_ours(cls, v: str) -> str:
+        if v.lower().startswith("gk."):
+            raise ValueError("gk.* headers are the gatekeeper's own: name a header the agents set")
+        return v
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SenderAuthSettings:
+        ids = [k.id for k in self.keys]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"key id {', '.join(dupes)} is configured more than once")
+        return self
 
 
 class ApiToken(_Strict):
@@ -231,6 +283,21 @@ class SweeperSettings(_Strict):
     max_per_sweep: int = Field(500, ge=1, le=100_000, description="deadlines handled per partition per sweep")
 
 
+class SigningSettings(_Strict):
+    """Signed verdicts (``gatekeeper.verdicts``): the Ed25519 key the gatekeeper signs every record it writes to an
+    output topic with (the ``gk.sig`` header); act tools verify it with the public key. Off unless
+    ``private_key_file`` is set. The key is read once at start and never logged."""
+
+    key_id: str = Field(
+        "gk-1", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the key id gk.sig names (change it with the key)"
+    )
+    private_key_file: Path | None = Field(
+        None,
+        description="the private key: an unencrypted PKCS#8 PEM file or the base64 of the 32-byte seed (a mounted "
+        "Secret); none: records are not signed",
+    )
+
+
 class Settings(BaseSettings):
     """The whole configuration. See ``config/gatekeeper.example.yaml`` for an annotated example."""
 
@@ -250,8 +317,10 @@ class Settings(BaseSettings):
     grace_seconds: float = Field(10.0, ge=0, description="on SIGTERM: how long in-flight work may drain")
     sweeper: SweeperSettings = SweeperSettings()
     holds: HoldSettings = HoldSettings()
+    sender_auth: SenderAuthSettings = SenderAuthSettings()
     log_format: Literal["auto", "json", "text"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    signing: SigningSettings = SigningSettings()
 
     @model_validator(mode="after")
     def _routes_distinct(self) -> Settings:
@@ -264,6 +333,11 @@ class Settings(BaseSettings):
         for r in self.routes:
             if r.input in (r.output, r.dead_letter, r.alerts):
                 raise ValueError(f"route {r.input}: the input topic cannot also be an output")
+            if r.sender_auth and not self.sender_auth.keys and self.sender_auth.keys_file is None:
+                raise ValueError(
+                    f"route {r.input}: sender_auth is on but no sender key is configured (sender_auth.keys or "
+                    "sender_auth.keys_file): every line would be refused"
+                )
             try:
                 get_profile(r.profile, extra_dirs=self.all_profile_dirs())
             except FormError as exc:
@@ -283,21 +357,6 @@ class Settings(BaseSettings):
 
     @classmethod
     def settings_customise_sources(
-class SigningSettings(_Strict):
-    """Signed verdicts (``gatekeeper.verdicts``): the Ed25519 key the gatekeeper signs every record it writes to an
-    output topic with (the ``gk.sig`` header); act tools verify it with the public key. Off unless
-    ``private_key_file`` is set. The key is read once at start and never logged."""
-
-    key_id: str = Field(
-        "gk-1", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="the key id gk.sig names (change it with the key)"
-    )
-    private_key_file: Path | None = Field(
-        None,
-        description="the private key: an unencrypted PKCS#8 PEM file or the base64 of the 32-byte seed (a mounted "
-        "Secret); none: records are not signed",
-    )
-
-
         cls,
         settings_cls: type[BaseSettings],
         init_settings: PydanticBaseSettingsSource,
@@ -320,7 +379,6 @@ class SigningSettings(_Strict):
         known = ", ".join(r.input for r in self.routes) or "none configured"
         raise ConfigError(f"unknown route {name!r} (routes: {known})")
 
-    signing: SigningSettings = SigningSettings()
 
 def _format_error(exc: ValidationError, source: str) -> str:
     lines = [f"invalid configuration ({source}):"]

@@ -46,6 +46,7 @@ from gatekeeper.policy import (
     Reason,
     RecordKey,
     RoutePolicy,
+    SenderProof,
     Verdict,
     apply,
     decide,
@@ -70,6 +71,7 @@ class Line:
     first_seen: float | None = None  # when it was first consumed (the hold window of a reply)
     replay: bool = False  # re-decide a stored dead letter (gatekeeper replay)
     partition: int | None = None  # the input partition: the bucket of the lifecycle indexes (None: not indexed)
+    sender: SenderProof | None = None  # who signed the record (gatekeeper.auth), on a route with sender_auth
 
 
 def _record_key(prepared: Prepared) -> RecordKey | None:
@@ -244,6 +246,7 @@ class Processor:
             first_seen=ln.first_seen,
             replay=ln.replay,
             prepared=prep,
+            sender=ln.sender,
         )
 
     def _decide_guarded(

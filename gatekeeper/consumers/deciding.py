@@ -15,16 +15,18 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from gatekeeper.auth import KeyRing
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.breaker import DeadLetterBreaker
 from gatekeeper.consumers.holds import Pending
 from gatekeeper.consumers.outcomes import Outcome, Targets, bare_dead_letter, build
 from gatekeeper.consumers.sending import Send
 from gatekeeper.metrics import Metrics
-from gatekeeper.policy import Decision, Mode, RoutePolicy, Verdict
+from gatekeeper.policy import Decision, Mode, RoutePolicy, SenderProof, Verdict
 from gatekeeper.policy.decide import error_text
 from gatekeeper.processor import QUEUED, Line, Processor
 from gatekeeper.store import Store
+from gatekeeper.verdicts import route_signer
 from rwcore import get_profile
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,7 @@ def route_policy(route: Route, settings: Settings) -> RoutePolicy:
         hold_seconds=route.hold_seconds,
         max_line_bytes=route.max_line_bytes,
         readback_timeout_seconds=route.readback_timeout_seconds,
+        sender_auth=route.sender_auth,
     )
 
 
@@ -53,6 +56,15 @@ class RouteRuntime:
     targets: Targets
     sensitive: frozenset[str]
     breaker: DeadLetterBreaker
+    keys: KeyRing | None = None  # the agents' public keys, on a route with sender_auth
+    signature_header: str = "rw-sig"
+
+    def sender(self, p: Pending) -> SenderProof | None:
+        """Who signed the pending line's record (``gatekeeper.auth``); None on a route without sender_auth. A record
+        with no conversation is not verified: it is dead-lettered no-conversation first."""
+        if self.keys is None or p.conversation is None:
+            return None
+        return self.keys.check(p.source.headers, self.signature_header, p.conversation, p.source.value)
 
     @classmethod
     def of(cls, route: Route, settings: Settings, store: Store) -> RouteRuntime:
@@ -61,9 +73,18 @@ class RouteRuntime:
             config=route,
             policy=policy,
             processor=Processor(store, policy),
-            targets=Targets(route.output, route.dead_letter, route.alerts, route.input, route.mode == "dry-run"),
+            targets=Targets(
+                route.output,
+                route.dead_letter,
+                route.alerts,
+                route.input,
+                route.mode == "dry-run",
+                signer=route_signer(route.input, settings.signing),
+            ),
             sensitive=frozenset(policy.profile.sensitive),
             breaker=DeadLetterBreaker(route.dead_letter_breaker),
+            keys=KeyRing.from_settings(settings.sender_auth) if route.sender_auth else None,
+            signature_header=settings.sender_auth.header,
         )
 
 
@@ -105,6 +126,7 @@ async def decide(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metri
                 b.lines[i].source.value,
                 first_seen=first_seen(b.lines[i], hold, now),
                 partition=b.lines[i].source.partition,
+                sender=rt.sender(b.lines[i]),
             )
             for i in idxs
         ]

@@ -16,6 +16,7 @@ from gatekeeper.policy.model import (
     Reason,
     RecordView,
     RoutePolicy,
+    SenderProof,
     Verdict,
 )
 from gatekeeper.policy.state import ConversationState, HandoffEntry, LineEntry, ReadbackEntry, Record, RecordKey
@@ -40,6 +41,7 @@ __all__ = [
     "RecordKey",
     "RecordView",
     "RoutePolicy",
+    "SenderProof",
     "Verdict",
     "apply",
     "decide",

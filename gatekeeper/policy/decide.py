@@ -33,6 +33,7 @@ from gatekeeper.policy.model import (
     Release,
     RememberLine,
     RoutePolicy,
+    SenderProof,
     Supersede,
     Verdict,
     id_number,
@@ -138,8 +139,10 @@ class _Decider:
         first_seen: float | None,
         replay: bool,
         prepared: Prepared | None,
+        sender: SenderProof | None = None,
     ) -> None:
         self.raw = raw
+        self.sender = sender
         self.prepared = prepared
         self.conversation = conversation
         self.state = state
@@ -250,6 +253,10 @@ class _Decider:
                     msg.from_,
                 ),
             )
+        if self.route.sender_auth:
+            refused = self._sender_auth(msg.from_)
+            if refused is not None:
+                return refused
         if is_reserved_id(msg.id):
             return self._dead(
                 Reason.RESERVED_ID,
@@ -307,6 +314,45 @@ class _Decider:
         result: Decision = handler(msg)
         return result
 
+    def _sender_auth(self, from_: str) -> Decision | None:
+        """Fail closed on a route that requires signed lines: the record must carry a valid signature of a
+        configured key (``self.sender``, verified where the headers were known) whose agent is the line's ``from=``.
+        Nothing of a refused line is remembered: an unsigned line cannot take an id from its real sender."""
+        proof = self.sender
+        if proof is None:
+            proof = SenderProof(failure="sender-auth-unverified", detail="the record's signature was not verified")
+        if proof.agent is None:
+            return self._dead(
+                Reason.SENDER_AUTH,
+                _p(
+                    proof.failure or "sender-auth",
+                    f"sender authentication: {proof.detail or 'no valid signature'} (route {self.route.name} "
+                    f"takes lines signed by their from= agent's key only)",
+                    "gate",
+                    "from",
+                    f"a signature of {from_}",
+                    proof.key_id,
+                ),
+            )
+        if proof.agent != from_:
+            return self._dead(
+                Reason.SENDER_AUTH,
+                _p(
+                    "sender-auth-wrong-agent",
+                    f"sender authentication: the line says from={from_} but is signed with key {proof.key_id} of "
+                    f"agent {proof.agent}",
+                    "gate",
+                    "from",
+                    proof.agent,
+                    from_,
+                ),
+            )
+        return None
+
+    def _signed_by(self, agent: str) -> bool:
+        """Whether the record is signed by ``agent``'s key, or the route does not ask (``_invalid``'s tombstone)."""
+        return not self.route.sender_auth or (self.sender is not None and self.sender.agent == agent)
+
     def _invalid(self, errors: Iterable[Problem], raw: dict[str, Any]) -> Decision:
         """An invalid line. It leaves a tombstone under its id when the id is well formed and its sender may use
         this route, so that replies to it are refused; otherwise nothing is remembered."""
@@ -321,6 +367,7 @@ class _Decider:
             and (number := id_number(rid)) is not None
             and number < RESERVED_ID_MIN
             and (self.route.senders is None or rfrom in self.route.senders)
+            and self._signed_by(rfrom)
             and rid not in self.state.lines
         ):
             entry = LineEntry(
@@ -819,10 +866,13 @@ def decide(
     first_seen: float | None = None,
     replay: bool = False,
     prepared: Prepared | None = None,
+    sender: SenderProof | None = None,
 ) -> Decision:
     """Decide one line. ``now`` is the gatekeeper's clock (epoch seconds) at this decision; ``first_seen`` is when
     the line was first consumed (for the hold window of a reply whose handoff is unknown); ``replay`` re-decides a
     line whose stored first decision was a dead letter (``gatekeeper replay``) instead of returning that decision.
-    ``prepared`` is ``prepare(raw, route)`` when the caller already has it.
+    ``prepared`` is ``prepare(raw, route)`` when the caller already has it. ``sender`` is what verifying the record's
+    signature found (``gatekeeper.auth``): on a route with ``sender_auth`` a line without a proof of its ``from=``
+    agent is dead-lettered ``sender-auth`` (None there: refused as unverified).
     The caller applies ``decision.effects`` with ``apply`` before deciding the next line of the conversation."""
-    return _Decider(raw, conversation, state, records, route, now, first_seen, replay, prepared).decide()
+    return _Decider(raw, conversation, state, records, route, now, first_seen, replay, prepared, sender).decide()

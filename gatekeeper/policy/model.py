@@ -24,6 +24,7 @@ class Reason(enum.StrEnum):
     INVALID = "invalid"
     NO_CONVERSATION = "no-conversation"
     SENDER_BINDING = "sender-binding"
+    SENDER_AUTH = "sender-auth"  # the route requires signed lines: no valid signature of the from= agent's key
     RESERVED_ID = "reserved-id"
     DUPLICATE_ID = "duplicate-id"
     REFUSED_HANDOFF = "refused-handoff"
@@ -46,6 +47,7 @@ CHECK_OF_REASON: Mapping[Reason, str] = {
     Reason.INVALID: "gate",
     Reason.NO_CONVERSATION: "gate",
     Reason.SENDER_BINDING: "gate",
+    Reason.SENDER_AUTH: "gate",
     Reason.RESERVED_ID: "gate",
     Reason.DUPLICATE_ID: "conversation",
     Reason.REFUSED_HANDOFF: "conversation",
@@ -110,6 +112,20 @@ class RoutePolicy:
     hold_seconds: float = 30.0  # how long a reply whose handoff is unknown is held before it is refused
     max_line_bytes: int = 8192
     readback_timeout_seconds: float | None = None  # no passing readback this long after forwarding: CX why=TIMEOUT
+    sender_auth: bool = False  # every line must carry a valid signature of its from= agent's key (SenderProof)
+
+
+@dataclass(frozen=True, slots=True)
+class SenderProof:
+    """What verifying a record's signature found (``gatekeeper.auth.verify``, run where the record's headers are
+    known): the ``agent`` whose key ``key_id`` signed the record's conversation and line, or, ``agent`` None, the
+    problem code of what failed (``failure``: ``sender-auth-missing``, ``-malformed``, ``-unknown-key``,
+    ``-bad-signature``) and a ``detail`` that never carries the signature itself."""
+
+    agent: str | None = None
+    key_id: str | None = None
+    failure: str | None = None
+    detail: str = ""
 
 
 class RecordView(Protocol):

@@ -1,0 +1,252 @@
+"""Sender authentication: each agent signs the records it produces with its own Ed25519 key; the gatekeeper, which
+holds only the agents' public keys, verifies the signature before the line is decided.
+
+The signature is a record header (``sender_auth.header``, ``rw-sig`` by default) whose value is ASCII::
+
+    v1 <key id> <signature>
+
+``<key id>`` names a configured key (``sender_auth.keys[].id``: 1-64 of ``A-Z a-z 0-9 . _ : -``), ``<signature>`` is
+the 64-byte Ed25519 signature in base64url without padding (86 characters). The signed bytes bind the record's
+conversation and its line::
+
+    b"rw-sig-v1\\x00" + conversation (UTF-8) + b"\\x00" + value
+
+``conversation`` is the conversation the gatekeeper reads from the record: its key (UTF-8), else the route's
+``conversation_header``; ``value`` is the record's value, byte for byte. A line moved to another conversation, or
+changed by one byte, no longer verifies. A conversation containing NUL is refused (the encoding would be
+ambiguous).
+
+``verify`` is pure (no I/O, no clock): it returns a ``SenderProof``, the agent whose key signed the record or the
+code of what failed; the decision (``policy.decide``) compares that agent with the line's ``from=``. It never
+raises on what a record carries, and its messages never echo the signature.
+
+For agents and tests, ``sign`` makes the header value::
+
+    from gatekeeper.auth import sign, private_key_from_text
+    key = private_key_from_text(open("payer.key").read())
+    headers = [("rw-sig", sign(key, "payer-1", "c-17", line.encode()).encode())]
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import TypeAdapter, ValidationError
+
+from gatekeeper.config import ConfigError, SenderAuthSettings, SenderKey
+from gatekeeper.policy.model import SenderProof
+
+VERSION = "v1"
+DOMAIN = b"rw-sig-v1\x00"
+KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+SIGNATURE_CHARS = 86  # 64 bytes, base64url without padding
+
+MISSING = "sender-auth-missing"
+MALFORMED = "sender-auth-malformed"
+UNKNOWN_KEY = "sender-auth-unknown-key"
+BAD_SIGNATURE = "sender-auth-bad-signature"
+
+
+def signed_bytes(conversation: str, value: bytes) -> bytes:
+    """The exact bytes an agent signs for a record of ``conversation`` whose value is ``value``."""
+    return DOMAIN + conversation.encode("utf-8") + b"\x00" + value
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def sign(private_key: Ed25519PrivateKey, key_id: str, conversation: str, value: bytes | str) -> str:
+    """The signature header's value (``v1 <key id> <signature>``) for a record of ``conversation`` with ``value``
+    (a ``str`` is encoded UTF-8): what an agent puts in the ``rw-sig`` header of the record it produces."""
+    if not KEY_ID.fullmatch(key_id):
+        raise ValueError(f"key id {key_id!r}: 1-64 of A-Z a-z 0-9 . _ : -")
+    if "\x00" in conversation:
+        raise ValueError("a conversation id cannot contain NUL")
+    raw = value.encode("utf-8") if isinstance(value, str) else value
+    return f"{VERSION} {key_id} {_b64url(private_key.sign(signed_bytes(conversation, raw)))}"
+
+
+# ---------------------------------------------------------------- keys
+
+
+def public_key_text(key: Ed25519PublicKey) -> str:
+    """A public key as configured: standard base64 of its raw 32 bytes."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return base64.b64encode(raw).decode("ascii")
+
+
+def private_key_text(key: Ed25519PrivateKey) -> str:
+    """A private key as ``gatekeeper keys generate`` writes it: PKCS#8 PEM, unencrypted."""
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return pem.decode("ascii")
+
+
+def private_key_from_text(text: str) -> Ed25519PrivateKey:
+    """A private key from PKCS#8 PEM (what ``keys generate`` writes) or base64 of the raw 32-byte seed."""
+    stripped = text.strip()
+    if stripped.startswith("-----BEGIN"):
+        key = serialization.load_pem_private_key(stripped.encode("ascii"), password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError("not an Ed25519 private key")
+        return key
+    return Ed25519PrivateKey.from_private_bytes(base64.b64decode(stripped, validate=True))
+
+
+def parse_public_key(text: str) -> Ed25519PublicKey:
+    """A configured public key (base64 of the raw 32 bytes). Raises ValueError."""
+    try:
+        raw = base64.b64decode(text.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("public_key: not base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"public_key: {len(raw)} bytes; an Ed25519 public key is 32")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+@dataclass(frozen=True, slots=True)
+class _Key:
+    agent: str
+    public: Ed25519PublicKey
+
+
+class KeyRing:
+    """The agents' public keys, by key id (``sender_auth.keys`` and ``sender_auth.keys_file``)."""
+
+    def __init__(self, keys: Iterable[SenderKey]) -> None:
+        self._keys: dict[str, _Key] = {}
+        for k in keys:
+            if k.id in self._keys:
+                raise ConfigError(f"sender_auth: key id {k.id} is configured twice")
+            self._keys[k.id] = _Key(k.agent, parse_public_key(k.public_key))
+
+    @classmethod
+    def from_settings(cls, settings: SenderAuthSettings) -> KeyRing:
+        keys = list(settings.keys)
+        if settings.keys_file is not None:
+            keys += load_keys_file(settings.keys_file)
+        return cls(keys)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def key(self, key_id: str) -> _Key | None:
+        return self._keys.get(key_id)
+
+    def agent(self, key_id: str) -> str | None:
+        k = self._keys.get(key_id)
+        return None if k is None else k.agent
+
+    def verify(self, header: bytes | str | None, conversation: str, value: bytes) -> SenderProof:
+        return verify(self, header, conversation, value)
+
+    def check(self, headers: Iterable[tuple[str, bytes]], name: str, conversation: str, value: bytes) -> SenderProof:
+        return check_record(self, headers, name, conversation, value)
+
+
+def load_keys_file(path: Path) -> list[SenderKey]:
+    """The entries of ``sender_auth.keys_file`` (YAML or JSON: a list of key entries, or ``{keys: [...]}``).
+    Raises ConfigError."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"sender_auth.keys_file {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"sender_auth.keys_file {path} cannot be read: {type(exc).__name__}") from None
+    if loaded is None:
+        return []
+    if isinstance(loaded, dict) and "keys" in loaded:
+        loaded = loaded["keys"]
+    try:
+        return TypeAdapter(list[SenderKey]).validate_python(loaded)
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"sender_auth.keys_file {path}: {where}") from None
+
+
+# ---------------------------------------------------------------- verifying
+
+
+def _refused(code: str, detail: str) -> SenderProof:
+    return SenderProof(failure=code, detail=detail)
+
+
+def verify(keys: KeyRing, header: bytes | str | None, conversation: str, value: bytes) -> SenderProof:
+    """Who signed a record: ``SenderProof(agent=..., key_id=...)`` when ``header`` (the signature header's value)
+    is a valid signature of a configured key over ``conversation`` and ``value``, else ``SenderProof(failure=code,
+    detail=...)`` with ``code`` one of ``sender-auth-missing``, ``-malformed``, ``-unknown-key``,
+    ``-bad-signature``. Pure; never raises on what the record carries."""
+    if header is None:
+        return _refused(MISSING, "the record has no signature header: this route takes signed lines only")
+    if isinstance(header, bytes):
+        try:
+            header = header.decode("ascii")
+        except UnicodeDecodeError:
+            return _refused(MALFORMED, "the signature header is not ASCII")
+    parts = header.split(" ")
+    if len(parts) != 3 or parts[0] != VERSION:
+        return _refused(MALFORMED, f"the signature header is not '{VERSION} <key id> <signature>'")
+    _, key_id, sig_text = parts
+    if not KEY_ID.fullmatch(key_id):
+        return _refused(MALFORMED, "the signature header's key id is not 1-64 of A-Z a-z 0-9 . _ : -")
+    if len(sig_text) != SIGNATURE_CHARS or not re.fullmatch(r"[A-Za-z0-9_-]+", sig_text):
+        return _refused(MALFORMED, f"key {key_id}: the signature is not 64 bytes of base64url without padding")
+    signature = base64.urlsafe_b64decode(sig_text + "==")
+    found = keys.key(key_id)
+    if found is None:
+        return _refused(UNKNOWN_KEY, f"key id {key_id} is not a configured sender key")
+    agent, public = found.agent, found.public
+    if "\x00" in conversation:
+        return _refused(MALFORMED, "the conversation id contains NUL: it cannot be signed unambiguously")
+    try:
+        public.verify(signature, signed_bytes(conversation, value))
+    except InvalidSignature:
+        return _refused(
+            BAD_SIGNATURE,
+            f"the signature of key {key_id} (agent {agent}) does not verify over this record's conversation and line",
+        )
+    return SenderProof(agent=agent, key_id=key_id)
+
+
+def check_record(
+    keys: KeyRing, headers: Iterable[tuple[str, bytes]], name: str, conversation: str, value: bytes
+) -> SenderProof:
+    """``verify`` on a record's headers: the one ``name`` header (two or more are refused as malformed)."""
+    found = [v for k, v in headers if k == name]
+    if len(found) > 1:
+        return _refused(MALFORMED, f"the record has {len(found)} {name} headers; a signed record has one")
+    return verify(keys, found[0] if found else None, conversation, value)
+
+
+def generate() -> Ed25519PrivateKey:
+    """A new Ed25519 private key."""
+    return Ed25519PrivateKey.generate()
+
+
+__all__ = [
+    "BAD_SIGNATURE",
+    "DOMAIN",
+    "MALFORMED",
+    "MISSING",
+    "UNKNOWN_KEY",
+    "KeyRing",
+    "check_record",
+    "generate",
+    "load_keys_file",
+    "parse_public_key",
+    "private_key_from_text",
+    "private_key_text",
+    "public_key_text",
+    "sign",
+    "signed_bytes",
+    "verify",
+]

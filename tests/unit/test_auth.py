@@ -1,0 +1,153 @@
+"""gatekeeper.auth: the signature header agents put on their records, and its verification (pure)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from gatekeeper.auth import (
+    BAD_SIGNATURE,
+    MALFORMED,
+    MISSING,
+    UNKNOWN_KEY,
+    KeyRing,
+    check_record,
+    generate,
+    load_keys_file,
+    private_key_from_text,
+    private_key_text,
+    public_key_text,
+    sign,
+    signed_bytes,
+    verify,
+)
+from gatekeeper.config import ConfigError, SenderAuthSettings, SenderKey, load_settings
+
+LINE = b"RW1 AN scheduler-2 re=payer-1 p=pay from=scheduler to=payer val=Y"
+SCHEDULER = generate()
+PAYER = generate()
+RING = KeyRing(
+    [
+        SenderKey(id="scheduler-1", agent="scheduler", public_key=public_key_text(SCHEDULER.public_key())),
+        SenderKey(id="payer-1", agent="payer", public_key=public_key_text(PAYER.public_key())),
+    ]
+)
+
+
+def test_the_signed_bytes_are_documented_exactly() -> None:
+    assert signed_bytes("c-17", b"RW1 X") == b"rw-sig-v1\x00c-17\x00RW1 X"
+
+
+def test_a_good_signature_names_its_agent() -> None:
+    header = sign(SCHEDULER, "scheduler-1", "c-17", LINE)
+    version, key_id, sig = header.split(" ")
+    assert (version, key_id, len(sig)) == ("v1", "scheduler-1", 86)
+    proof = verify(RING, header.encode(), "c-17", LINE)
+    assert (proof.agent, proof.key_id, proof.failure) == ("scheduler", "scheduler-1", None)
+
+
+def test_a_tampered_value_fails() -> None:
+    header = sign(SCHEDULER, "scheduler-1", "c-17", LINE)
+    proof = verify(RING, header, "c-17", LINE.replace(b"val=Y", b"val=N"))
+    assert proof.agent is None and proof.failure == BAD_SIGNATURE
+    assert header.split(" ")[2] not in proof.detail  # the signature is never echoed
+
+
+def test_a_line_moved_to_another_conversation_fails() -> None:
+    header = sign(SCHEDULER, "scheduler-1", "c-17", LINE)
+    assert verify(RING, header, "c-18", LINE).failure == BAD_SIGNATURE
+
+
+def test_a_key_id_naming_another_agent_s_key_fails() -> None:
+    """The payer signs with its own key but names the scheduler's key id: the signature does not verify."""
+    header = sign(PAYER, "scheduler-1", "c-17", LINE)
+    assert verify(RING, header, "c-17", LINE).failure == BAD_SIGNATURE
+
+
+def test_the_payer_s_own_key_proves_the_payer_only() -> None:
+    """The wrong agent in from= is the decision's finding: the proof says who signed."""
+    proof = verify(RING, sign(PAYER, "payer-1", "c-17", LINE), "c-17", LINE)
+    assert proof.agent == "payer"
+
+
+def test_an_unknown_key_id_fails() -> None:
+    other = generate()
+    proof = verify(RING, sign(other, "mallory-1", "c-17", LINE), "c-17", LINE)
+    assert proof.failure == UNKNOWN_KEY and "mallory-1" in proof.detail
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "",
+        "v1",
+        "v2 scheduler-1 " + "A" * 86,
+        "v1 scheduler-1",
+        "v1 scheduler-1 " + "A" * 85,
+        "v1 scheduler-1 " + "A" * 86 + " extra",
+        "v1 sched/uler " + "A" * 86,
+        "v1 scheduler-1 " + "+" * 86,
+        "v1  scheduler-1 " + "A" * 86,
+        b"v1 scheduler-1 \xff",
+    ],
+)
+def test_a_malformed_header_fails(header: str | bytes) -> None:
+    assert verify(RING, header, "c-17", LINE).failure == MALFORMED
+
+
+def test_no_header_fails() -> None:
+    assert verify(RING, None, "c-17", LINE).failure == MISSING
+    assert check_record(RING, [("traceparent", b"x")], "rw-sig", "c-17", LINE).failure == MISSING
+
+
+def test_two_signature_headers_are_malformed() -> None:
+    good = sign(SCHEDULER, "scheduler-1", "c-17", LINE).encode()
+    assert check_record(RING, [("rw-sig", good)], "rw-sig", "c-17", LINE).agent == "scheduler"
+    assert check_record(RING, [("rw-sig", good), ("rw-sig", good)], "rw-sig", "c-17", LINE).failure == MALFORMED
+
+
+def test_a_conversation_with_nul_is_refused() -> None:
+    with pytest.raises(ValueError):
+        sign(SCHEDULER, "scheduler-1", "a\x00b", LINE)
+    forged = "v1 scheduler-1 " + base64.urlsafe_b64encode(bytes(64)).rstrip(b"=").decode()
+    assert verify(RING, forged, "a\x00b", LINE).failure == MALFORMED
+
+
+def test_private_keys_round_trip() -> None:
+    again = private_key_from_text(private_key_text(PAYER))
+    assert public_key_text(again.public_key()) == public_key_text(PAYER.public_key())
+
+
+def test_the_keys_file_adds_keys(tmp_path: object) -> None:
+    from pathlib import Path
+
+    path = Path(str(tmp_path)) / "keys.yaml"
+    path.write_text(f"- id: payer-2\n  agent: payer\n  public_key: {public_key_text(PAYER.public_key())}\n")
+    ring = KeyRing.from_settings(SenderAuthSettings(keys_file=path))
+    assert ring.agent("payer-2") == "payer" and len(ring) == 1
+    assert load_keys_file(path)[0].id == "payer-2"
+    path.write_text("- id: payer-2\n  agent: payer\n  public_key: nope\n")
+    with pytest.raises(ConfigError, match="public_key"):
+        KeyRing.from_settings(SenderAuthSettings(keys_file=path))
+
+
+def test_the_configuration_refuses_what_cannot_work() -> None:
+    with pytest.raises(ConfigError, match="public_key"):
+        load_settings(sender_auth={"keys": [{"id": "a", "agent": "a", "public_key": "AAAA"}]})
+    with pytest.raises(ConfigError, match="header"):
+        load_settings(sender_auth={"header": "gk.sig"})
+    route = {
+        "input": "in",
+        "output": "out",
+        "dead_letter": "dlq",
+        "alerts": "al",
+        "profile": "pay",
+        "sender_auth": True,
+    }
+    with pytest.raises(ConfigError, match="no sender key"):
+        load_settings(routes=[route])
+    key = {"id": "a", "agent": "a", "public_key": public_key_text(PAYER.public_key())}
+    with pytest.raises(ConfigError, match="more than once"):
+        load_settings(sender_auth={"keys": [key, key]})
+    assert load_settings(routes=[route], sender_auth={"keys": [key]}).routes[0].sender_auth
