@@ -53,6 +53,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from gatekeeper.admin import DEFAULT_TIMEOUT, KafkaUnavailable, TopicError, plain_consumer, topic_partitions
+from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.config import ConfigError, Route, Settings
 from gatekeeper.consumers.outcomes import (
     OUTCOME_TOO_LARGE,
@@ -72,6 +73,7 @@ from gatekeeper.policy import (
     Decision,
     Record,
     RecordKey,
+    SenderProof,
     Verdict,
     line_digest,
 )
@@ -436,6 +438,7 @@ class Replayer:
         self._clock = clock
         self._timeout = timeout
         self._had_state: dict[tuple[str, str], bool] = {}  # (route, conversation): had any state when first met
+        self._keys: KeyRing | None = None  # the agents' public keys, read at the first sender_auth route's line
 
     def source_topic(self, route: str | None, from_topic: str | None) -> tuple[str, Route | None]:
         """The dead-letter topic to read, and the route it is limited to (``--route``)."""
@@ -675,6 +678,7 @@ class Replayer:
                     first_seen=0.0,
                     replay=True,
                     partition=_int(_header(it.headers, "gk.original.partition"), 0),
+                    sender=self._proof(it),
                 )
                 for it in group
             ]
@@ -765,6 +769,18 @@ class Replayer:
             return line, []
         built = build(d, source, targets, conversation=it.conversation, sensitive=sensitive, now=now)
         return line, [_with_replayed(o, it, now) for o in built]
+
+    def _proof(self, it: _Item) -> SenderProof | None:
+        """On a route with sender_auth, the record's signature verified again from the dead letter's headers (it
+        keeps the original record's own headers, the signature among them; a dead letter trimmed of its optional
+        headers lost it, and is refused again)."""
+        if it.route is None or not it.route.sender_auth or it.conversation is None:
+            return None
+        if self._keys is None:
+            self._keys = KeyRing.from_settings(self.settings.sender_auth)
+        headers = [(str(k), bytes(v) if v is not None else b"") for k, v in (it.record.headers or ())]
+        header = self.settings.sender_auth.header
+        return check_record(self._keys, headers, header, it.conversation, it.record.value or b"")
 
     @staticmethod
     def _source(it: _Item) -> Source:
