@@ -7,8 +7,9 @@ exactly as if the daemon had decided the line now). Then:
 
 - a line that passes now is forwarded to its route's output topic, with the headers a forwarded line carries plus
   ``gk.replayed.from.topic``, ``gk.replayed.from.partition``, ``gk.replayed.from.offset`` (the dead letter it came
-  from), ``gk.replayed.at`` and ``gk.attempt`` (one more than the dead letter's); a done report that passes with an
-  alert is forwarded flagged and its alert is raised;
+  from), ``gk.replayed.at`` and ``gk.attempt`` (one more than the dead letter's), and with ``signing`` configured
+  the gatekeeper's ``gk.sig`` (``gatekeeper.verdicts``), as a line the daemon forwards; a done report that passes
+  with an alert is forwarded flagged and its alert is raised;
 - a line that still fails is left where it is, or, with ``requeue_failed``, dead-lettered again (attempt raised, the
   same ``gk.replayed.from.*`` headers; its alert, if it had one, is not raised twice);
 - a line an earlier replay already forwarded (its stored decision is no longer a dead letter) is skipped: replaying
@@ -81,6 +82,7 @@ from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.policy.state import wanted_fields
 from gatekeeper.processor import Line, Processor
 from gatekeeper.store import Loaded, Store, StoreError, Wants, claim_in_memory, pick
+from gatekeeper.verdicts import signer_for
 from rwcore import Problem
 
 CHUNK = 100  # dead letters decided per batch (one Redis load and one save each)
@@ -467,6 +469,7 @@ class Replayer:
         if not self.settings.routes:
             raise ConfigError("routes: no route configured; there is nothing to replay into")
         topic, only = self.source_topic(route, from_topic)
+        signer_for(self.settings.signing)  # a signing key that cannot be read: refused before anything is changed
         report = ReplayReport(topic=topic, dry_run=dry_run, requeue_failed=requeue_failed)
         from gatekeeper.consumers.deciding import route_policy
         from gatekeeper.redis_store import RedisStore
@@ -741,7 +744,12 @@ class Replayer:
             return dataclasses.replace(base, reason="unknown-handoff", problems=d.problems), []
         source = self._source(it)
         targets = Targets(
-            it.route.output, it.route.dead_letter, it.route.alerts, it.route.input, it.route.mode == "dry-run"
+            it.route.output,
+            it.route.dead_letter,
+            it.route.alerts,
+            it.route.input,
+            it.route.mode == "dry-run",
+            signer=signer_for(self.settings.signing),  # read once (cached): a forwarded line is signed as the daemon's
         )
         from gatekeeper.consumers.deciding import route_policy
 

@@ -19,8 +19,9 @@ A sweep, per route and input partition this instance holds:
 The CX goes to the route's output topic, keyed by the conversation, on the partition the producer's default
 partitioner gives that key (so it lands after the conversation's forwarded lines), with the headers
 ``gk.author=gatekeeper``, ``gk.cancel.handoff=<HO id>``, ``gk.cancel.why``, ``gk.conversation`` and
-``gk.version``. Alerts go to the route's alerts topic as JSON (see ``alert_document``), with ``gk.author`` and
-``gk.alert``.
+``gk.version``, and with ``signing`` configured the gatekeeper's ``gk.sig`` with the verdict ``cancel``
+(``gatekeeper.verdicts``: the route's signer, or the one the daemon's route registered). Alerts go to the route's
+alerts topic as JSON (see ``alert_document``), with ``gk.author`` and ``gk.alert``.
 
 **Who acts: the owner of the conversation's input partition** (not a Redis lease). The index is bucketed by input
 partition and an instance sweeps only the partitions the consumer group gave it. Why:
@@ -109,6 +110,7 @@ from gatekeeper.policy.lifecycle import (
     record_cancel,
 )
 from gatekeeper.store import CancelIntent, Indexed, LifecycleStore, StoreError
+from gatekeeper.verdicts import CANCEL, Signer, registered
 from rwcore import Problem
 
 if TYPE_CHECKING:
@@ -167,10 +169,17 @@ class SweepRoute:
     alerts: str
     dry_run: bool = False
     sensitive: frozenset[str] = frozenset()
+    #: Signs the CX lines published on ``output`` (``gk.sig``); None: the signer the daemon registered for the route
+    #: (``verdicts.route_signer``), if any.
+    signer: Signer | None = None
 
     @property
     def name(self) -> str:
         return self.policy.name
+
+    @property
+    def signing(self) -> Signer | None:
+        return self.signer if self.signer is not None else registered(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,6 +521,9 @@ class Sweeper:
             ("gk.conversation", e.conversation.encode("utf-8")),
             ("gk.version", __version__.encode()),
         )
+        signer = rt.signing
+        if signer is not None:
+            headers += (signer.header(rt.name, e.conversation, intent.line.encode(), CANCEL),)
         key = e.conversation.encode("utf-8")
         records = [OutRecord(intent.topic, key, intent.line.encode(), headers, intent.partition)]
         if problems:

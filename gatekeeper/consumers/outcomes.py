@@ -34,6 +34,10 @@ header                     on          value                                    
 ``gk.reason``              output      on ``alert`` only: the reason code (``check-dn``, ``check-thread``)        never
 ``gk.problems``            output      on ``alert`` only: as on the dead-letter topic                             1
 ``gk.dry-run``             output      ``true`` on every record of a route in dry-run mode                        never
+``gk.sig``                 output      with ``signing`` configured: ``v1 <key id> <verdict> <signature>``, the    never
+                                       gatekeeper's Ed25519 signature over the route, the conversation, the
+                                       value's sha256 and the verdict (``forward``, ``alert``; ``dry-run`` on a
+                                       dry-run route): see ``gatekeeper.verdicts``. Never on a dead letter
 ``gk.would.verdict``       output      dry-run: ``dead-letter`` for a line enforce mode would dead-letter         never
 ``gk.would.reason``        output      dry-run: the reason it would be dead-lettered                              never
 ``gk.trimmed``             any         what was trimmed to fit: ``problems``, ``headers``, ``moved``, ``value``   --
@@ -73,6 +77,7 @@ import orjson
 from gatekeeper import __version__
 from gatekeeper.masking import Masker, masker_for
 from gatekeeper.policy import Decision, Reason, Verdict
+from gatekeeper.verdicts import DRY_RUN, Signer
 
 HEADER_PREFIX = "gk."
 OUTCOME_TOO_LARGE = "outcome-too-large"  # gk.reason of a forwarded line its output topic could not hold
@@ -131,6 +136,8 @@ class Targets:
     alerts: str
     name: str = ""
     dry_run: bool = False
+    #: Signs every record written to ``output`` (``gk.sig``); None: not signed (``signing`` not configured).
+    signer: Signer | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,6 +296,10 @@ def build(
             if dead:
                 required.append(_h("gk.would.verdict", Verdict.DEAD_LETTER.value))
                 required.append(_h("gk.would.reason", reason or ""))
+        if targets.signer is not None:  # a required header: trimming keeps it (a moved record loses it)
+            signed = DRY_RUN if targets.dry_run else verdict
+            route = targets.name or source.topic
+            required.append(targets.signer.header(route, conversation, source.value, signed))
         draft = _Draft(
             kind=OutcomeKind.OUTPUT,
             topic=targets.output,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gatekeeper import __version__
 from gatekeeper.consumers.outcomes import (
@@ -19,6 +21,7 @@ from gatekeeper.consumers.outcomes import (
     next_attempt,
 )
 from gatekeeper.policy import Decision, Reason, Verdict
+from gatekeeper.verdicts import SignatureError, Signer, Verifier
 from tests.policy.world import DN, HO, NOW, RB, pay_world
 
 ACCT = "40-12-88/61102938"
@@ -245,3 +248,73 @@ def test_fit_trims_only_as_far_as_needed() -> None:
     fitted = fit(o, o.size - 1)
     assert fitted is not None and fitted.level == 1
     assert fit(o, 10) is None
+
+
+# ---------------------------------------------------------------- signed verdicts (gatekeeper.verdicts)
+
+
+def _signed() -> tuple[Targets, Verifier]:
+    signer = Signer("gk-1", Ed25519PrivateKey.generate())
+    return dataclasses.replace(TARGETS, signer=signer), Verifier({"gk-1": signer.public_key})
+
+
+def test_a_forwarded_record_is_signed_for_its_route_conversation_line_and_verdict() -> None:
+    targets, verifier = _signed()
+    d = pay_world().send(HO)
+    (o,) = build(d, source(HO.encode()), targets, conversation="c1", now=NOW)
+    assert headers(o)["gk.sig"].startswith("v1 gk-1 forward ")
+    sig = verifier.verify_record(o.headers, o.value, conversation="c1", route="agents.pay")
+    assert sig.verdict == "forward"
+    with pytest.raises(SignatureError):
+        verifier.verify_record(o.headers, o.value, conversation="c2")
+    # the producer's own gk.sig is never passed through: only the gatekeeper's is on the record
+    forged = source(HO.encode(), headers=(("gk.sig", b"v1 gk-1 forward " + b"A" * 86),))
+    (o2,) = build(d, forged, targets, conversation="c1", now=NOW)
+    assert [k for k, _ in o2.headers].count("gk.sig") == 1
+    verifier.verify_record(o2.headers, o2.value, conversation="c1")
+
+
+def test_an_alerted_record_is_signed_alert_and_its_alert_and_dead_letters_are_not_signed() -> None:
+    targets, verifier = _signed()
+    w = pay_world()
+    for line in (HO, RB):
+        w.send(line)
+    bad_dn = DN.replace("amt=5400.00", "amt=5100.00")
+    out, alert = build(w.send(bad_dn), source(bad_dn.encode()), targets, conversation="c1", now=NOW)
+    assert verifier.verify_record(out.headers, out.value, conversation="c1").verdict == "alert"
+    assert "gk.sig" not in headers(alert)
+    d, bad = swapped()
+    (dead,) = build(d, source(bad), targets, conversation="c1", now=NOW)
+    assert dead.kind is OutcomeKind.DEAD_LETTER and "gk.sig" not in headers(dead)
+    for level in (dead.trimmed(), dead.trimmed().trimmed()):  # type: ignore[union-attr]
+        assert level is not None and "gk.sig" not in headers(level)
+
+
+def test_a_dry_run_record_is_signed_dry_run_which_is_no_clearance() -> None:
+    targets, verifier = _signed()
+    targets = dataclasses.replace(targets, dry_run=True)
+    d, bad = swapped()
+    (o,) = build(d, source(bad), targets, conversation="c1", now=NOW)
+    assert o.kind is OutcomeKind.OUTPUT and headers(o)["gk.sig"].startswith("v1 gk-1 dry-run ")
+    with pytest.raises(SignatureError, match="dry-run"):
+        verifier.verify_record(o.headers, o.value, conversation="c1")
+    assert verifier.verify_record(o.headers, o.value, conversation="c1", accept={"dry-run"}).verdict == "dry-run"
+
+
+def test_a_trimmed_forwarded_record_keeps_its_signature_and_a_moved_one_loses_it() -> None:
+    targets, verifier = _signed()
+    d = pay_world().send(HO)
+    (o,) = build(d, source(HO.encode()), targets, conversation="c1", now=NOW)
+    o1 = o.trimmed()
+    o2 = o1.trimmed() if o1 is not None else None
+    for t in (o1, o2):
+        assert t is not None and t.kind is OutcomeKind.OUTPUT and "gk.trimmed" in headers(t)
+        verifier.verify_record(t.headers, t.value, conversation="c1")
+    assert o2 is not None and "gk.conversation" not in headers(o2)  # the signature does not need it
+    moved = o2.trimmed()
+    assert moved is not None and moved.kind is OutcomeKind.DEAD_LETTER and "gk.sig" not in headers(moved)
+
+
+def test_without_a_signer_nothing_is_signed() -> None:
+    (o,) = build(pay_world().send(HO), source(HO.encode()), TARGETS, conversation="c1", now=NOW)
+    assert "gk.sig" not in headers(o)
