@@ -17,6 +17,7 @@ from typing import Annotated, Any
 
 import typer
 
+from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.cli import app
 from gatekeeper.cli.common import (
     EXIT_FINDING,
@@ -60,6 +61,12 @@ EPILOG = """\
 A plain FILE is one conversation: one RW1 line per line, in order; blank lines and lines starting with # are
 skipped. A file whose first non-blank character is [cyan]{[/cyan] is read as JSON lines.
 
+[bold]Sender authentication.[/bold] A route with [cyan]sender_auth: true[/cyan] ([cyan]--route[/cyan]) is checked as
+the daemon checks it: every line's signature is verified against the configured keys, never assumed. A plain
+line has no headers, so it is dead-lettered [cyan]sender-auth[/cyan] (sender-auth-missing); give JSON lines with the
+record's headers to check signed lines:
+[cyan]{"key": "c-17", "line": "RW1 ...", "headers": {"rw-sig": "v1 scheduler-1 ..."}}[/cyan].
+
 Sensitive values (acct, prev, addr, and those the profile lists) are masked in what is printed, the lines
 included, as in the gatekeeper's headers and logs ([cyan]acct=****2938[/cyan]); [cyan]--unmasked[/cyan] prints
 them in full (the verdicts are the same either way: the check itself always sees the whole values).
@@ -74,6 +81,7 @@ class InputLine:
     lineno: int
     conversation: str
     text: str
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def parse_now(value: str | None) -> float:
@@ -110,7 +118,10 @@ def read_input(text: str, source: str) -> list[InputLine]:
             raise ValueError(f"{source} line {lineno}: key: expected the conversation id, a non-empty string")
         if not isinstance(value, str):
             raise ValueError(f"{source} line {lineno}: line: expected the RW1 line, a string")
-        out.append(InputLine(lineno, key, value))
+        headers = obj.get("headers", {})
+        if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+            raise ValueError(f"{source} line {lineno}: headers: expected an object of header names to strings")
+        out.append(InputLine(lineno, key, value, tuple((str(k), v.encode("utf-8")) for k, v in headers.items())))
     return out
 
 
@@ -132,11 +143,21 @@ def route_policy(settings: Settings, route_name: str | None, profile_name: str |
         senders=None if route.senders is None else frozenset(route.senders),
         hold_seconds=0.0,
         max_line_bytes=route.max_line_bytes,
+        sender_auth=route.sender_auth,
     )
 
 
-async def decide_lines(lines: list[InputLine], records: list[Record], route: RoutePolicy, now: float) -> list[Decision]:
-    """Each line its own batch, in order, on a MemoryStore holding ``records``."""
+async def decide_lines(
+    lines: list[InputLine],
+    records: list[Record],
+    route: RoutePolicy,
+    now: float,
+    keys: KeyRing | None = None,
+    header: str = "rw-sig",
+) -> list[Decision]:
+    """Each line its own batch, in order, on a MemoryStore holding ``records``. ``keys``: the agents' public keys,
+    which verify each line's ``header`` on a route with sender_auth (a line without it is refused, as the daemon
+    refuses it)."""
     store = MemoryStore()
     for rec in records:
         await store.put_record(rec)
@@ -148,7 +169,10 @@ async def decide_lines(lines: list[InputLine], records: list[Record], route: Rou
         # a key with one is what the daemon makes of a record key that is not UTF-8: no conversation
         value = ln.text.encode("utf-8", errors="surrogatepass")
         conversation = ln.conversation if _utf8(ln.conversation) else None
-        (d,) = await processor.process([Line(conversation, value)], now)
+        sender = None
+        if route.sender_auth and conversation is not None:
+            sender = check_record(keys or KeyRing(()), ln.headers, header, conversation, value)
+        (d,) = await processor.process([Line(conversation, value, sender=sender)], now)
         decisions.append(d)
     return decisions
 
@@ -233,7 +257,9 @@ def render_table(rows: list[dict[str, Any]], colour: bool) -> str:
 
 @app.command("check", epilog=EPILOG)
 def check(
-    file: Annotated[Path, typer.Argument(metavar="FILE", help="RW1 lines, or JSON lines {key, line}.")],
+    file: Annotated[
+        Path, typer.Argument(metavar="FILE", help="RW1 lines, or JSON lines {key, line} (and headers: {rw-sig: ...}).")
+    ],
     records: Annotated[
         Path | None,
         typer.Option("--records", metavar="RECORDS.json", help="The approved records (JSON or JSON lines)."),
@@ -284,7 +310,18 @@ def check(
     if records is not None:
         with cli_errors():
             approved = load_records_file(records, policy.profile)
-    decisions = run(decide_lines(lines, approved, policy, at))
+    keys = None
+    if policy.sender_auth:
+        with cli_errors():
+            keys = KeyRing.from_settings(settings.sender_auth)
+        if any(not ln.headers for ln in lines):
+            typer.echo(
+                f"note: route {policy.name} takes signed lines only (sender_auth) and some lines of {file} carry no "
+                f"headers: they are refused sender-auth, as the daemon would refuse them (JSON lines with "
+                f'"headers": {{"{settings.sender_auth.header}": "v1 ..."}} carry the signature)',
+                err=True,
+            )
+    decisions = run(decide_lines(lines, approved, policy, at, keys, settings.sender_auth.header))
     sensitive = None if unmasked else frozenset(policy.profile.sensitive)
     rows = [outcome(ln, d, sensitive) for ln, d in zip(lines, decisions, strict=True)]
     fmt = output_format or ("table" if stdout_is_tty() else "jsonl")
