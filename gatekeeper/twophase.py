@@ -10,6 +10,14 @@ The seed's ``examples/payment.py`` pattern as a reusable helper. The tool that a
 - ``commit(token, confirmed)`` runs the executor with the frozen values only, and only for a confirmed, unexpired
   token; it returns the done report ``DN`` built from what the executor says it executed (not from what was meant),
   so the done check compares the act with the plan.
+- With the gatekeeper's public keys (``gatekeeper_keys=``), ``commit(token, True, clearance=Clearance.of(record))``
+  acts only on the record the clearance arrived in from the route's output topic: its line must be the sender's
+  ``AN val=Y`` to this statement's readback, and the record must carry the gatekeeper's valid signature
+  (``gk.sig``, see ``gatekeeper.verdicts``) for this conversation and this line, with the verdict ``forward`` or
+  ``alert``. A clearance that did not pass through the gatekeeper (unsigned, signed by another key, signed for
+  another conversation, route or line, a dry-run route's record) raises ``ForgedClearance`` and nothing runs. A
+  tool that moves money (or does anything irreversible) should always be given the keys: without them, any process
+  that can produce to the output topic, or call ``commit``, can trigger the act.
 - ``cancel(cx_line)`` abandons what was prepared for that handoff and answers the cancel with ``AN val=Y``. If the
   act already ran, it raises ``AlreadyExecuted`` carrying the done report: the truthful answer to a late cancel.
 
@@ -19,10 +27,11 @@ The seed's ``examples/payment.py`` pattern as a reusable helper. The tool that a
         receipt = bank.pay(**values)
         return {"amt": receipt.amount, "acct": receipt.account}
 
-    tool = TwoPhaseTool("payer", pay, profile="pay", resolve=lambda ho: {"acct": accounts_on_file[ho.slots["sup"]]})
-    statement = tool.prepare(ho_line)      # send statement.line (the RB); keep statement.token
-    ...                                    # the sender's AN val=Y to that RB arrives
-    dn_line = tool.commit(statement.token, confirmed=True)
+    tool = TwoPhaseTool("payer", pay, profile="pay", resolve=lambda ho: {"acct": accounts_on_file[ho.slots["sup"]]},
+                        gatekeeper_keys={"gk-1": GATEKEEPER_PUBLIC_KEY}, route="agents.pay")
+    statement = tool.prepare(ho_line, conversation=record.key.decode())  # send statement.line; keep statement.token
+    ...                                    # the sender's AN val=Y to that RB arrives on the output topic, as `an`
+    dn_line = tool.commit(statement.token, confirmed=True, clearance=Clearance.of(an))
 
 Errors (``TwoPhaseError`` is their root)::
 
@@ -30,6 +39,8 @@ Errors (``TwoPhaseError`` is their root)::
      ├── Refused           (also a ValueError) a line the tool does not take: not an HO/CX, not addressed to it,
      │                      invalid, or an execution value that cannot be stated
      ├── CommitRefused     (also a PermissionError) no confirmation, an unknown or spent token, or an expired one
+     │    └── ForgedClearance   the clearance is not the gatekeeper's signed AN val=Y to this statement (the token
+     │                          stays pending: the genuine clearance may still come)
      └── AlreadyExecuted   a cancel after the act ran; ``.done_report`` is the DN that was returned by commit
 
 An executor that raises does not leave the token to be tried again (the act may have half run): ``commit`` returns a
@@ -52,6 +63,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from gatekeeper.verdicts import PublicKeyLike, SignatureError, Verifier
 from rwcore import FormError, Message, Profile, encode_message, get_profile, make_readback, parse_line
 
 #: What a resolver returns: the values the act will use, by slot (missing execution slots come from the handoff).
@@ -72,6 +84,37 @@ class Refused(TwoPhaseError, ValueError):
 
 class CommitRefused(TwoPhaseError, PermissionError):
     """``commit`` without a confirmation, for an unknown or spent token, or after the statement expired."""
+
+
+class ForgedClearance(CommitRefused):
+    """The clearance given to ``commit`` is not the gatekeeper's signed ``AN val=Y`` to this statement: nothing runs,
+    and the token stays pending."""
+
+
+#: The affirmative answers of a clearance (as the gatekeeper's ``policy.AFFIRMATIVE``).
+AFFIRMATIVE = frozenset({"Y", "APPROVE"})
+
+
+@dataclass(frozen=True, slots=True)
+class Clearance:
+    """The record a clearance arrived in, as consumed from the route's output topic: its value (the line) and its
+    headers (with the gatekeeper's ``gk.sig``)."""
+
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+    @classmethod
+    def of(cls, record: Any) -> Clearance:
+        """From a consumed record (aiokafka's ``ConsumerRecord``, or anything with ``value`` and ``headers``)."""
+        value = record.value
+        if isinstance(value, str):
+            value = value.encode("utf-8")
+        headers = tuple((str(k), bytes(v) if v is not None else b"") for k, v in (record.headers or ()))
+        return cls(bytes(value or b""), headers)
+
+    @property
+    def line(self) -> str:
+        return self.value.decode("utf-8", errors="replace")
 
 
 class AlreadyExecuted(TwoPhaseError):
@@ -118,6 +161,12 @@ class TwoPhaseTool:
     give its own); ``ttl_seconds`` how long a statement stays committable (never past the handoff's own ``exp=``);
     ``next_id`` makes the tool's message ids (default ``<agent>-1``, ``<agent>-2``...: give your agent's own counter
     if it writes other lines too); ``clock`` and ``token`` are for tests.
+
+    ``gatekeeper_keys`` (the gatekeeper's Ed25519 public keys by key id, or a ``verdicts.Verifier``) makes ``commit``
+    require the gatekeeper's signed clearance (see the module docstring); ``route`` (the route's input topic) binds
+    it to one route (None: the route the record names, which the signature covers). With keys, ``prepare`` needs the
+    ``conversation`` (a signature is for one conversation), and the tool's readback ids must never repeat within a
+    conversation (give ``next_id`` a counter that survives restarts): a clearance answers a readback id.
     """
 
     def __init__(
@@ -131,6 +180,8 @@ class TwoPhaseTool:
         next_id: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.time,
         token: Callable[[], str] | None = None,
+        gatekeeper_keys: Mapping[str, PublicKeyLike] | Verifier | None = None,
+        route: str | None = None,
     ) -> None:
         if ttl_seconds < 60:
             raise ValueError("ttl_seconds: at least 60 (exp= has a resolution of one minute)")
@@ -146,6 +197,12 @@ class TwoPhaseTool:
         self._lock = threading.Lock()
         self._pending: dict[str, Statement] = {}
         self._done: dict[tuple[str | None, str], str] = {}  # (conversation, HO id) -> the DN commit returned
+        self._verifier: Verifier | None = (
+            gatekeeper_keys
+            if isinstance(gatekeeper_keys, Verifier) or gatekeeper_keys is None
+            else Verifier(gatekeeper_keys)
+        )
+        self._route = route
 
     # ------------------------------------------------------------ phase 1
 
@@ -155,6 +212,8 @@ class TwoPhaseTool:
         ho = self._parse(ho_line, "HO")
         if ho.to != self.agent:
             raise Refused(f"refused: {ho.id} is addressed to {ho.to}, not {self.agent}")
+        if self._verifier is not None and conversation is None:
+            raise Refused(f"refused: {ho.id}: a tool with the gatekeeper's keys needs the conversation to prepare")
         ask = str(ho.slots.get("ask"))
         exec_slots = self.profile.exec_slots(ask)
         resolver = resolve if resolve is not None else self._resolve
@@ -205,12 +264,23 @@ class TwoPhaseTool:
 
     # ------------------------------------------------------------ phase 2
 
-    def commit(self, token: str, confirmed: bool) -> str:
+    def commit(self, token: str, confirmed: bool, *, clearance: Clearance | None = None) -> str:
         """Execute the frozen values of ``token``, only when ``confirmed`` and not expired; return the done report
         (DN) of what the executor executed, or a failure report (FL why=ERR) when it raised. The token is spent
-        either way. Raises ``CommitRefused`` (nothing runs) otherwise."""
+        either way. Raises ``CommitRefused`` (nothing runs) otherwise.
+
+        ``clearance``: the record the sender's ``AN val=Y`` arrived in. Required with ``gatekeeper_keys``: then its
+        signature is verified, and ``ForgedClearance`` (nothing runs, the token stays pending) is raised for one that
+        is not the gatekeeper's clearance of this statement. Without keys, a clearance given is checked as a line
+        only (the ``AN val=Y`` to this statement's readback, from the handoff's sender)."""
         if not confirmed:
             raise CommitRefused("no confirmation for this token: nothing is executed")
+        with self._lock:
+            pending = self._pending.get(token)
+        if pending is None:
+            raise CommitRefused("unknown or spent token: nothing is executed (prepare again)")
+        if self._verifier is not None or clearance is not None:
+            self._check_clearance(pending, clearance)
         with self._lock:
             statement = self._pending.pop(token, None)
         if statement is None:
@@ -235,6 +305,41 @@ class TwoPhaseTool:
         with self._lock:
             self._done[(statement.conversation, statement.handoff)] = line
         return line
+
+    def _check_clearance(self, statement: Statement, clearance: Clearance | None) -> None:
+        """Raise ``ForgedClearance`` unless ``clearance`` clears ``statement`` (see ``commit``)."""
+        rb_id = statement.line.split(" ", 3)[2]
+        if clearance is None:
+            raise ForgedClearance(
+                f"no clearance: this tool acts only on the gatekeeper's signed AN val=Y to {rb_id}; nothing is executed"
+            )
+        ho = statement.ho
+        assert ho is not None
+        parsed = parse_line(clearance.line, self.profile)
+        an = parsed.message
+        if an is None or an.type != "AN":
+            raise ForgedClearance("the clearance is not an AN line: nothing is executed")
+        if str(an.slots.get("val")) not in AFFIRMATIVE:
+            raise ForgedClearance(
+                f"the clearance {an.id} answers val={an.slots.get('val')}, not Y: nothing is executed"
+            )
+        if an.re != rb_id or an.from_ != ho.from_ or an.to != self.agent:
+            raise ForgedClearance(
+                f"the clearance {an.id} (re={an.re} from={an.from_} to={an.to}) is not {ho.from_}'s answer to {rb_id} "
+                f"for {self.agent}: nothing is executed"
+            )
+        if self._verifier is None:
+            return
+        if statement.conversation is None:
+            raise ForgedClearance("the statement has no conversation: a signed clearance cannot be checked")
+        try:
+            self._verifier.verify_record(
+                clearance.headers, clearance.value, conversation=statement.conversation, route=self._route
+            )
+        except SignatureError as exc:
+            raise ForgedClearance(
+                f"the clearance {an.id} is not the gatekeeper's: {exc}; nothing is executed"
+            ) from None
 
     # ------------------------------------------------------------ cancel
 
@@ -306,10 +411,13 @@ def _asks_exec(ho: Message) -> bool:
 
 
 __all__ = [
+    "AFFIRMATIVE",
     "DEFAULT_TTL_SECONDS",
     "AlreadyExecuted",
+    "Clearance",
     "CommitRefused",
     "Executor",
+    "ForgedClearance",
     "Refused",
     "Resolver",
     "Statement",

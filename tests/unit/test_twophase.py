@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import rwcore as rw
-from gatekeeper.twophase import AlreadyExecuted, CommitRefused, Refused, TwoPhaseTool
-from tests.policy.world import HO, NOW, epoch
+from gatekeeper.twophase import AlreadyExecuted, Clearance, CommitRefused, ForgedClearance, Refused, TwoPhaseTool
+from gatekeeper.verdicts import Signer, Verifier
+from tests.policy.world import AN, HO, NOW, epoch
 
 ACCT = "40-12-88/61102938"
 LOOKALIKE = "40-12-88/61102983"
@@ -179,3 +182,123 @@ def test_ids_come_from_the_agents_counter() -> None:
     t = tool(Bank(), next_id=lambda: next(ids))
     st = t.prepare(HO)
     assert st.line.startswith("RW1 RB payer-7 ") and t.commit(st.token, True).startswith("RW1 DN payer-8 ")
+
+
+# ---------------------------------------------------------------- signed clearances (gatekeeper.verdicts)
+
+ROUTE = "agents.pay"
+CONV = "c-17"
+GK = Signer("gk-1", Ed25519PrivateKey.generate())
+
+
+def record(line: str, *, conversation: str = CONV, signer: Signer | None = GK, verdict: str = "forward") -> Clearance:
+    """The record a line arrives in from the output topic: as the gatekeeper forwards it (signed), or not."""
+    headers: list[tuple[str, bytes]] = [("gk.verdict", b"forward"), ("gk.original.topic", ROUTE.encode())]
+    if signer is not None:
+        headers.append(signer.header(ROUTE, conversation, line.encode(), verdict))
+    return Clearance(line.encode(), tuple(headers))
+
+
+def keyed(bank: Bank, **kw: object) -> TwoPhaseTool:
+    return tool(bank, Clock(time.time()), gatekeeper_keys={"gk-1": GK.public_key}, **kw)
+
+
+def test_a_genuine_signed_clearance_acts() -> None:
+    bank = Bank()
+    t = keyed(bank, route=ROUTE)
+    st = t.prepare(HO, conversation=CONV)
+    dn = t.commit(st.token, True, clearance=record(AN))
+    assert bank.calls == [dict(st.values)] and dn.startswith("RW1 DN ")
+
+
+class _Rec:  # what aiokafka's ConsumerRecord has
+    def __init__(self, c: Clearance) -> None:
+        self.value, self.headers, self.key = c.value, list(c.headers), CONV.encode()
+
+
+def test_clearance_of_a_consumed_record() -> None:
+    bank = Bank()
+    t = keyed(bank)
+    st = t.prepare(HO, conversation=CONV)
+    t.commit(st.token, True, clearance=Clearance.of(_Rec(record(AN))))
+    assert len(bank.calls) == 1
+
+
+@pytest.mark.parametrize(
+    ("forged", "why"),
+    [
+        (lambda: record(AN, signer=None), "no gk.sig"),  # produced straight to the output topic
+        (lambda: record(AN, signer=Signer("gk-1", Ed25519PrivateKey.generate())), "does not verify"),  # another key
+        (lambda: record(AN, signer=Signer("gk-9", Ed25519PrivateKey.generate())), "not one of"),
+        (lambda: record(AN, conversation="c-18"), "does not verify"),  # signed for another conversation
+        (  # the signature of another line, on this one
+            lambda: Clearance(AN.encode(), record(AN.replace("proceed", "go"), conversation=CONV).headers),
+            "does not verify",
+        ),
+        (lambda: record(AN, verdict="dry-run"), "dry-run"),  # a dry-run route forwards everything
+        (  # a dead letter: the gatekeeper refused it (and never signs one)
+            lambda: Clearance(AN.encode(), (("gk.reason", b"clearance"), ("gk.original.topic", ROUTE.encode()))),
+            "no gk.sig",
+        ),
+        (lambda: record(AN.replace("val=Y", "val=N")), "not Y"),
+        (lambda: record(AN.replace("re=payer-1", "re=payer-7")), "is not scheduler's answer to payer-1"),
+        (lambda: record(AN.replace("scheduler-2", "desk-2").replace("from=scheduler", "from=desk")), "from=desk"),
+        (lambda: record(AN.replace("to=payer", "to=desk")), "to=desk"),
+        (lambda: record(HO), "not an AN"),
+    ],
+)
+def test_a_forged_clearance_is_refused_and_nothing_runs(forged: Any, why: str) -> None:
+    bank = Bank()
+    t = keyed(bank)
+    st = t.prepare(HO, conversation=CONV)
+    with pytest.raises(ForgedClearance, match=why) as info:
+        t.commit(st.token, True, clearance=forged())
+    assert isinstance(info.value, CommitRefused) and bank.calls == []
+    # the token stays pending: the genuine clearance still acts, once
+    t.commit(st.token, True, clearance=record(AN))
+    assert len(bank.calls) == 1
+
+
+def test_a_keyed_tool_needs_a_clearance_a_confirmation_and_a_conversation() -> None:
+    bank = Bank()
+    t = keyed(bank)
+    with pytest.raises(Refused, match="needs the conversation"):
+        t.prepare(HO)
+    st = t.prepare(HO, conversation=CONV)
+    with pytest.raises(ForgedClearance, match="no clearance"):
+        t.commit(st.token, True)
+    with pytest.raises(CommitRefused, match="no confirmation"):
+        t.commit(st.token, False, clearance=record(AN))
+    assert bank.calls == [] and [s.token for s in t.pending()] == [st.token]
+
+
+def test_a_tool_bound_to_a_route_refuses_a_clearance_signed_for_another() -> None:
+    bank = Bank()
+    t = keyed(bank, route="agents.other")
+    st = t.prepare(HO, conversation=CONV)
+    with pytest.raises(ForgedClearance, match="does not verify"):
+        t.commit(st.token, True, clearance=record(AN))
+    assert bank.calls == []
+
+
+def test_rotation_and_a_verifier_object() -> None:
+    new = Signer("gk-2", Ed25519PrivateKey.generate())
+    bank = Bank()
+    v = Verifier({"gk-1": GK.public_key, "gk-2": new.public_key})
+    t = tool(bank, Clock(time.time()), gatekeeper_keys=v)
+    for s in (GK, new):
+        st = t.prepare(HO, conversation=CONV)
+        t.commit(st.token, True, clearance=record(AN.replace("payer-1", st.line.split()[2]), signer=s))
+    assert len(bank.calls) == 2
+
+
+def test_without_keys_a_clearance_is_optional_and_checked_as_a_line_only() -> None:
+    bank = Bank()
+    t = tool(bank, Clock(time.time()))
+    st = t.prepare(HO)  # no conversation needed
+    with pytest.raises(ForgedClearance, match="not Y"):
+        t.commit(st.token, True, clearance=record(AN.replace("val=Y", "val=N"), signer=None))
+    t.commit(st.token, True, clearance=record(AN, signer=None))  # unsigned: no key to check it with
+    st2 = t.prepare(HO)
+    t.commit(st2.token, True)  # as before
+    assert len(bank.calls) == 2
