@@ -22,7 +22,10 @@ the daemon would produce. A reply whose handoff is not known yet answers ``hold`
 
 **Who may gate.** A bearer token (``gatekeeper.api.auth``) that speaks for the line's ``from=``: a token for
 ``payer`` cannot gate a line ``from=scheduler`` (403). A line larger than the route's ``max_line_bytes`` is refused
-before it is produced (413); an unknown route is 404.
+before it is produced (413); an unknown route is 404. On a route with ``sender_auth`` the request carries the
+agent's signature (``signature``: the ``rw-sig`` header's value, ``gatekeeper.auth``), which becomes the record's
+header; without it the request is refused (422 ``signature-required``) rather than producing a line the daemon would
+dead-letter ``sender-auth``. The token does not stand in for the signature: the daemon verifies it like any other.
 
 The answer (200) is the outcome, with sensitive values masked as in the outcome's headers::
 
@@ -49,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper.api.auth import Principal, TokenBook
 from gatekeeper.api.functions import HO_EXAMPLE, MAX_TEXT, Unicode
+from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.kafka import client_kwargs, make_producer
 from gatekeeper.consumers.outcomes import Outcome, OutcomeKind, Source, Targets, build
@@ -81,6 +85,13 @@ class GateRequest(Unicode):
         None, gt=0, le=300, description="seconds to wait for the outcome (at most http.gate_timeout_seconds)"
     )
     detail: bool = Field(False, description="add `detail`: the problems as data (code, tier, slot, expected, got)")
+    signature: str | None = Field(
+        None,
+        min_length=1,
+        max_length=200,
+        description="the agent's signature of the line (`v1 <key id> <signature>`, README: Sender authentication), "
+        "sent as the record's signature header; required on a route with sender_auth",
+    )
 
 
 class Original(BaseModel):
@@ -356,6 +367,7 @@ class Gate:
         self._ready = asyncio.Event()
         self._error: str | None = "connecting to Kafka"
         self._processors: dict[str, Processor] = {}
+        self._keys: KeyRing | None = None  # the agents' public keys, for dry runs on a sender_auth route
 
     @property
     def ready(self) -> bool:
@@ -464,9 +476,22 @@ class Gate:
                 "line-too-large",
                 f"the line is {len(value)} bytes; route {route.input} takes at most {route.max_line_bytes}",
             )
+        if route.sender_auth and req.signature is None:
+            return 422, _problem(
+                422,
+                "signature-required",
+                f"route {route.input} takes signed lines only (sender_auth): give the agent's signature of the line "
+                f"in `signature` ({self.settings.sender_auth.header}: v1 <key id> <signature>)",
+            )
         if req.dry_run:
             return 200, await self._dry_run(req, route, value)
         return await self._gate(req, route, value)
+
+    def _headers(self, req: GateRequest) -> list[tuple[str, bytes]]:
+        """The record's headers: the agent's signature, when the request carries one."""
+        if req.signature is None:
+            return []
+        return [(self.settings.sender_auth.header, req.signature.encode("utf-8"))]
 
     def _refuse(self, principal: Principal, route: Route, req: GateRequest) -> tuple[int, dict[str, Any]] | None:
         if not principal.may_gate(route.input):
@@ -486,7 +511,9 @@ class Gate:
             timeout = min(timeout, req.timeout)
         started = time.monotonic()
         try:
-            fut = await self._producer.send(route.input, value, key=req.conversation.encode("utf-8"))
+            fut = await self._producer.send(
+                route.input, value, key=req.conversation.encode("utf-8"), headers=self._headers(req) or None
+            )
             meta = await asyncio.wait_for(fut, timeout=max(1.0, timeout))
         except (KafkaError, TimeoutError) as exc:
             return 503, _problem(
@@ -530,7 +557,14 @@ class Gate:
             policy = route_policy(route, self.settings)
             processor = self._processors[route.input] = Processor(ReadOnlyStore(self._store), policy)  # type: ignore[arg-type]
         now = time.time()
-        (decision,) = await processor.process([Line(req.conversation, value, first_seen=now)], now)
+        sender = None
+        if route.sender_auth:
+            if self._keys is None:
+                self._keys = KeyRing.from_settings(self.settings.sender_auth)
+            sender = check_record(
+                self._keys, self._headers(req), self.settings.sender_auth.header, req.conversation, value
+            )
+        (decision,) = await processor.process([Line(req.conversation, value, first_seen=now, sender=sender)], now)
         return self._dry_answer(req, route, processor, decision, value, now)
 
     def _dry_answer(
