@@ -79,6 +79,7 @@ from gatekeeper.cli import check as _check  # noqa: E402, F401
 from gatekeeper.cli import demo as _demo  # noqa: E402, F401
 from gatekeeper.cli import handoffs as _handoffs  # noqa: E402, F401
 from gatekeeper.cli import info as _info  # noqa: E402, F401
+from gatekeeper.cli import keys as _keys  # noqa: E402, F401
 from gatekeeper.cli import records as _records  # noqa: E402, F401
 from gatekeeper.cli import redis as _redis  # noqa: E402, F401
 from gatekeeper.cli import replay as _replay  # noqa: E402, F401

@@ -1,0 +1,100 @@
+"""``gatekeeper keys generate|sign``: an agent's Ed25519 key pair for sender authentication, and a signature.
+
+The private key stays with the agent (a file of mode 0600); the gatekeeper is given only the public key, as an
+entry of ``sender_auth.keys`` (or of ``sender_auth.keys_file``), which ``generate`` prints.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from gatekeeper.auth import KEY_ID, generate, private_key_from_text, private_key_text, public_key_text, sign
+from gatekeeper.cli import app
+from gatekeeper.cli.common import EXIT_USAGE, fail
+
+keys_app = typer.Typer(
+    name="keys",
+    help="Sender authentication: make an agent's key pair, sign a line (README: Sender authentication).",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+)
+app.add_typer(keys_app, name="keys")
+
+GENERATE_EPILOG = """\
+[bold]Examples[/bold]
+
+  [cyan]gatekeeper keys generate --agent payer --out payer.key >> sender-keys.yaml[/cyan]
+
+The private key is written to --out (PKCS#8 PEM, mode 0600; an existing file is never overwritten): give it to the
+agent only. The public key entry goes to stdout, for [cyan]sender_auth.keys[/cyan] or the keys file:
+
+  [cyan]- id: payer-1
+    agent: payer
+    public_key: ...[/cyan]
+"""
+
+SIGN_EPILOG = """\
+[bold]Examples[/bold]
+
+  [cyan]gatekeeper keys sign --key payer.key --id payer-1 --conversation c-17 "RW1 RB payer-1 ..."[/cyan]
+
+Prints the value of the record's [cyan]rw-sig[/cyan] header ([cyan]v1 <key id> <signature>[/cyan]) for that line in
+that conversation: for a test, [cyan]gatekeeper check[/cyan]'s JSON lines or the [cyan]signature[/cyan] of
+POST /v1/gate. Agents sign in their own code with [cyan]gatekeeper.auth.sign[/cyan].
+"""
+
+
+@keys_app.command("generate", epilog=GENERATE_EPILOG)
+def generate_cmd(
+    agent: Annotated[str, typer.Option("--agent", "-a", metavar="AGENT", help="The from= agent the key speaks for.")],
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", metavar="FILE", help="Where the private key goes \\[default: <key id>.key]."),
+    ] = None,
+    key_id: Annotated[str | None, typer.Option("--id", metavar="ID", help="The key id \\[default: <agent>-1].")] = None,
+) -> None:
+    """Make a new Ed25519 key pair for AGENT: the private key to a file (0600), the public key entry to stdout."""
+    kid = key_id or f"{agent}-1"
+    if not KEY_ID.fullmatch(kid):
+        fail(f"--id {kid!r}: 1-64 of A-Z a-z 0-9 . _ : -", EXIT_USAGE)
+    if not agent or not agent.isascii() or not agent.isprintable() or " " in agent:
+        fail(f"--agent {agent!r}: an agent name is printable ASCII without spaces", EXIT_USAGE)
+    path = out or Path(f"{kid}.key")
+    key = generate()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        fail(f"{path} exists: not overwritten (a key is made once; remove it or name another --out)", EXIT_USAGE)
+    except OSError as exc:
+        fail(f"{path}: cannot be written: {exc.strerror}", EXIT_USAGE)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(private_key_text(key))
+    entry = [{"id": kid, "agent": agent, "public_key": public_key_text(key.public_key())}]
+    typer.echo(yaml.safe_dump(entry, sort_keys=False), nl=False)
+    print(f"private key of {kid} written to {path} (mode 0600): give it to {agent} only", file=sys.stderr)
+
+
+@keys_app.command("sign", epilog=SIGN_EPILOG)
+def sign_cmd(
+    line: Annotated[str, typer.Argument(metavar="LINE", help="The RW1 line, exactly as the record's value.")],
+    key: Annotated[Path, typer.Option("--key", "-k", metavar="FILE", help="The agent's private key file.")],
+    key_id: Annotated[str, typer.Option("--id", metavar="ID", help="The key id of that key.")],
+    conversation: Annotated[
+        str, typer.Option("--conversation", metavar="ID", help="The conversation id: the record's key.")
+    ],
+) -> None:
+    """Print the signature header value of LINE in a conversation, signed with the agent's private key."""
+    try:
+        private = private_key_from_text(key.read_text(encoding="ascii"))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
+        fail(f"--key {key}: not a readable Ed25519 private key ({type(exc).__name__})", EXIT_USAGE)
+    try:
+        typer.echo(sign(private, key_id, conversation, line.encode("utf-8")))
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
