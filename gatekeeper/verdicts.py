@@ -23,7 +23,8 @@ LF, the verdict is one of the words below, the digest is hex), so the bytes read
 - ``forward`` and ``alert``: an enforce-mode route forwarded the line (``gk.verdict``); these are the clearances an
   act tool may act on (``CLEARANCE_VERDICTS``);
 - ``dry-run``: any record of a route in dry-run mode (the gatekeeper did not enforce anything: never a clearance);
-- ``cancel``: a CX the sweeper wrote in the sender's name (``gk.author: gatekeeper``).
+- ``cancel``: a CX the sweeper wrote in the sender's name (``gk.author: gatekeeper``; it has no
+  ``gk.original.topic``: ``Verifier.verify_record`` needs its ``route``).
 
 Dead letters and alerts are never signed. Nothing else on the record is signed (its other headers are
 informational); the line itself is bound by its digest. The signature does not expire: an act tool binds a

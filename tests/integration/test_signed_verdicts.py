@@ -13,9 +13,12 @@ import pytest
 
 from gatekeeper.replay import Replayer, Status
 from gatekeeper.twophase import Clearance, ForgedClearance, TwoPhaseTool
-from gatekeeper.verdicts import Verifier, new_key_pair
-from tests.integration._pipeline import Got, Pipeline, TopicFactory, make_route, produce
-from tests.policy.world import AN, HO, RECORD
+from gatekeeper.verdicts import SignatureError, Verifier, new_key_pair
+from tests.integration._pipeline import Got, Pipeline, TopicFactory, make_route, produce, settings_for
+from tests.integration.test_lifecycle import Running, cancels, forwarded
+from tests.lifecycle.memory import Clock
+from tests.policy.test_lifecycle import HO_EXP, RB_EXP, T_EXP
+from tests.policy.world import AN, HO, NOW, RECORD
 
 pytestmark = pytest.mark.integration
 
@@ -109,3 +112,30 @@ async def test_dead_letters_are_never_signed_and_replay_signs_what_it_forwards(
         assert fwd.h("gk.replayed.from.topic") == route["dead_letter"]
         sig = Verifier({KEY_ID: public}).verify_record(fwd.headers.items(), fwd.value, conversation="late")
         assert (sig.key_id, sig.verdict) == (KEY_ID, "forward")
+
+
+async def test_the_daemon_s_sweeper_signs_the_cancel_it_publishes(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object, tmp_path: Path
+) -> None:
+    signing, public = _key(tmp_path)
+    route = await make_route(topic_factory)
+    sweeper = {"interval_seconds": 0.1, "takeover_seconds": 30.0}
+    settings = settings_for(kafka_bootstrap, redis_url, [route], sweeper=sweeper, signing=signing)
+    r = Running(kafka_bootstrap, settings, Clock(NOW))
+    try:
+        await r.store.put_record(RECORD)
+        await r.start()
+        await r.send("exp", HO_EXP, RB_EXP)
+        await r.collector.wait(lambda g: len(forwarded(g, "exp")) >= 2)
+        r.clock.now = T_EXP  # the gatekeeper's clock passes exp=: its sweeper cancels in the sender's name
+        got = await r.collector.wait(lambda g: len(cancels(g, "exp")) >= 1)
+        (cx,) = cancels(got, "exp")
+        verifier = Verifier({KEY_ID: public})
+        # (the gatekeeper's own CX has no gk.original.topic: the route is given)
+        kw: dict[str, Any] = {"conversation": "exp", "route": route["input"]}
+        sig = verifier.verify_record(cx.headers.items(), cx.value, accept={"cancel"}, **kw)
+        assert sig.verdict == "cancel"
+        with pytest.raises(SignatureError, match="cancel"):  # a cancel is never a clearance
+            verifier.verify_record(cx.headers.items(), cx.value, **kw)
+    finally:
+        await r.stop()
