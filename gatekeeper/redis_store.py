@@ -427,20 +427,28 @@ class RedisStore:
 
     # ------------------------------------------------------------ the generation marker
 
-    async def ensure_generation(self) -> str:
+    async def ensure_generation(self, *, create: bool = True) -> str | None:
         """The generation marker (``<prefix>:generation``), written with SET NX when there is none (the first start
         against this Redis). Remembered: from then on every load, claim, save and ping reads it in the same
-        pipeline, ahead of its other commands, and raises ``DataLost`` when it is missing or different."""
+        pipeline, ahead of its other commands, and raises ``DataLost`` when it is missing or different.
+
+        ``create=False``: a missing marker is not written; None is returned and every later call raises
+        ``DataLost`` (the daemon decides whether this is a first start: see ``Gatekeeper``)."""
         fresh = uuid.uuid4().hex
         try:
             pipe = self._redis.pipeline(transaction=False)
-            pipe.set(self.keys.generation(), fresh, nx=True)
+            if create:
+                pipe.set(self.keys.generation(), fresh, nx=True)
             pipe.get(self.keys.generation())
-            created, raw = await pipe.execute()
+            results = await pipe.execute()
         except _REDIS_ERRORS as exc:
             raise self._error("generation", exc) from exc
+        created, raw = (results[0], results[1]) if create else (False, results[0])
         if raw is None:
-            raise StoreError(f"redis {self._where}: the generation marker was not written")
+            if create:
+                raise StoreError(f"redis {self._where}: the generation marker was not written")
+            self._generation = ""  # no marker matches: every load, claim, save and ping raises DataLost
+            return None
         self._generation = _text(raw)
         if created:
             log.warning(
@@ -449,6 +457,21 @@ class RedisStore:
                 extra={"generation": self._generation},
             )
         return self._generation
+
+    async def epochs_exist(self, route: str, partitions: Collection[int]) -> bool:
+        """Whether any of these input partitions has an owner epoch key: a gatekeeper was assigned it against this
+        Redis (the keys never expire), so a missing generation marker means a loss, not a first start."""
+        parts = sorted(set(partitions))
+        if not parts:
+            return False
+        pipe = self._redis.pipeline(transaction=False)
+        for p in parts:
+            pipe.exists(self.keys.lifecycle("epoch", route, p))
+        try:
+            results = await pipe.execute()
+        except _REDIS_ERRORS as exc:
+            raise self._error("epochs", exc) from exc
+        return any(int(r) for r in results)
 
     async def generation(self) -> str | None:
         """The generation marker in Redis now (None: there is none)."""
@@ -473,7 +496,7 @@ class RedisStore:
             raise self._error("generation", raw) from raw
         found = None if raw is None else _text(raw)
         if found != self._generation:
-            what = "is missing" if found is None else f"changed ({self._generation} -> {found})"
+            what = "is missing" if found is None else f"changed ({self._generation or 'none'} -> {found})"
             raise DataLost(
                 f"redis {self._where} lost its data: the generation marker {self.keys.generation()} {what}",
                 self._generation,

@@ -268,12 +268,18 @@ class MemoryStore:
 
     # ------------------------------------------------------------ the generation marker (tests: ``lose_data``)
 
-    async def ensure_generation(self) -> str:
+    async def ensure_generation(self, *, create: bool = True) -> str | None:
         """The generation marker, written at first use (as ``RedisStore.ensure_generation``)."""
         if self.generation is None:
+            if not create:
+                self._expected = ""
+                return None
             self.generation = uuid.uuid4().hex
         self._expected = self.generation
         return self.generation
+
+    async def epochs_exist(self, route: str, partitions: Collection[int]) -> bool:
+        return any((route, p) in self._epochs for p in partitions)
 
     def lose_data(self) -> None:
         """Simulate a Redis that restarted without persistence (tests): everything and the marker are gone."""

@@ -30,6 +30,15 @@ produce or a commit: the partitions are paused, the same batch is retried with e
 ``/readyz`` says why it is not ready. No line is dead-lettered because a dependency failed. A retried batch gets the
 same verdicts (the first decisions are stored before any outcome is produced).
 
+**Redis that lost its data is not Redis down.** The store remembers the generation marker (``<prefix>:generation``)
+it started on and reads it first in the pipeline of every load, claim, save and probe: missing or different,
+``DataLost``. The batch is refused like a store error but the instance stays not ready ("redis lost its data"),
+paused, deciding and forwarding nothing, with one ERROR, one ``redis-data-lost`` alert per route and
+``gatekeeper_redis_data_lost``, until an operator runs ``gatekeeper redis accept-loss`` and restarts it. A start on
+a Redis without a marker writes one, unless the consumer group has committed offsets while Redis keeps no owner
+epoch of the input partitions: a loss while no gatekeeper ran (caught the same way). No owner epoch is taken before
+that check, nor after a loss (the epochs are what tells a loss from a first start).
+
 **An outcome too large for its topic** is the line's fault: what the gatekeeper added is trimmed (see
 ``outcomes.py``), before sending when the topic's ``max.message.bytes`` is known, and after a refusal otherwise.
 The partition never blocks on it.
@@ -81,7 +90,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
@@ -123,7 +132,9 @@ class ServiceStore(Store, Protocol):
 
     async def ping(self) -> bool: ...
 
-    async def ensure_generation(self) -> str: ...
+    async def ensure_generation(self, *, create: bool = True) -> str | None: ...
+
+    async def epochs_exist(self, route: str, partitions: Collection[int]) -> bool: ...
 
     async def close(self) -> None: ...
 
@@ -207,6 +218,7 @@ class Gatekeeper:
         self._child = Children()
         self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
         self._assigned: set[TP] = set()
+        self._settled = False  # the generation marker checked at startup: owner epochs may be taken (they mark history)
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
         self.metrics.stalled.set_function(self._health.stalled_for)
@@ -329,7 +341,7 @@ class Gatekeeper:
                 return False
             try:
                 await asyncio.wait_for(self.store.ping(), timeout=5.0)
-                await asyncio.wait_for(self.store.ensure_generation(), timeout=5.0)
+                marker = await asyncio.wait_for(self.store.ensure_generation(create=False), timeout=5.0)
                 self._health.redis_error = None
                 break
             except (StoreError, TimeoutError) as exc:
@@ -351,9 +363,10 @@ class Gatekeeper:
                 await self._sender.start(outputs)
                 self._consumer = self._kafka.consumer(self._routes, _Rebalance(self))
                 await self._consumer.start()
+                worked_before = marker is None and await asyncio.wait_for(self._worked_before(), timeout=30.0)
                 self._health.kafka_error = None
                 break
-            except (KafkaError, TimeoutError) as exc:
+            except (KafkaError, TimeoutError, StoreError) as exc:  # StoreError: the epochs of _worked_before
                 self.metrics.kafka_errors.labels(operation="connect").inc()
                 self._health.kafka_error = describe(exc)
                 await self._close_kafka()
@@ -364,6 +377,25 @@ class Gatekeeper:
                     ) from exc
                 log.warning("kafka unavailable, retrying", extra={"error": describe(exc), "attempt": attempt})
                 await self._sleep(min(self._backoff(attempt), max(0.0, deadline - time.monotonic())))
+        if marker is None:
+            if worked_before:  # this group ran before, and this Redis has neither its marker nor its epochs
+                self._data_lost(
+                    DataLost(
+                        f"redis lost its data: no generation marker {self.settings.redis.key_prefix}:generation "
+                        f"and no owner epoch of the input partitions, while consumer group "
+                        f"{self.settings.kafka.group_id} has committed offsets (it ran against a Redis that had them)"
+                    )
+                )
+            else:
+                while True:  # the first start against this Redis
+                    try:
+                        await asyncio.wait_for(self.store.ensure_generation(), timeout=5.0)
+                        break
+                    except (StoreError, TimeoutError) as exc:
+                        if self._stop.is_set() or time.monotonic() >= deadline:
+                            raise Unavailable(f"redis is unavailable: {describe(exc)}") from exc
+                        await self._sleep(1.0)
+        self._settled = True
         self._health.started = True
         self._update_ready()
         log.info(
@@ -375,6 +407,25 @@ class Gatekeeper:
             },
         )
         return True
+
+    async def _worked_before(self) -> bool:
+        """At a start on a Redis without a generation marker: whether the consumer group has committed an offset on
+        an input partition while this Redis keeps no owner epoch of any of them. Then the group ran against a Redis
+        that had its data (a gatekeeper takes the epochs at every assignment, and they never expire): this one lost
+        it. Epochs without a marker are a Redis from a release before the marker (it is written then). A client
+        without ``committed`` (the tests' fake Kafka) counts as a first start."""
+        committed = getattr(self._consumer, "committed", None)
+        producer = self._sender.started
+        if committed is None or producer is None:
+            return False
+        offsets = False
+        for topic in sorted(self._routes):
+            partitions = sorted(await producer.partitions_for(topic))
+            if await self._store.epochs_exist(topic, partitions):
+                return False
+            for partition in partitions:
+                offsets = offsets or await committed(TopicPartition(topic, partition)) is not None
+        return offsets
 
     async def _close_kafka(self) -> None:
         consumer, self._consumer = self._consumer, None
@@ -551,6 +602,10 @@ class Gatekeeper:
     async def _take_epochs(self) -> None:
         """Take the owner epoch of every assigned partition that has none yet (one round trip per route). Raises
         ``StoreError``: the batch waits, its writes are never made unfenced."""
+        if self._health.data_lost is not None:  # no epoch written to a Redis that lost its data (they mark history)
+            raise DataLost(self._health.data_lost)
+        if not self._settled:
+            raise StoreError("the generation marker is not checked yet")
         pending = self._unfenced & self._assigned
         by_route: dict[str, list[int]] = {}
         for topic, partition in pending:
@@ -574,7 +629,8 @@ class Gatekeeper:
                 del rt.processor.epochs[p]
         self._unfenced = set(self._assigned)
         try:  # bounded: a slow Redis must not hold the group's rebalance up
-            await asyncio.wait_for(self._take_epochs(), timeout=2.0)
+            if self._settled and self._health.data_lost is None:  # else taken before the first batch instead
+                await asyncio.wait_for(self._take_epochs(), timeout=2.0)
         except (StoreError, TimeoutError) as exc:  # taken before the first batch of those partitions instead
             log.warning("owner epochs not taken at assignment; retried", extra={"error": describe(exc)})
         self._health.joined = True

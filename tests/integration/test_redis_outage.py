@@ -159,3 +159,76 @@ async def test_every_round_trip_of_a_batch_checks_the_generation_marker(redis_ur
         await store._redis.delete(store.keys.generation(), store.keys.binding(RECORD.key))
         await store.close()
         await other.close()
+
+
+async def _start(settings: Any) -> tuple[Gatekeeper, asyncio.Task[None], RedisStore]:
+    store = RedisStore(settings.redis)
+    gk = Gatekeeper(settings, store=store, http=False, startup_timeout=20.0)
+    return gk, asyncio.create_task(gk.run()), store
+
+
+async def _stop(gk: Gatekeeper, task: asyncio.Task[None], store: RedisStore) -> None:
+    gk.request_stop()
+    await asyncio.wait_for(task, 20)
+    await store.close()
+
+
+async def test_a_loss_while_no_gatekeeper_ran_is_caught_at_startup(
+    topic_factory: TopicFactory, kafka_bootstrap: str
+) -> None:
+    with OwnRedis() as redis_server:
+        async with Pipeline.create(topic_factory, kafka_bootstrap, redis_server.url) as p:
+            await p.store.put_record(RECORD)
+            await p.send("c1", HO)
+            await p.collect(lambda g: g.count("c1") == 1)
+            await _until(lambda: p.gatekeeper._committer.watermarks.last_committed((p.route().input, 0)) == 1)
+            p.gatekeeper.request_stop()
+            await asyncio.wait_for(p.task, 20)
+
+            redis_server.restart()  # lost while no gatekeeper ran; the approvals loaded again
+            with contextlib.suppress(StoreError):
+                await p.store.ping()
+            await p.store.put_record(RECORD)
+            await p.send("c2", HO)  # the approval's second use
+            gk, task, store = await _start(p.settings)
+            try:
+                await _until(lambda: gk.readiness()[1].get("reason") == "redis lost its data", 20)
+                await asyncio.sleep(2)
+                assert (await p.collector.settle(0.5)).count("c2") == 0
+                assert await p.store.generation() is None  # it wrote no marker of its own
+                assert not await p.store.epochs_exist(p.route().input, [0])  # nor epochs (they mark history)
+            finally:
+                await _stop(gk, task, store)
+
+            await p.store.delete_records(RECORD.item)  # the used approval withdrawn, then the loss accepted
+            await p.store.accept_loss()
+            gk, task, store = await _start(p.settings)
+            try:
+                await wait_ready(gk, task)
+                got = await p.collect(lambda g: g.count("c2") == 1)
+                assert [r.h("gk.reason") for r in got.of("dead", "c2")] == ["no-record"]
+            finally:
+                await _stop(gk, task, store)
+
+
+async def test_a_redis_of_a_release_before_the_marker_gets_one(
+    topic_factory: TopicFactory, kafka_bootstrap: str
+) -> None:
+    with OwnRedis() as redis_server:
+        async with Pipeline.create(topic_factory, kafka_bootstrap, redis_server.url) as p:
+            await p.store.put_record(RECORD)
+            await p.send("c1", HO)
+            await p.collect(lambda g: g.count("c1") == 1)
+            await _until(lambda: p.gatekeeper._committer.watermarks.last_committed((p.route().input, 0)) == 1)
+            p.gatekeeper.request_stop()
+            await asyncio.wait_for(p.task, 20)
+            old = await p.store.generation()
+            await p.store._redis.delete(p.store.keys.generation())  # as an earlier release left it: epochs, no marker
+            gk, task, store = await _start(p.settings)
+            try:
+                await wait_ready(gk, task)
+                assert (await p.store.generation()) not in (None, old)
+                await p.send("c1", RB)
+                await p.collect(lambda g: g.count("c1") == 2)
+            finally:
+                await _stop(gk, task, store)
