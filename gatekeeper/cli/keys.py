@@ -52,7 +52,7 @@ POST /v1/gate. Agents sign in their own code with [cyan]gatekeeper.auth.sign[/cy
 
 @keys_app.command("generate", epilog=GENERATE_EPILOG)
 def generate_cmd(
-    agent: Annotated[str, typer.Option("--agent", "-a", metavar="AGENT", help="The from= agent the key speaks for.")],
+    agent: Annotated[str, typer.Option("--agent", metavar="AGENT", help="The from= agent the key speaks for.")],
     out: Annotated[
         Path | None,
         typer.Option("--out", "-o", metavar="FILE", help="Where the private key goes \\[default: <key id>.key]."),
