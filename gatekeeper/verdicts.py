@@ -50,12 +50,16 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from gatekeeper.errors import ConfigError
+
+if TYPE_CHECKING:
+    from gatekeeper.config import SigningSettings
 
 HEADER = "gk.sig"
 VERSION = "v1"
@@ -219,13 +223,13 @@ def _load(key_id: str, path: str, mtime_ns: int) -> Signer:
     return Signer.from_file(key_id, path)
 
 
-def signer_for(signing: object) -> Signer | None:
+def signer_for(signing: SigningSettings) -> Signer | None:
     """The signer a ``config.SigningSettings`` configures (None: signing is off). The key file is read once per
     path and modification time. Raises ``KeyLoadError`` (a ValueError) when it cannot be read."""
-    path = getattr(signing, "private_key_file", None)
+    path = signing.private_key_file
     if path is None:
         return None
-    key_id = str(getattr(signing, "key_id", ""))
+    key_id = signing.key_id
     try:
         mtime = Path(path).stat().st_mtime_ns
     except OSError as exc:
@@ -248,7 +252,7 @@ def registered(route: str) -> Signer | None:
     return _ROUTE_SIGNERS.get(route)
 
 
-def route_signer(route: str, signing: object) -> Signer | None:
+def route_signer(route: str, signing: SigningSettings) -> Signer | None:
     """``signer_for(signing)``, registered as the signer of ``route`` (its input topic) for the sweeper."""
     signer = signer_for(signing)
     register(route, signer)
