@@ -727,6 +727,18 @@ def test_no_secret_is_rendered(rendered: dict[str, str]) -> None:
     assert {r["parameter"] for r in auth["spec"]["secretTargetRef"]} == {"username", "password", "ca"}
 
 
+def test_the_signing_key_comes_from_its_secret_only(helm: Path, helm_env: dict[str, str]) -> None:
+    err = template_fails(
+        helm,
+        helm_env,
+        "--set",
+        "secrets.signingKey.secretName=gk-signing",
+        "--set",
+        "config.signing.private_key_file=/elsewhere.pem",
+    )
+    assert "config.signing.private_key_file is set by the chart from secrets.signingKey" in err
+
+
 def test_sasl_without_its_secret_is_refused(helm: Path, helm_env: dict[str, str]) -> None:
     err = template_fails(
         helm,
