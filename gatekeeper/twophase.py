@@ -21,7 +21,7 @@ The seed's ``examples/payment.py`` pattern as a reusable helper. The tool that a
 - ``cancel(cx_line)`` abandons what was prepared for that handoff and answers the cancel with ``AN val=Y``. If the
   act already ran, it raises ``AlreadyExecuted`` carrying the done report: the truthful answer to a late cancel.
 
-    from gatekeeper.twophase import TwoPhaseTool
+    from gatekeeper.twophase import Clearance, TwoPhaseTool
 
     def pay(values):                       # your bank call; return what was actually executed (or None: as frozen)
         receipt = bank.pay(**values)
