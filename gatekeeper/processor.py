@@ -280,7 +280,9 @@ class Processor:
                 state = states[conv] = before
             overlay.rollback(checkpoint)
             self._log_internal_error(ln, exc)
-            d = internal_error(ln.value, state, self.route, now, exc, prep if isinstance(prep, Prepared) else None)
+            d = internal_error(
+                ln.value, state, self.route, now, exc, prep if isinstance(prep, Prepared) else None, ln.sender
+            )
             if d.effects and conv is not None:
                 apply(state, d, overlay)
             return d

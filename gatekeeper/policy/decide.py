@@ -813,11 +813,14 @@ def internal_error(
     now: float,
     exc: BaseException,
     prepared: Prepared | None = None,
+    sender: SenderProof | None = None,
 ) -> Decision:
     """The decision for a line whose deciding raised ``exc`` (a bug: never the line's fault, never infrastructure):
     dead-lettered ``internal-error`` and alerted. When the line parses to an id this conversation has not used, that
     id keeps a tombstone, so a redelivery gets the same verdict without deciding it again and replies to it are
-    refused; a replay decides it again (once the bug is fixed, it passes as any line would)."""
+    refused; a replay decides it again (once the bug is fixed, it passes as any line would). On a route with
+    ``sender_auth`` the tombstone is left only when ``sender`` proves the line's ``from=`` agent signed it (an
+    unsigned line cannot take an id from its real sender)."""
     problem = _p(
         "internal-error",
         f"internal error: {error_text(exc)} (the gatekeeper failed deciding this line; its log has the details)",
@@ -833,7 +836,8 @@ def internal_error(
     except Exception:  # the parse is what raised: nothing about the line can be trusted
         msg = None
     effects: tuple[Effect, ...] = ()
-    if msg is not None and msg.id not in state.lines and not is_reserved_id(msg.id):
+    signed = not route.sender_auth or (msg is not None and sender is not None and sender.agent == msg.from_)
+    if msg is not None and signed and msg.id not in state.lines and not is_reserved_id(msg.id):
         entry = LineEntry(
             digest=line_digest(raw),
             type=msg.type,

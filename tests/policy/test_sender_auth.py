@@ -97,3 +97,15 @@ def test_a_route_without_sender_auth_ignores_the_proof() -> None:
     w = pay_world()
     assert send(w, HO, None).verdict is Verdict.FORWARD
     assert send(w, RB, SCHEDULER).verdict is Verdict.FORWARD  # signed by someone else: not this route's concern
+
+
+def test_an_internal_error_leaves_a_tombstone_only_for_a_signed_line() -> None:
+    from gatekeeper.policy.decide import internal_error
+
+    w = pay_world(sender_auth=True)
+    unsigned = internal_error(HO.encode(), w.state(), w.policy, w.now, RuntimeError("bug"))
+    assert unsigned.reason is Reason.INTERNAL_ERROR and unsigned.effects == ()
+    forged = internal_error(HO.encode(), w.state(), w.policy, w.now, RuntimeError("bug"), sender=PAYER)
+    assert forged.effects == ()
+    signed = internal_error(HO.encode(), w.state(), w.policy, w.now, RuntimeError("bug"), sender=SCHEDULER)
+    assert len(signed.effects) == 1
