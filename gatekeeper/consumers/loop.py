@@ -671,8 +671,9 @@ class Gatekeeper:
         self.metrics.redis_data_lost_total.inc()
         log.error(
             "redis lost its data: nothing is decided or forwarded until an operator restores it and runs "
-            "`gatekeeper redis accept-loss` (see the README's runbook), then restarts the gatekeepers",
-            extra={"error": describe(exc), "expected": exc.expected, "found": exc.found},
+            "`gatekeeper redis accept-loss` (see the README's runbook), then restarts the gatekeepers: %s",
+            describe(exc),
+            extra={"expected": exc.expected, "found": exc.found},
         )
         now = self._clock()
         for name, rt in self._routes.items():

@@ -32,14 +32,16 @@ WRONG_SECRET = "wr0ng-Pw-55d0aa"
 def debug_logs() -> Iterator[io.StringIO]:
     """Every log line of the gatekeeper, rwcore, aiokafka and redis-py at DEBUG, as the handler writes them."""
     out = io.StringIO()
+    libs = {name: logging.getLogger(name).level for name in ("aiokafka", "redis", "gatekeeper", "rwcore")}
+    root = logging.getLogger().level
     handler = configure_logging("json", "DEBUG", out)
-    libs = {name: logging.getLogger(name).level for name in ("aiokafka", "redis")}
     for name in libs:
         logging.getLogger(name).setLevel(logging.DEBUG)
     try:
         yield out
     finally:
         logging.getLogger().removeHandler(handler)
+        logging.getLogger().setLevel(root)
         for name, level in libs.items():
             logging.getLogger(name).setLevel(level)
 
