@@ -84,6 +84,11 @@ async def test_redis_restarted_empty_decides_nothing_until_an_operator_accepts_t
             )
             assert accepted.exit_code == 0, accepted.output
             assert "restart the gatekeepers" in accepted.output
+            shown = await asyncio.to_thread(
+                CliRunner().invoke, app, ["redis", "generation", "-c", str(config)], env=env
+            )
+            assert shown.exit_code == 0 and shown.output.strip() == await p.store.generation()
+            assert shown.output.strip() in accepted.output
             await asyncio.sleep(2.5)  # a probe later: a running gatekeeper does not resume by itself
             assert gk.readiness()[1].get("reason") == "redis lost its data"
             assert (await p.collector.settle(0.5)).count("c2") == 0
