@@ -20,7 +20,7 @@ The CX goes to the route's output topic, keyed by the conversation, on the parti
 partitioner gives that key (so it lands after the conversation's forwarded lines), with the headers
 ``gk.author=gatekeeper``, ``gk.cancel.handoff=<HO id>``, ``gk.cancel.why``, ``gk.conversation`` and
 ``gk.version``, and with ``signing`` configured the gatekeeper's ``gk.sig`` with the verdict ``cancel``
-(``gatekeeper.verdicts``: the route's signer, or the one the daemon's route registered). Alerts go to the route's
+(``gatekeeper.verdicts``: the route's signer). Alerts go to the route's
 alerts topic as JSON (see ``alert_document``), with ``gk.author`` and ``gk.alert``.
 
 **Who acts: the owner of the conversation's input partition** (not a Redis lease). The index is bucketed by input
@@ -110,7 +110,7 @@ from gatekeeper.policy.lifecycle import (
     record_cancel,
 )
 from gatekeeper.store import CancelIntent, Indexed, LifecycleStore, StoreError
-from gatekeeper.verdicts import CANCEL, Signer, registered
+from gatekeeper.verdicts import CANCEL, Signer
 from rwcore import Problem
 
 if TYPE_CHECKING:
@@ -169,17 +169,13 @@ class SweepRoute:
     alerts: str
     dry_run: bool = False
     sensitive: frozenset[str] = frozenset()
-    #: Signs the CX lines published on ``output`` (``gk.sig``); None: the signer the daemon registered for the route
-    #: (``verdicts.route_signer``), if any.
+    #: Signs the CX lines published on ``output`` (``gk.sig``); None: unsigned (signing is off). The daemon passes its
+    #: route's signer.
     signer: Signer | None = None
 
     @property
     def name(self) -> str:
         return self.policy.name
-
-    @property
-    def signing(self) -> Signer | None:
-        return self.signer if self.signer is not None else registered(self.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -521,7 +517,7 @@ class Sweeper:
             ("gk.conversation", e.conversation.encode("utf-8")),
             ("gk.version", __version__.encode()),
         )
-        signer = rt.signing
+        signer = rt.signer
         if signer is not None:
             headers += (signer.header(rt.name, e.conversation, intent.line.encode(), CANCEL),)
         key = e.conversation.encode("utf-8")

@@ -239,26 +239,6 @@ def signer_for(signing: SigningSettings) -> Signer | None:
     return _load(key_id, str(path), mtime)
 
 
-#: The signer of each route (input topic) of the daemon running in this process, registered when its routes are
-#: built (``consumers.deciding.RouteRuntime.of``): the sweeper's routes are built from the daemon's without it.
-_ROUTE_SIGNERS: dict[str, Signer | None] = {}
-
-
-def register(route: str, signer: Signer | None) -> None:
-    _ROUTE_SIGNERS[route] = signer
-
-
-def registered(route: str) -> Signer | None:
-    return _ROUTE_SIGNERS.get(route)
-
-
-def route_signer(route: str, signing: SigningSettings) -> Signer | None:
-    """``signer_for(signing)``, registered as the signer of ``route`` (its input topic) for the sweeper."""
-    signer = signer_for(signing)
-    register(route, signer)
-    return signer
-
-
 # ------------------------------------------------------------------------------------------------------------ verify
 
 
@@ -378,9 +358,6 @@ __all__ = [
     "private_key_from",
     "public_key_from",
     "public_key_text",
-    "register",
-    "registered",
-    "route_signer",
     "signed_bytes",
     "signer_for",
 ]

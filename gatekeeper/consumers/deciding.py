@@ -26,7 +26,7 @@ from gatekeeper.policy import Decision, Mode, RoutePolicy, SenderProof, Verdict
 from gatekeeper.policy.decide import error_text
 from gatekeeper.processor import QUEUED, Line, Processor
 from gatekeeper.store import Store
-from gatekeeper.verdicts import route_signer
+from gatekeeper.verdicts import signer_for
 from rwcore import get_profile
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class RouteRuntime:
                 route.alerts,
                 route.input,
                 route.mode == "dry-run",
-                signer=route_signer(route.input, settings.signing),
+                signer=signer_for(settings.signing),
             ),
             sensitive=frozenset(policy.profile.sensitive),
             breaker=DeadLetterBreaker(route.dead_letter_breaker),

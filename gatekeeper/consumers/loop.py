@@ -912,7 +912,12 @@ class Gatekeeper:
             return None
         routes = [
             SweepRoute(
-                rt.policy, rt.config.output, rt.config.alerts, dry_run=rt.targets.dry_run, sensitive=rt.sensitive
+                rt.policy,
+                rt.config.output,
+                rt.config.alerts,
+                dry_run=rt.targets.dry_run,
+                sensitive=rt.sensitive,
+                signer=rt.targets.signer,
             )
             for rt in self._routes.values()
         ]

@@ -328,26 +328,20 @@ async def test_a_handoff_that_cannot_be_swept_never_stops_the_sweep(
     assert len(errors) == 1 and errors[0].exc_info is not None
 
 
-@pytest.mark.parametrize("how", ["route", "registered"])
-async def test_the_gatekeeper_s_cancel_is_signed_cancel_which_is_no_clearance(how: str) -> None:
+async def test_the_gatekeeper_s_cancel_is_signed_cancel_which_is_no_clearance() -> None:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from gatekeeper.sweeper import Sweeper, SweepRoute
-    from gatekeeper.verdicts import SignatureError, Signer, Verifier, register
+    from gatekeeper.verdicts import SignatureError, Signer, Verifier
 
     signer = Signer("gk-1", Ed25519PrivateKey.generate())
     verifier = Verifier({"gk-1": signer.public_key})
     lc = await world()
-    route = SweepRoute(lc.policy, lc.output, lc.alerts, signer=signer if how == "route" else None)
+    route = SweepRoute(lc.policy, lc.output, lc.alerts, signer=signer)
     lc.sweeper = Sweeper(lc.store, [route], lc.publisher, clock=lc.clock)
-    if how == "registered":  # the daemon's routes register their signer; its sweeper's routes are built without it
-        register(lc.policy.name, signer)
-    try:
-        await lc.send(CONV, HO_EXP)
-        lc.clock.now = T_EXP
-        await lc.sweep()
-    finally:
-        register(lc.policy.name, None)
+    await lc.send(CONV, HO_EXP)
+    lc.clock.now = T_EXP
+    await lc.sweep()
     (cx,) = lc.cancels()
     assert cx.headers["gk.sig"].startswith(b"v1 gk-1 cancel ")
     sig = verifier.verify(

@@ -190,22 +190,21 @@ def test_the_settings_turn_signing_on_and_a_bad_key_file_is_a_config_error(tmp_p
         SigningSettings(key_id="has space")
 
 
-def test_the_daemon_s_routes_get_the_signer_and_register_it_for_the_sweeper(tmp_path: Path) -> None:
+def test_the_daemon_s_routes_and_its_sweeper_get_the_signer(tmp_path: Path) -> None:
     from gatekeeper.consumers.deciding import RouteRuntime
+    from gatekeeper.consumers.loop import Gatekeeper
     from gatekeeper.store import MemoryStore
-    from gatekeeper.verdicts import register, registered
 
     pem, public = new_key_pair()
     (tmp_path / "gk.pem").write_bytes(pem)
     route = {"input": "sig.in", "output": "sig.out", "dead_letter": "sig.dlq", "alerts": "sig.alerts", "profile": "pay"}
     signing = {"key_id": "gk-3", "private_key_file": str(tmp_path / "gk.pem")}
-    try:
-        settings = Settings.model_validate({"routes": [route], "signing": signing})
-        rt = RouteRuntime.of(settings.routes[0], settings, MemoryStore())
-        assert rt.targets.signer is not None and rt.targets.signer.public_key == public
-        assert registered("sig.in") is rt.targets.signer
-        off = Settings.model_validate({"routes": [route]})
-        assert RouteRuntime.of(off.routes[0], off, MemoryStore()).targets.signer is None
-        assert registered("sig.in") is None
-    finally:
-        register("sig.in", None)
+    settings = Settings.model_validate({"routes": [route], "signing": signing})
+    rt = RouteRuntime.of(settings.routes[0], settings, MemoryStore())
+    assert rt.targets.signer is not None and rt.targets.signer.public_key == public
+    gk = Gatekeeper(settings, store=MemoryStore(), http=False)
+    assert gk.sweeper is not None
+    [swept] = gk.sweeper.routes.values()
+    assert swept.signer is not None and swept.signer.public_key == public
+    off = Settings.model_validate({"routes": [route]})
+    assert RouteRuntime.of(off.routes[0], off, MemoryStore()).targets.signer is None
