@@ -36,13 +36,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import TypeAdapter, ValidationError
 
-from gatekeeper.config import ConfigError, SenderAuthSettings, SenderKey
+from gatekeeper.config import ConfigError, SenderAuthSettings, SenderKey, load_entries
 from gatekeeper.policy.model import SenderProof
 
 VERSION = "v1"
@@ -156,21 +154,7 @@ class KeyRing:
 def load_keys_file(path: Path) -> list[SenderKey]:
     """The entries of ``sender_auth.keys_file`` (YAML or JSON: a list of key entries, or ``{keys: [...]}``).
     Raises ConfigError."""
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"sender_auth.keys_file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"sender_auth.keys_file {path} cannot be read: {type(exc).__name__}") from None
-    if loaded is None:
-        return []
-    if isinstance(loaded, dict) and "keys" in loaded:
-        loaded = loaded["keys"]
-    try:
-        return TypeAdapter(list[SenderKey]).validate_python(loaded)
-    except ValidationError as exc:
-        where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"sender_auth.keys_file {path}: {where}") from None
+    return load_entries(path, SenderKey, "sender_auth.keys_file", "keys")
 
 
 # ---------------------------------------------------------------- verifying

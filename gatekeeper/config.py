@@ -16,10 +16,19 @@ import binascii
 import os
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     NoDecode,
@@ -30,6 +39,8 @@ from pydantic_settings import (
 )
 
 from gatekeeper.errors import ConfigError as ConfigError  # raised here, part of the tree
+
+T = TypeVar("T")
 
 ENV_PREFIX = "GK_"
 CONFIG_ENV = "GK_CONFIG"  # a config file named by the environment, when --config is not given
@@ -452,3 +463,24 @@ def _settings_error(exc: SettingsError) -> str:
         field = text.split('for field "', 1)[1].split('"', 1)[0]
         return f"{field}: the environment value is not valid JSON (lists and mappings are given as JSON)"
     return "an environment value cannot be parsed"
+
+
+def load_entries(path: Path, model: type[T], setting: str, wrapper: str) -> list[T]:
+    """The entries of a file a setting names (``http.tokens_file``, ``sender_auth.keys_file``): YAML or JSON, a list
+    of entries or ``{<wrapper>: [...]}``, each validated as ``model``. Raises ``ConfigError`` naming the setting,
+    never echoing a value (the entries may hold secrets' hashes)."""
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{setting} {path} does not exist") from None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{setting} {path} cannot be read: {type(exc).__name__}") from None
+    if loaded is None:
+        return []
+    if isinstance(loaded, dict) and wrapper in loaded:
+        loaded = loaded[wrapper]
+    try:
+        return TypeAdapter(list[model]).validate_python(loaded)  # type: ignore[valid-type]
+    except ValidationError as exc:
+        where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{setting} {path}: {where}") from None

@@ -21,10 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-from pydantic import TypeAdapter, ValidationError
-
-from gatekeeper.config import ApiToken, ConfigError, HttpSettings
+from gatekeeper.config import ApiToken, HttpSettings, load_entries
 
 ANY_AGENT = "*"
 
@@ -53,21 +50,7 @@ def hash_token(token: str) -> str:
 
 def load_tokens_file(path: Path) -> list[ApiToken]:
     """The entries of ``http.tokens_file`` (YAML or JSON: a list of token entries). Raises ConfigError."""
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"http.tokens_file {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ConfigError(f"http.tokens_file {path} cannot be read: {type(exc).__name__}") from None
-    if loaded is None:
-        return []
-    if isinstance(loaded, dict) and "tokens" in loaded:
-        loaded = loaded["tokens"]
-    try:
-        return TypeAdapter(list[ApiToken]).validate_python(loaded)
-    except ValidationError as exc:
-        where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"http.tokens_file {path}: {where}") from None
+    return load_entries(path, ApiToken, "http.tokens_file", "tokens")
 
 
 class TokenBook:

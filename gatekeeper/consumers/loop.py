@@ -688,14 +688,7 @@ class Gatekeeper:
                 "at": iso(now),
                 "version": __version__,
             }
-            self._pending_alerts.append(
-                OutRecord(
-                    rt.config.alerts,
-                    name.encode("utf-8"),
-                    json.dumps(doc, separators=(",", ":")).encode("utf-8"),
-                    (("gk.author", b"gatekeeper"), ("gk.version", __version__.encode())),
-                )
-            )
+            self._alert(rt, doc)
 
     def _kafka_failed(self, operation: str, exc: BaseException) -> None:
         self._health.kafka_error = f"{operation}: {describe(exc)}"
@@ -797,14 +790,7 @@ class Gatekeeper:
                 "at": iso(now),
                 "version": __version__,
             }
-            self._pending_alerts.append(
-                OutRecord(
-                    rt.config.alerts,
-                    name.encode("utf-8"),
-                    json.dumps(doc, separators=(",", ":")).encode("utf-8"),
-                    (("gk.author", b"gatekeeper"), ("gk.version", __version__.encode())),
-                )
-            )
+            self._alert(rt, doc)
         else:
             self.metrics.breaker_open.labels(route=name).set(0)
             log.warning("dead-letter flood over: the breaker closed", extra={"route": name, "ratio": w.ratio})
@@ -812,6 +798,18 @@ class Gatekeeper:
                 self._routes_paused.discard(name)
                 self._apply_pauses()
         self._update_ready()
+
+    def _alert(self, rt: RouteRuntime, doc: dict[str, Any]) -> None:
+        """Queue an alert in the gatekeeper's own name on the route's alerts topic (published by ``_publish_alerts``
+        at the next housekeeping, at least once)."""
+        self._pending_alerts.append(
+            OutRecord(
+                rt.config.alerts,
+                rt.config.input.encode("utf-8"),
+                json.dumps(doc, separators=(",", ":")).encode("utf-8"),
+                (("gk.author", b"gatekeeper"), ("gk.version", __version__.encode())),
+            )
+        )
 
     async def _publish_alerts(self) -> None:
         """Publish the breaker's alerts (at least once: one that fails is tried again at the next housekeeping)."""
