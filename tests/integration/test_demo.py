@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -142,7 +143,8 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
         assert command in text, command
     assert "until the next demo or make stop" in text
     # and it is coherent: what the commands say is what the demo did
-    assert world["clean"] == "closed by DN payer-5"
+    # the payer numbers its lines across the conversations it plays at once, so its DN's number varies
+    assert re.fullmatch(r"closed by DN payer-\d+", world["clean"]), world["clean"]
     assert world["binding"] == f"clean-{demo.run_id}/scheduler-1"
     assert world["replay"] == {"check-rb": 2, "already-forwarded": 1}  # the original reasons, not unknown-handoff
     assert world["state_gone"] == 0
