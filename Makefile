@@ -5,6 +5,7 @@
 #   make test       ruff check, ruff format --check, mypy, the operator kit's tools, then pytest against the real
 #                   services (the chart, image, rules and dashboard checks included)
 #   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules (cached)
+#   make test-faults  the fault suite (bench/faults.py) on a stack of its own; FAULTS_ARGS=--smoke: about 2 min
 #   make venv       create .venv and install the project with its dev extra
 #   make services   start Kafka and Redis (their addresses in .local/stack/stack.env)
 #   make status     what runs;   make stop   stop the services and delete their data
@@ -28,10 +29,10 @@ STATE_DIR := $(or $(GK_STATE_DIR),$(CURDIR)/.local/stack)
 WITH_STACK_ENV := set -a; . "$(STATE_DIR)/stack.env"; set +a;
 PYTEST_ARGS ?=
 
-.PHONY: help venv services status stop lint typecheck tools test run
+.PHONY: help venv services status stop lint typecheck tools test test-faults run
 
 help:
-	@sed -n '4,15s/^# \{0,1\}//p' Makefile
+	@sed -n '4,16s/^# \{0,1\}//p' Makefile
 
 $(BIN)/python:
 	@if ! $(PYTHON) -m venv $(VENV); then \
@@ -77,3 +78,15 @@ test: venv lint typecheck tools services
 # The newcomer's path: `gatekeeper demo` (gatekeeper/demo.py, config/samples/) on the local services.
 run: venv services
 	@$(WITH_STACK_ENV) $(BIN)/gatekeeper demo
+
+# The fault suite (bench/faults.py: SIGKILLs in both delivery modes, Redis paused and restarted, a rebalance) on a
+# stack of its own (FAULTS_STATE_DIR), stopped afterwards whatever the result. FAULTS_ARGS: e.g. --smoke (under about
+# two minutes) or '--kills 5 --lines 20000'; the defaults (20 kills, 100,000 lines) take about 8 minutes.
+FAULTS_STATE_DIR ?= $(CURDIR)/.local/faults
+FAULTS_ARGS ?=
+
+test-faults: venv
+	@export GK_STATE_DIR="$(FAULTS_STATE_DIR)"; $(STACK) start >/dev/null; \
+	set -a; . "$(FAULTS_STATE_DIR)/stack.env"; set +a; \
+	rc=0; $(BIN)/python bench/faults.py $(FAULTS_ARGS) || rc=$$?; \
+	$(STACK) stop; exit $$rc
