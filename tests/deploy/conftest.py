@@ -6,6 +6,7 @@ chart that passed).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -18,7 +19,9 @@ INSTALL = REPO / "deploy" / "tools" / "install.sh"
 def install_tools(*tools: str) -> dict[str, Path]:
     """``deploy/tools/install.sh TOOL...``, then each tool's path. Fails the test (never skips) when it cannot."""
     try:
-        proc = subprocess.run(["bash", str(INSTALL), *tools], capture_output=True, text=True, timeout=3600, check=False)
+        proc = subprocess.run(
+            ["bash", str(INSTALL), *tools], cwd=REPO, capture_output=True, text=True, timeout=3600, check=False
+        )
     except subprocess.TimeoutExpired:
         pytest.fail(f"deploy/tools/install.sh {' '.join(tools)} did not finish in an hour", pytrace=False)
     if proc.returncode != 0:
@@ -31,7 +34,7 @@ def install_tools(*tools: str) -> dict[str, Path]:
     )
     paths = {tool: folder / tool for tool in tools}
     for path in paths.values():
-        if not path.is_file():
+        if not os.access(path, os.X_OK):
             pytest.fail(f"deploy/tools/install.sh reported success but {path} is not there", pytrace=False)
     return paths
 
@@ -50,3 +53,13 @@ def helm(chart_tools: dict[str, Path]) -> Path:
 @pytest.fixture(scope="session")
 def kubevalidate(chart_tools: dict[str, Path]) -> Path:
     return chart_tools["kubevalidate"]
+
+
+@pytest.fixture(scope="session")
+def promtool() -> Path:
+    return install_tools("promtool")["promtool"]
+
+
+@pytest.fixture(scope="session")
+def prometheus_bin() -> Path:
+    return install_tools("prometheus")["prometheus"]

@@ -28,7 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,47 +43,12 @@ RULES = REPO / "deploy" / "helm" / "gatekeeper" / "files" / "prometheus-rules.ya
 RULES_TEST = REPO / "deploy" / "prometheus" / "rules-test.yaml"
 DASHBOARD_PY = REPO / "deploy" / "grafana" / "dashboard.py"
 DASHBOARD_JSON = REPO / "deploy" / "grafana" / "gatekeeper.json"
-INSTALL = REPO / "deploy" / "tools" / "install.sh"
 
 #: Labels the scrape adds (instance, job) or a Kubernetes scrape adds (namespace), on every series.
 TARGET_LABELS = frozenset({"job", "instance", "namespace"})
 #: What the dashboard's variables stand for when every value is selected.
 VARIABLES = {"$route": ".*", "$instance": ".*", "$__rate_interval": "1m", "$__interval": "15s", "$__range": "1h"}
 SEVERITIES = frozenset({"critical", "warning", "info"})
-
-
-# ------------------------------------------------------------------------------------------------ tools
-
-
-def _install(*tools: str) -> Path:
-    """Builds the tools (once, cached) and returns their folder. A tool that cannot be built fails the test."""
-    try:
-        proc = subprocess.run(
-            ["bash", str(INSTALL), *tools], cwd=REPO, capture_output=True, text=True, timeout=3600, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"deploy/tools/install.sh {' '.join(tools)} did not finish in an hour", pytrace=False)
-    if proc.returncode != 0:
-        pytest.fail(
-            f"deploy/tools/install.sh {' '.join(tools)} exited {proc.returncode}:\n{proc.stderr[-4000:]}",
-            pytrace=False,
-        )
-    where = subprocess.run(["bash", str(INSTALL), "--path"], capture_output=True, text=True, check=True)
-    folder = Path(where.stdout.strip())
-    for tool in tools:
-        if not os.access(folder / tool, os.X_OK):
-            pytest.fail(f"deploy/tools/install.sh reported success but {folder / tool} is not there", pytrace=False)
-    return folder
-
-
-@pytest.fixture(scope="session")
-def promtool() -> Path:
-    return _install("promtool") / "promtool"
-
-
-@pytest.fixture(scope="session")
-def prometheus_bin() -> Path:
-    return _install("prometheus") / "prometheus"
 
 
 def _free_port() -> int:
@@ -151,20 +116,27 @@ def prometheus_server(
         stdin=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"prometheus exited {proc.returncode}:\n{_tail(folder / 'prometheus.log')}", pytrace=False)
-            with contextlib.suppress(OSError):
-                if _get(f"{base}/-/ready", timeout=2.0)[0] == 200:
-                    break
-            if time.monotonic() > deadline:
-                pytest.fail(f"prometheus not ready after 60 s:\n{_tail(folder / 'prometheus.log')}", pytrace=False)
-            time.sleep(0.2)
+        _until_ready(proc, "prometheus", folder / "prometheus.log", lambda: f"{base}/-/ready")
         yield base
     finally:
         _stop(proc)
         log.close()
+
+
+def _until_ready(proc: subprocess.Popen[bytes], what: str, log_path: Path, url: Callable[[], str | None]) -> None:
+    """Polls ``url()`` (None: not known yet) until it answers 200; fails the test if ``proc`` exits or after 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"{what} exited {proc.returncode}:\n{_tail(log_path)}", pytrace=False)
+        where = url()
+        if where is not None:
+            with contextlib.suppress(OSError):
+                if _get(where, timeout=2.0)[0] == 200:
+                    return
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} not ready after 60 s:\n{_tail(log_path)}", pytrace=False)
+        time.sleep(0.2)
 
 
 def _tail(path: Path, n: int = 4000) -> str:
@@ -481,21 +453,16 @@ def gatekeeper_daemon(config: dict[str, Any], folder: Path) -> Iterator[str]:
         cwd=REPO,
     )
     try:
-        deadline = time.monotonic() + 60
-        base = None
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"gatekeeper run exited {proc.returncode}:\n{_tail(log_path)}", pytrace=False)
-            if base is None:
+        base = ""
+
+        def ready_url() -> str | None:
+            nonlocal base
+            if not base:
                 found = re.search(r"metrics on (http://\S+)/metrics", _tail(log_path, 1_000_000))
-                base = found.group(1) if found else None
-            if base is not None:
-                with contextlib.suppress(OSError):
-                    if _get(f"{base}/readyz", timeout=2.0)[0] == 200:
-                        break
-            if time.monotonic() > deadline:
-                pytest.fail(f"gatekeeper not ready after 60 s:\n{_tail(log_path)}", pytrace=False)
-            time.sleep(0.2)
+                base = found.group(1) if found else ""
+            return f"{base}/readyz" if base else None
+
+        _until_ready(proc, "gatekeeper run", log_path, ready_url)
         yield base
     finally:
         _stop(proc)
