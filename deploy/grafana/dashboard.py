@@ -48,6 +48,12 @@ def refs(*queries: tuple[str, str]) -> Targets:
     return [q(expr, legend, chr(ord("A") + i)) for i, (expr, legend) in enumerate(queries)]
 
 
+def rate_by(metric: str, by: str, selector: str = ROUTE, legend: str | None = None) -> tuple[str, str]:
+    """``sum by (BY) (rate(METRIC{SELECTOR}[RATE]))`` and its legend (default: the ``by`` labels), for ``refs``."""
+    default = " ".join(f"{{{{{label.strip()}}}}}" for label in by.split(","))
+    return f"sum by ({by}) (rate({metric}{{{selector}}}[{RATE}]))", legend or default
+
+
 def series(
     title: str,
     description: str,
@@ -247,7 +253,7 @@ def build() -> dm.Dashboard:
             "Lines per second by verdict",
             "Lines decided per second: forward, alert (forwarded, flagged and alerted), dead-letter. A held line "
             "counts once, when decided.",
-            refs((f"sum by (verdict) (rate(gatekeeper_lines_total{{{ROUTE}}}[{RATE}]))", "{{verdict}}")),
+            refs(rate_by("gatekeeper_lines_total", "verdict")),
             unit="reqps",
             stack=True,
         )
@@ -256,7 +262,7 @@ def build() -> dm.Dashboard:
         series(
             "Dead letters by reason",
             "Lines dead-lettered per second, by reason (policy.Reason).",
-            refs((f"sum by (reason) (rate(gatekeeper_dead_letters_total{{{ROUTE}}}[{RATE}]))", "{{reason}}")),
+            refs(rate_by("gatekeeper_dead_letters_total", "reason")),
             unit="reqps",
             stack=True,
         )
@@ -265,7 +271,7 @@ def build() -> dm.Dashboard:
         series(
             "Alerts by reason",
             "Alerts raised per second, by reason. check-dn: a done report differs from its plan.",
-            refs((f"sum by (reason) (rate(gatekeeper_alerts_total{{{ROUTE}}}[{RATE}]))", "{{reason}}")),
+            refs(rate_by("gatekeeper_alerts_total", "reason")),
             unit="reqps",
             stack=True,
         )
@@ -274,12 +280,7 @@ def build() -> dm.Dashboard:
         series(
             "Dry-run: would dead-letter",
             "Lines of dry-run routes that enforce mode would dead-letter (they were forwarded), by route and reason.",
-            refs(
-                (
-                    f"sum by (route, reason) (rate(gatekeeper_dry_run_would_dead_letter_total{{{ROUTE}}}[{RATE}]))",
-                    "{{route}} {{reason}}",
-                )
-            ),
+            refs(rate_by("gatekeeper_dry_run_would_dead_letter_total", "route, reason")),
             unit="reqps",
             stack=True,
         )
@@ -288,7 +289,7 @@ def build() -> dm.Dashboard:
         series(
             "Lines per second by route and type",
             "Lines decided per second by route and message type (none: a line that did not parse).",
-            refs((f"sum by (route, type) (rate(gatekeeper_lines_total{{{ROUTE}}}[{RATE}]))", "{{route}} {{type}}")),
+            refs(rate_by("gatekeeper_lines_total", "route, type")),
             unit="reqps",
         )
     )
@@ -298,8 +299,8 @@ def build() -> dm.Dashboard:
             "Records produced per second by kind (output, dead-letter, alert); trimmed: outcomes cut to fit their "
             "topic; repeated: lines answered from their stored first decision.",
             refs(
-                (f"sum by (kind) (rate(gatekeeper_outcomes_total{{{ROUTE}}}[{RATE}]))", "{{kind}}"),
-                (f"sum by (kind) (rate(gatekeeper_outcomes_trimmed_total{{{ROUTE}}}[{RATE}]))", "trimmed {{kind}}"),
+                rate_by("gatekeeper_outcomes_total", "kind"),
+                rate_by("gatekeeper_outcomes_trimmed_total", "kind", legend="trimmed {{kind}}"),
                 (f"sum(rate(gatekeeper_repeated_total{{{ROUTE}}}[{RATE}]))", "repeated"),
             ),
             unit="reqps",
@@ -406,12 +407,7 @@ def build() -> dm.Dashboard:
         series(
             "Kafka errors",
             "Kafka operations that failed per second, by operation and instance.",
-            refs(
-                (
-                    f"sum by (instance, operation) (rate(gatekeeper_kafka_errors_total{{{INST}}}[{RATE}]))",
-                    "{{instance}} {{operation}}",
-                )
-            ),
+            refs(rate_by("gatekeeper_kafka_errors_total", "instance, operation", INST)),
             unit="reqps",
             width=12,
         )
@@ -422,11 +418,8 @@ def build() -> dm.Dashboard:
             "Store operations that failed (Redis unavailable), and state writes refused because a newer owner of "
             "the partition wrote (this instance lost it in a rebalance), per second.",
             refs(
-                (
-                    f"sum by (instance) (rate(gatekeeper_redis_errors_total{{{INST}}}[{RATE}]))",
-                    "redis errors {{instance}}",
-                ),
-                (f"sum by (instance) (rate(gatekeeper_fenced_writes_total{{{INST}}}[{RATE}]))", "fenced {{instance}}"),
+                rate_by("gatekeeper_redis_errors_total", "instance", INST, legend="redis errors {{instance}}"),
+                rate_by("gatekeeper_fenced_writes_total", "instance", INST, legend="fenced {{instance}}"),
             ),
             unit="reqps",
         )
@@ -448,12 +441,7 @@ def build() -> dm.Dashboard:
         series(
             "Redis round trips",
             "The store's round trips to Redis on a batch's path per second (a pipeline is one), by operation.",
-            refs(
-                (
-                    f"sum by (operation) (rate(gatekeeper_redis_round_trips_total{{{INST}}}[{RATE}]))",
-                    "{{operation}}",
-                )
-            ),
+            refs(rate_by("gatekeeper_redis_round_trips_total", "operation", INST)),
             unit="reqps",
         )
     )
@@ -511,10 +499,7 @@ def build() -> dm.Dashboard:
             "Held lines decided early because a bound was reached (per second, by bound), and the share of the "
             "route's lines dead-lettered over the breaker's window.",
             refs(
-                (
-                    f"sum by (route, bound) (rate(gatekeeper_holds_forced_total{{{ROUTE}}}[{RATE}]))",
-                    "forced {{route}} {{bound}}",
-                ),
+                rate_by("gatekeeper_holds_forced_total", "route, bound", legend="forced {{route}} {{bound}}"),
                 (f"max by (route) (gatekeeper_dead_letter_ratio{{{ROUTE}}})", "dead-letter ratio {{route}}"),
                 (
                     f"sum by (route) (increase(gatekeeper_dead_letter_breaker_trips_total{{{ROUTE}}}[{RATE}]))",
