@@ -262,25 +262,32 @@ async def outcome_count(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -
     return sum(ends.values())
 
 
+def gatekeeper_config(
+    topics: dict[str, str], prefix: str, kafka: dict[str, Any], *, redis_url: str | None = None
+) -> dict[str, Any]:
+    """A ``gatekeeper run`` config: one ``pay`` route over ``topics``, Redis keys under ``prefix``, JSON logs."""
+    return {
+        "kafka": kafka,
+        "redis": {"url": redis_url or REDIS_URL, "key_prefix": prefix},
+        "http": {"host": "127.0.0.1", "port": 0},
+        "routes": [
+            {
+                "input": topics["in"],
+                "output": topics["out"],
+                "dead_letter": topics["dlq"],
+                "alerts": topics["alerts"],
+                "profile": "pay",
+            }
+        ],
+        "log_format": "json",
+    }
+
+
 class Process:
     """``gatekeeper run`` (or the passthrough) as a subprocess, on a config of its own."""
 
     def __init__(self, env: Env, name: str, topics: dict[str, str], prefix: str, *, group: str, passthrough: bool):
-        config = {
-            "kafka": {"bootstrap_servers": BOOTSTRAP, "group_id": group},
-            "redis": {"url": REDIS_URL, "key_prefix": prefix},
-            "http": {"host": "127.0.0.1", "port": 0},
-            "routes": [
-                {
-                    "input": topics["in"],
-                    "output": topics["out"],
-                    "dead_letter": topics["dlq"],
-                    "alerts": topics["alerts"],
-                    "profile": "pay",
-                }
-            ],
-            "log_format": "json",
-        }
+        config = gatekeeper_config(topics, prefix, {"bootstrap_servers": BOOTSTRAP, "group_id": group})
         self.dir = env.dir / f"{name}-{uuid.uuid4().hex[:6]}"
         self.dir.mkdir()
         (self.dir / "gk.yaml").write_text(yaml.safe_dump(config))

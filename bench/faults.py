@@ -56,7 +56,7 @@ from redis.asyncio import Redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e
-from e2e import Env, say, table, traffic
+from e2e import Env, Traffic, say, table, traffic
 
 PARTITIONS = 6
 
@@ -87,22 +87,7 @@ class Daemon(e2e.Process):
         }
         if transactional:
             kafka |= {"transactional": True, "transactional_id": f"{group}-{name}"}
-        config = {
-            "kafka": kafka,
-            "redis": {"url": redis_url or e2e.REDIS_URL, "key_prefix": prefix},
-            "http": {"host": "127.0.0.1", "port": 0},
-            "routes": [
-                {
-                    "input": topics["in"],
-                    "output": topics["out"],
-                    "dead_letter": topics["dlq"],
-                    "alerts": topics["alerts"],
-                    "profile": "pay",
-                }
-            ],
-            "grace_seconds": 5,
-            "log_format": "json",
-        }
+        config = e2e.gatekeeper_config(topics, prefix, kafka, redis_url=redis_url) | {"grace_seconds": 5}
         self.dir = env.dir / f"{name}-{uuid.uuid4().hex[:6]}"
         self.dir.mkdir()
         (self.dir / "gk.yaml").write_text(yaml.safe_dump(config))
@@ -327,13 +312,19 @@ async def _progress(outcomes: Outcomes, daemon: Daemon, timeout: float = 60.0) -
 # ---------------------------------------------------------------- scenarios
 
 
-async def scenario_sigkill(env: Env, n: int, kills: int, transactional: bool, seed: int) -> Result:
-    mode = _mode(transactional)
-    name = f"kill{'eos' if transactional else 'alo'}"
+async def _prepare(env: Env, name: str, n: int, seed: int) -> tuple[Traffic, dict[str, str], str]:
+    """The scenario's traffic, its topics and its Redis prefix, the traffic's records loaded under the prefix."""
     t = traffic(n, seed=seed, tag=name)
     topics = await env.topics(name)
     prefix = env.prefix(name)
     await env.load_records(prefix, t.records)
+    return t, topics, prefix
+
+
+async def scenario_sigkill(env: Env, n: int, kills: int, transactional: bool, seed: int) -> Result:
+    mode = _mode(transactional)
+    name = f"kill{'eos' if transactional else 'alo'}"
+    t, topics, prefix = await _prepare(env, name, n, seed)
     say(f"sigkill ({mode}): {len(t.lines):,} lines, {kills} kills")
     outcomes = Outcomes(topics, committed=transactional)
     await outcomes.start()
@@ -498,10 +489,7 @@ async def scenario_redis(
 
 async def scenario_rebalance(env: Env, n: int, seed: int) -> Result:
     name = "rebal"
-    t = traffic(n, seed=seed, tag=name)
-    topics = await env.topics(name)
-    prefix = env.prefix(name)
-    await env.load_records(prefix, t.records)
+    t, topics, prefix = await _prepare(env, name, n, seed)
     say(f"rebalance: {len(t.lines):,} lines, a second instance joins then leaves")
     outcomes = Outcomes(topics, committed=False)
     await outcomes.start()
