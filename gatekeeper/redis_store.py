@@ -461,17 +461,23 @@ class RedisStore:
     async def epochs_exist(self, route: str, partitions: Collection[int]) -> bool:
         """Whether any of these input partitions has an owner epoch key: a gatekeeper was assigned it against this
         Redis (the keys never expire), so a missing generation marker means a loss, not a first start."""
+        results = await self._on_epochs("exists", route, partitions)
+        return any(int(r) for r in results.values())
+
+    async def _on_epochs(self, command: str, route: str, partitions: Collection[int]) -> dict[int, Any]:
+        """One pipelined round trip: ``command`` (EXISTS, INCR) on each partition's epoch key; its reply per
+        partition."""
         parts = sorted(set(partitions))
         if not parts:
-            return False
+            return {}
         pipe = self._redis.pipeline(transaction=False)
         for p in parts:
-            pipe.exists(self.keys.lifecycle("epoch", route, p))
+            getattr(pipe, command)(self.keys.lifecycle("epoch", route, p))
         try:
             results = await pipe.execute()
         except _REDIS_ERRORS as exc:
             raise self._error("epochs", exc) from exc
-        return any(int(r) for r in results)
+        return dict(zip(parts, results, strict=True))
 
     async def generation(self) -> str | None:
         """The generation marker in Redis now (None: there is none)."""
@@ -607,17 +613,7 @@ class RedisStore:
 
     async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
         """One pipelined round trip: INCR each partition's epoch key."""
-        parts = sorted(set(partitions))
-        if not parts:
-            return {}
-        pipe = self._redis.pipeline(transaction=False)
-        for p in parts:
-            pipe.incr(self.keys.lifecycle("epoch", route, p))
-        try:
-            results = await pipe.execute()
-        except _REDIS_ERRORS as exc:
-            raise self._error("epochs", exc) from exc
-        return {p: int(e) for p, e in zip(parts, results, strict=True)}
+        return {p: int(e) for p, e in (await self._on_epochs("incr", route, partitions)).items()}
 
     async def save(
         self,

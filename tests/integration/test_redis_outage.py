@@ -178,17 +178,22 @@ async def _stop(gk: Gatekeeper, task: asyncio.Task[None], store: RedisStore) -> 
     await store.close()
 
 
+async def _one_handoff_then_stop(p: Pipeline) -> None:
+    """The pipeline's gatekeeper decides c1's handoff, commits it and stops: Redis now holds a history."""
+    await p.store.put_record(RECORD)
+    await p.send("c1", HO)
+    await p.collect(lambda g: g.count("c1") == 1)
+    await _until(lambda: p.gatekeeper._committer.watermarks.last_committed((p.route().input, 0)) == 1)
+    p.gatekeeper.request_stop()
+    await asyncio.wait_for(p.task, 20)
+
+
 async def test_a_loss_while_no_gatekeeper_ran_is_caught_at_startup(
     topic_factory: TopicFactory, kafka_bootstrap: str
 ) -> None:
     with OwnRedis() as redis_server:
         async with Pipeline.create(topic_factory, kafka_bootstrap, redis_server.url) as p:
-            await p.store.put_record(RECORD)
-            await p.send("c1", HO)
-            await p.collect(lambda g: g.count("c1") == 1)
-            await _until(lambda: p.gatekeeper._committer.watermarks.last_committed((p.route().input, 0)) == 1)
-            p.gatekeeper.request_stop()
-            await asyncio.wait_for(p.task, 20)
+            await _one_handoff_then_stop(p)
 
             redis_server.restart()  # lost while no gatekeeper ran; the approvals loaded again
             with contextlib.suppress(StoreError):
@@ -221,12 +226,7 @@ async def test_a_redis_of_a_release_before_the_marker_gets_one(
 ) -> None:
     with OwnRedis() as redis_server:
         async with Pipeline.create(topic_factory, kafka_bootstrap, redis_server.url) as p:
-            await p.store.put_record(RECORD)
-            await p.send("c1", HO)
-            await p.collect(lambda g: g.count("c1") == 1)
-            await _until(lambda: p.gatekeeper._committer.watermarks.last_committed((p.route().input, 0)) == 1)
-            p.gatekeeper.request_stop()
-            await asyncio.wait_for(p.task, 20)
+            await _one_handoff_then_stop(p)
             old = await p.store.generation()
             await p.store._redis.delete(p.store.keys.generation())  # as an earlier release left it: epochs, no marker
             gk, task, store = await _start(p.settings)
