@@ -47,6 +47,7 @@ VERSION = "v1"
 DOMAIN = b"rw-sig-v1\x00"
 KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 SIGNATURE_CHARS = 86  # 64 bytes, base64url without padding
+_SIGNATURE = re.compile(r"[A-Za-z0-9_-]+")
 
 MISSING = "sender-auth-missing"
 MALFORMED = "sender-auth-malformed"
@@ -171,18 +172,20 @@ def verify(keys: KeyRing, header: bytes | str | None, conversation: str, value: 
     ``-bad-signature``. Pure; never raises on what the record carries."""
     if header is None:
         return _refused(MISSING, "the record has no signature header: this route takes signed lines only")
-    if isinstance(header, bytes):
+    if isinstance(header, (bytes, bytearray, memoryview)):
         try:
-            header = header.decode("ascii")
+            header = bytes(header).decode("ascii")
         except UnicodeDecodeError:
             return _refused(MALFORMED, "the signature header is not ASCII")
+    if not isinstance(header, str) or not header.isascii():
+        return _refused(MALFORMED, "the signature header is not ASCII")
     parts = header.split(" ")
     if len(parts) != 3 or parts[0] != VERSION:
         return _refused(MALFORMED, f"the signature header is not '{VERSION} <key id> <signature>'")
     _, key_id, sig_text = parts
     if not KEY_ID.fullmatch(key_id):
         return _refused(MALFORMED, "the signature header's key id is not 1-64 of A-Z a-z 0-9 . _ : -")
-    if len(sig_text) != SIGNATURE_CHARS or not re.fullmatch(r"[A-Za-z0-9_-]+", sig_text):
+    if len(sig_text) != SIGNATURE_CHARS or not _SIGNATURE.fullmatch(sig_text):
         return _refused(MALFORMED, f"key {key_id}: the signature is not 64 bytes of base64url without padding")
     signature = base64.urlsafe_b64decode(sig_text + "==")
     found = keys.key(key_id)
@@ -192,7 +195,11 @@ def verify(keys: KeyRing, header: bytes | str | None, conversation: str, value: 
     if "\x00" in conversation:
         return _refused(MALFORMED, "the conversation id contains NUL: it cannot be signed unambiguously")
     try:
-        public.verify(signature, signed_bytes(conversation, value))
+        message = signed_bytes(conversation, value)
+    except UnicodeEncodeError:
+        return _refused(MALFORMED, "the conversation id is not valid Unicode: it cannot be signed")
+    try:
+        public.verify(signature, message)
     except InvalidSignature:
         return _refused(
             BAD_SIGNATURE,
@@ -208,6 +215,8 @@ def check_record(
     found = [v for k, v in headers if k == name]
     if len(found) > 1:
         return _refused(MALFORMED, f"the record has {len(found)} {name} headers; a signed record has one")
+    if found and found[0] is None:  # a Kafka header may carry no value at all
+        return _refused(MALFORMED, f"the record's {name} header has no value")
     return verify(keys, found[0] if found else None, conversation, value)
 
 

@@ -73,6 +73,7 @@ VERDICTS = frozenset({FORWARD, ALERT, DRY_RUN, CANCEL})
 CLEARANCE_VERDICTS = frozenset({FORWARD, ALERT})
 KEY_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 _KEY_ID = re.compile(KEY_ID_PATTERN)
+_SIGNATURE = re.compile(r"[A-Za-z0-9_-]{86}")  # 64 bytes, base64url without padding
 
 Headers = Iterable[tuple[str, bytes]]
 PublicKeyLike = Ed25519PublicKey | str | bytes
@@ -101,7 +102,7 @@ def _unb64(text: str) -> bytes:
 
 def signed_bytes(key_id: str, route: str, conversation: str, value: bytes, verdict: str) -> bytes:
     """The exact bytes a ``gk.sig`` signs (see the module docstring)."""
-    if not _KEY_ID.match(key_id):
+    if not _KEY_ID.fullmatch(key_id):
         raise ValueError(f"key id {key_id!r}: expected {KEY_ID_PATTERN}")
     if verdict not in VERDICTS:
         raise ValueError(f"verdict {verdict!r}: expected one of {sorted(VERDICTS)}")
@@ -187,7 +188,7 @@ class Signer:
     __slots__ = ("_key", "key_id", "public_key")
 
     def __init__(self, key_id: str, key: Ed25519PrivateKey) -> None:
-        if not _KEY_ID.match(key_id):
+        if not _KEY_ID.fullmatch(key_id):
             raise ValueError(f"key id {key_id!r}: expected {KEY_ID_PATTERN}")
         self.key_id = key_id
         self._key = key
@@ -260,17 +261,13 @@ class Signature:
         if len(parts) != 4 or parts[0] != VERSION:
             raise SignatureError(f"malformed gk.sig: expected '{VERSION} <key id> <verdict> <signature>'")
         _, key_id, verdict, sig_text = parts
-        if not _KEY_ID.match(key_id):
+        if not _KEY_ID.fullmatch(key_id):
             raise SignatureError("malformed gk.sig: bad key id")
         if verdict not in VERDICTS:
             raise SignatureError(f"malformed gk.sig: unknown verdict {verdict!r}")
-        try:
-            sig = _unb64(sig_text)
-        except ValueError:
-            raise SignatureError("malformed gk.sig: the signature is not base64url") from None
-        if len(sig) != 64:
-            raise SignatureError("malformed gk.sig: an Ed25519 signature is 64 bytes")
-        return cls(key_id, verdict, sig)
+        if not _SIGNATURE.fullmatch(sig_text):
+            raise SignatureError("malformed gk.sig: the signature is not 64 bytes of base64url without padding")
+        return cls(key_id, verdict, base64.urlsafe_b64decode(sig_text + "=="))
 
 
 def header_of(headers: Headers, name: str) -> bytes | None:
@@ -288,7 +285,7 @@ class Verifier:
         if not keys:
             raise ValueError("a Verifier needs at least one public key")
         for key_id in keys:
-            if not _KEY_ID.match(key_id):
+            if not _KEY_ID.fullmatch(key_id):
                 raise ValueError(f"key id {key_id!r}: expected {KEY_ID_PATTERN}")
         self.keys: dict[str, Ed25519PublicKey] = {k: public_key_from(v) for k, v in keys.items()}
 
@@ -305,12 +302,18 @@ class Verifier:
         its verdict is one of ``accept``; raises ``SignatureError`` otherwise."""
         if header is None:
             raise SignatureError("no gk.sig header: the record did not come from the gatekeeper")
+        if not isinstance(header, (bytes, str)):
+            raise SignatureError("malformed gk.sig: not bytes or text")
         sig = Signature.parse(header)
         key = self.keys.get(sig.key_id)
         if key is None:
             raise SignatureError(f"gk.sig by key {sig.key_id!r}, which is not one of the gatekeeper's")
         try:
-            key.verify(sig.signature, signed_bytes(sig.key_id, route, conversation, value, sig.verdict))
+            message = signed_bytes(sig.key_id, route, conversation, value, sig.verdict)
+        except ValueError:  # a route with LF, a conversation that is not valid Unicode: nothing signed them
+            raise SignatureError("gk.sig cannot cover this route and conversation") from None
+        try:
+            key.verify(sig.signature, message)
         except InvalidSignature:
             raise SignatureError(
                 "gk.sig does not verify: not signed by the gatekeeper for this route, conversation and line"

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import base64
+import string
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper.auth import (
     BAD_SIGNATURE,
@@ -151,3 +154,61 @@ def test_the_configuration_refuses_what_cannot_work() -> None:
     with pytest.raises(ConfigError, match="more than once"):
         load_settings(sender_auth={"keys": [key, key]})
     assert load_settings(routes=[route], sender_auth={"keys": [key]}).routes[0].sender_auth
+
+
+# ---------------------------------------------------------------- hostile input: any bytes, never an exception
+
+_GOOD = sign(SCHEDULER, "scheduler-1", "c-17", LINE)
+_HEADER_TEXT = st.one_of(
+    st.text(),
+    st.text(alphabet=" v1", max_size=40),  # many spaces, near-misses of the version
+    st.builds(lambda k, s: f"v1 {k} {s}", st.text(max_size=70), st.text(max_size=100)),
+    st.builds(
+        lambda s: f"v1 scheduler-1 {s}",
+        st.text(alphabet=string.ascii_letters + string.digits + "_-+/=", min_size=80, max_size=90),
+    ),
+    st.builds(lambda n: _GOOD[:n] + _GOOD[n + 1 :], st.integers(0, len(_GOOD) - 1)),  # one character dropped
+)
+_HEADERS = st.one_of(
+    st.none(), st.binary(max_size=300), _HEADER_TEXT, _HEADER_TEXT.map(lambda t: t.encode("utf-8", "surrogatepass"))
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(header=_HEADERS, conversation=st.text(max_size=40), value=st.binary(max_size=64))
+def test_verify_never_raises_and_refuses_any_header_it_was_not_signed_with(
+    header: bytes | str | None, conversation: str, value: bytes
+) -> None:
+    proof = verify(RING, header, conversation, value)
+    assert proof.agent is None and proof.key_id is None
+    assert proof.failure in {MISSING, MALFORMED, UNKNOWN_KEY, BAD_SIGNATURE}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.binary(max_size=200), _HEADER_TEXT.map(str.encode)), max_size=3),
+    conversation=st.text(max_size=40),
+)
+def test_check_record_never_raises_on_any_headers(values: list[bytes | None], conversation: str) -> None:
+    headers = [("rw-sig", v) for v in values] + [("other", b"\xff")]
+    proof = check_record(RING, headers, "rw-sig", conversation, LINE)  # type: ignore[arg-type]
+    assert proof.agent is None and proof.failure in {MISSING, MALFORMED, UNKNOWN_KEY, BAD_SIGNATURE}
+
+
+def test_odd_but_plausible_headers_are_failures_not_exceptions() -> None:
+    sig = _GOOD.split(" ")[2]
+    for header in (
+        b"",
+        b" " * 10_000,
+        b"v1 scheduler-1 " + b"A" * 1_000_000,
+        b"\xff\xfe v1",
+        f"v1 scheduler-1 {sig} ".encode(),
+        f"v1  scheduler-1 {sig}".encode(),
+        f"v1 scheduler-1 {sig[:-1]}=".encode(),
+        f"v1 scheduler-1\n {sig}".encode(),
+        f"v1 scheduler-1 {sig}\n".encode(),
+        f"v1 sch\u00e9duler-1 {sig}",
+    ):
+        assert verify(RING, header, "c-17", LINE).failure == MALFORMED, header[:40]
+    assert check_record(RING, [("rw-sig", None)], "rw-sig", "c-17", LINE).failure == MALFORMED  # type: ignore[list-item]
+    assert verify(RING, _GOOD, "c-\ud800", LINE).failure == MALFORMED  # a conversation no agent could have signed

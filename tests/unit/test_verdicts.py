@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import string
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper.config import Settings, SigningSettings
 from gatekeeper.errors import ConfigError
@@ -208,3 +211,59 @@ def test_the_daemon_s_routes_and_its_sweeper_get_the_signer(tmp_path: Path) -> N
     assert swept.signer is not None and swept.signer.public_key == public
     off = Settings.model_validate({"routes": [route]})
     assert RouteRuntime.of(off.routes[0], off, MemoryStore()).targets.signer is None
+
+
+# ------------------------------------------------------------------------ hostile input: SignatureError, nothing else
+
+_SIGNER = signer()
+_VERIFIER = Verifier({"gk-1": _SIGNER.public_key})
+_GOOD = _SIGNER.sign("agents.pay", "c-17", LINE, "forward").decode()
+_HEADER_TEXT = st.one_of(
+    st.text(),
+    st.text(alphabet=" v1", max_size=40),
+    st.builds(lambda k, v, s: f"v1 {k} {v} {s}", st.text(max_size=70), st.sampled_from(["forward", "x"]), st.text()),
+    st.builds(
+        lambda s: f"v1 gk-1 forward {s}",
+        st.text(alphabet=string.ascii_letters + string.digits + "_-+/=", min_size=80, max_size=90),
+    ),
+    st.builds(lambda n: _GOOD[:n] + _GOOD[n + 1 :], st.integers(0, len(_GOOD) - 1)),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    header=st.one_of(st.none(), st.binary(max_size=300), _HEADER_TEXT, _HEADER_TEXT.map(str.encode)),
+    route=st.text(max_size=30),
+    conversation=st.text(max_size=30),
+)
+def test_verify_raises_signature_error_only_on_any_header(
+    header: bytes | str | None, route: str, conversation: str
+) -> None:
+    with pytest.raises(SignatureError):
+        _VERIFIER.verify(header, route=route, conversation=conversation, value=LINE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    values=st.lists(st.one_of(st.none(), st.binary(max_size=120), _HEADER_TEXT.map(str.encode)), max_size=3),
+    topic=st.one_of(st.none(), st.binary(max_size=30)),
+)
+def test_verify_record_raises_signature_error_only_on_any_headers(
+    values: list[bytes | None], topic: bytes | None
+) -> None:
+    headers = [(HEADER, v) for v in values] + ([] if topic is None else [("gk.original.topic", topic)])
+    with pytest.raises(SignatureError):
+        _VERIFIER.verify_record(headers, LINE, conversation="c-17")  # type: ignore[arg-type]
+
+
+def test_a_good_signature_with_a_trailing_newline_or_another_encoding_is_refused() -> None:
+    assert _VERIFIER.verify(_GOOD, route="agents.pay", conversation="c-17", value=LINE).key_id == "gk-1"
+    sig = _GOOD.split(" ")[3]
+    padded = base64.b64encode(base64.urlsafe_b64decode(sig + "==")).decode()
+    for header in (f"{_GOOD}\n", f"{_GOOD}==", _GOOD.replace("gk-1", "gk-1\n"), _GOOD.replace(sig, padded)):
+        with pytest.raises(SignatureError, match="malformed"):
+            _VERIFIER.verify(header, route="agents.pay", conversation="c-17", value=LINE)
+    with pytest.raises(SignatureError):  # a route with LF: never signed
+        _VERIFIER.verify(_GOOD, route="agents.pay\n", conversation="c-17", value=LINE)
+    with pytest.raises(SignatureError):  # a conversation that is not valid Unicode
+        _VERIFIER.verify(_GOOD, route="agents.pay", conversation="c-\ud800", value=LINE)
