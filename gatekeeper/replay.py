@@ -715,7 +715,8 @@ class Replayer:
     async def _states_gone(self, store: Store, route: str, conversations: Sequence[str]) -> set[str]:
         """The conversations that had no state at all in Redis when this replay first met them (expired after
         retention, or deleted): their lines are decided as the first lines of a new conversation, so a reply's reason
-        (``unknown-handoff``) says nothing about why it was dead-lettered. One header-only load per conversation."""
+        (``unknown-handoff``) says nothing about why it was dead-lettered. One header-only load of the conversations not
+        met before (one round trip)."""
         new = sorted({c for c in conversations if (route, c) not in self._had_state})
         if new:
             loaded = await store.load(route, {c: () for c in new}, ())
