@@ -42,6 +42,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from gatekeeper.config import ConfigError, SenderAuthSettings, SenderKey, load_entries
 from gatekeeper.policy.model import SenderProof
+from gatekeeper.verdicts import b64url, private_key_from, private_key_pem
 
 VERSION = "v1"
 DOMAIN = b"rw-sig-v1\x00"
@@ -60,10 +61,6 @@ def signed_bytes(conversation: str, value: bytes) -> bytes:
     return DOMAIN + conversation.encode("utf-8") + b"\x00" + value
 
 
-def _b64url(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
 def sign(private_key: Ed25519PrivateKey, key_id: str, conversation: str, value: bytes | str) -> str:
     """The signature header's value (``v1 <key id> <signature>``) for a record of ``conversation`` with ``value``
     (a ``str`` is encoded UTF-8): what an agent puts in the ``rw-sig`` header of the record it produces."""
@@ -72,7 +69,7 @@ def sign(private_key: Ed25519PrivateKey, key_id: str, conversation: str, value: 
     if "\x00" in conversation:
         raise ValueError("a conversation id cannot contain NUL")
     raw = value.encode("utf-8") if isinstance(value, str) else value
-    return f"{VERSION} {key_id} {_b64url(private_key.sign(signed_bytes(conversation, raw)))}"
+    return f"{VERSION} {key_id} {b64url(private_key.sign(signed_bytes(conversation, raw)))}"
 
 
 # ---------------------------------------------------------------- keys
@@ -86,19 +83,13 @@ def public_key_text(key: Ed25519PublicKey) -> str:
 
 def private_key_text(key: Ed25519PrivateKey) -> str:
     """A private key as ``gatekeeper keys generate`` writes it: PKCS#8 PEM, unencrypted."""
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return pem.decode("ascii")
+    return private_key_pem(key).decode("ascii")
 
 
 def private_key_from_text(text: str) -> Ed25519PrivateKey:
-    """A private key from PKCS#8 PEM (what ``keys generate`` writes) or base64 of the raw 32-byte seed."""
-    stripped = text.strip()
-    if stripped.startswith("-----BEGIN"):
-        key = serialization.load_pem_private_key(stripped.encode("ascii"), password=None)
-        if not isinstance(key, Ed25519PrivateKey):
-            raise ValueError("not an Ed25519 private key")
-        return key
-    return Ed25519PrivateKey.from_private_bytes(base64.b64decode(stripped, validate=True))
+    """A private key from PKCS#8 PEM (what ``keys generate`` writes) or base64 of the raw 32-byte seed. Raises
+    ``verdicts.KeyLoadError`` (a ValueError)."""
+    return private_key_from(text.encode("utf-8"))
 
 
 def parse_public_key(text: str) -> Ed25519PublicKey:

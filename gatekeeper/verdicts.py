@@ -88,7 +88,8 @@ class KeyLoadError(ConfigError, ValueError):
     refuses to start (exit 2) with a signing key it cannot read."""
 
 
-def _b64(data: bytes) -> str:
+def b64url(data: bytes) -> str:
+    """Base64url without padding (the signatures of ``gk.sig`` and of ``gatekeeper.auth``)."""
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
@@ -127,13 +128,19 @@ def new_key_pair() -> tuple[bytes, str]:
     """A new Ed25519 key pair: the private key as PKCS#8 PEM (for ``signing.private_key_file``) and the public key
     as base64url of its 32 raw bytes (for act tools)."""
     key = Ed25519PrivateKey.generate()
-    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return pem, public_key_text(key.public_key())
+    return private_key_pem(key), public_key_text(key.public_key())
+
+
+def private_key_pem(key: Ed25519PrivateKey) -> bytes:
+    """A private key as PKCS#8 PEM, unencrypted."""
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def public_key_text(key: Ed25519PublicKey) -> str:
     """A public key as base64url of its 32 raw bytes."""
-    return _b64(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
+    return b64url(key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
 
 
 def private_key_from(data: bytes) -> Ed25519PrivateKey:
@@ -210,7 +217,7 @@ class Signer:
     def sign(self, route: str, conversation: str | None, value: bytes, verdict: str) -> bytes:
         """The ``gk.sig`` header's value for a record (a conversation of None signs as the empty string)."""
         sig = self._key.sign(signed_bytes(self.key_id, route, conversation or "", value, verdict))
-        return f"{VERSION} {self.key_id} {verdict} {_b64(sig)}".encode("ascii")
+        return f"{VERSION} {self.key_id} {verdict} {b64url(sig)}".encode("ascii")
 
     def header(self, route: str, conversation: str | None, value: bytes, verdict: str) -> tuple[str, bytes]:
         return HEADER, self.sign(route, conversation, value, verdict)
@@ -357,8 +364,10 @@ __all__ = [
     "SignatureError",
     "Signer",
     "Verifier",
+    "b64url",
     "new_key_pair",
     "private_key_from",
+    "private_key_pem",
     "public_key_from",
     "public_key_text",
     "signed_bytes",

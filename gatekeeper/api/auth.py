@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,9 +90,4 @@ class TokenBook:
         return found
 
 
-def dumps_tokens(tokens: Iterable[ApiToken]) -> str:
-    """Token entries as JSON (for ``GK_HTTP__TOKENS``)."""
-    return json.dumps([t.model_dump(exclude_none=True) for t in tokens])
-
-
-__all__ = ["ANY_AGENT", "Principal", "TokenBook", "dumps_tokens", "hash_token", "load_tokens_file"]
+__all__ = ["ANY_AGENT", "Principal", "TokenBook", "hash_token", "load_tokens_file"]
