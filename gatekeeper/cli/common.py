@@ -68,7 +68,7 @@ def fail(message: str, code: int = EXIT_FINDING) -> NoReturn:
 def not_found(message: str) -> NoReturn:
     """The one thing a command was asked for is not there (``records get ITEM``, ``handoffs show CONV ID``): a
     finding, exit 1, said on stderr as what it is, not as an error."""
-    typer.echo(f"gatekeeper: {message}", err=True)
+    warn(message)
     raise typer.Exit(EXIT_FINDING)
 
 
