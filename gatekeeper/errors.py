@@ -9,7 +9,8 @@
     ├── Unavailable                      Kafka or Redis did not answer: try again (exit 3)
     │   ├── KafkaUnavailable             the broker                                         gatekeeper.admin
     │   └── StoreError                   Redis (the store)                                  gatekeeper.store
-    │       └── Fenced                   a newer owner of the partition wrote: this instance lost it
+    │       ├── Fenced                   a newer owner of the partition wrote: this instance lost it
+    │       └── DataLost                 Redis is not the one this instance started on (its generation marker)
     ├── RecordExists                     a record for (item, ask) is loaded already (exit 1)  gatekeeper.store
     └── FatalError                       this instance must stop: fenced by another producer with its
                                          transactional id, or a bug (exit 1)
