@@ -367,7 +367,10 @@ class Gate:
         self._ready = asyncio.Event()
         self._error: str | None = "connecting to Kafka"
         self._processors: dict[str, Processor] = {}
-        self._keys: KeyRing | None = None  # the agents' public keys, for dry runs on a sender_auth route
+        # the agents' public keys, for dry runs on a sender_auth route: read here (a bad keys file fails the start,
+        # as a bad tokens file does), not on the first request
+        signed = any(r.sender_auth for r in settings.routes)
+        self._keys = KeyRing.from_settings(settings.sender_auth) if signed else None
 
     @property
     def ready(self) -> bool:
@@ -558,9 +561,7 @@ class Gate:
             processor = self._processors[route.input] = Processor(ReadOnlyStore(self._store), policy)  # type: ignore[arg-type]
         now = time.time()
         sender = None
-        if route.sender_auth:
-            if self._keys is None:
-                self._keys = KeyRing.from_settings(self.settings.sender_auth)
+        if route.sender_auth and self._keys is not None:
             sender = check_record(
                 self._keys, self._headers(req), self.settings.sender_auth.header, req.conversation, value
             )
