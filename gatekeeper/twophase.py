@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from gatekeeper.policy.model import AFFIRMATIVE  # the affirmative answers of a clearance: the gatekeeper's own
 from gatekeeper.verdicts import PublicKeyLike, SignatureError, Verifier
 from rwcore import FormError, Message, Profile, encode_message, get_profile, make_readback, parse_line
 
@@ -89,10 +90,6 @@ class CommitRefused(TwoPhaseError, PermissionError):
 class ForgedClearance(CommitRefused):
     """The clearance given to ``commit`` is not the gatekeeper's signed ``AN val=Y`` to this statement: nothing runs,
     and the token stays pending."""
-
-
-#: The affirmative answers of a clearance (as the gatekeeper's ``policy.AFFIRMATIVE``).
-AFFIRMATIVE = frozenset({"Y", "APPROVE"})
 
 
 @dataclass(frozen=True, slots=True)
