@@ -132,10 +132,6 @@ class KeyRing:
     def key(self, key_id: str) -> _Key | None:
         return self._keys.get(key_id)
 
-    def agent(self, key_id: str) -> str | None:
-        k = self._keys.get(key_id)
-        return None if k is None else k.agent
-
     def verify(self, header: bytes | str | None, conversation: str, value: bytes) -> SenderProof:
         return verify(self, header, conversation, value)
 

@@ -128,7 +128,8 @@ def test_the_keys_file_adds_keys(tmp_path: object) -> None:
     path = Path(str(tmp_path)) / "keys.yaml"
     path.write_text(f"- id: payer-2\n  agent: payer\n  public_key: {public_key_text(PAYER.public_key())}\n")
     ring = KeyRing.from_settings(SenderAuthSettings(keys_file=path))
-    assert ring.agent("payer-2") == "payer" and len(ring) == 1
+    found = ring.key("payer-2")
+    assert found is not None and found.agent == "payer" and len(ring) == 1
     assert load_keys_file(path)[0].id == "payer-2"
     path.write_text("- id: payer-2\n  agent: payer\n  public_key: nope\n")
     with pytest.raises(ConfigError, match="public_key"):
