@@ -176,13 +176,9 @@ class CompatJSON(JSONResponse):
 
 
 def problem(status: int, code: str, detail: str, **extra: Any) -> CompatJSON:
-    doc: dict[str, Any] = {
-        "ok": False,
-        "status": status,
-        "code": code,
-        "title": code.replace("-", " ").capitalize() if code else _TITLES.get(status, "Error"),
-        "detail": detail,
-    }
+    doc = fn.problem_document(status, code, detail)
+    if not code:
+        doc["title"] = _TITLES.get(status, "Error")
     headers = extra.pop("headers", None)
     doc.update(extra)
     return CompatJSON(doc, status_code=status, headers=headers)

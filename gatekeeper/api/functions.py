@@ -70,6 +70,11 @@ class BadInput(ValueError):
         self.status = status
 
 
+def problem_document(status: int, code: str, detail: str) -> dict[str, Any]:
+    """The problem document of every refusal (``ok`` false, the status, the code, its title, the detail)."""
+    return {"ok": False, "status": status, "code": code, "title": code.replace("-", " ").capitalize(), "detail": detail}
+
+
 def _not_utf8(value: Any, path: str = "") -> str | None:
     """The path of the first string in ``value`` that UTF-8 cannot encode (a lone surrogate), or None."""
     if isinstance(value, str):

@@ -51,7 +51,7 @@ from aiokafka.errors import KafkaError
 from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper.api.auth import Principal, TokenBook
-from gatekeeper.api.functions import HO_EXAMPLE, MAX_TEXT, Unicode
+from gatekeeper.api.functions import HO_EXAMPLE, MAX_TEXT, Unicode, problem_document
 from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.kafka import client_kwargs, make_producer
@@ -464,23 +464,23 @@ class Gate:
                 if not len(self.tokens)
                 else "a valid bearer token"
             )
-            return 401, _problem(401, "unauthorized", f"POST /v1/gate needs {why}")
+            return 401, problem_document(401, "unauthorized", f"POST /v1/gate needs {why}")
         route = self.routes.get(req.route)
         if route is None:
             known = ", ".join(sorted(self.routes)) or "none configured"
-            return 404, _problem(404, "unknown-route", f"unknown route {req.route!r} (routes: {known})")
+            return 404, problem_document(404, "unknown-route", f"unknown route {req.route!r} (routes: {known})")
         refused = self._refuse(principal, route, req)
         if refused is not None:
             return refused
         value = req.line.encode("utf-8")
         if len(value) > route.max_line_bytes:
-            return 413, _problem(
+            return 413, problem_document(
                 413,
                 "line-too-large",
                 f"the line is {len(value)} bytes; route {route.input} takes at most {route.max_line_bytes}",
             )
         if route.sender_auth and req.signature is None:
-            return 422, _problem(
+            return 422, problem_document(
                 422,
                 "signature-required",
                 f"route {route.input} takes signed lines only (sender_auth): give the agent's signature of the line "
@@ -498,17 +498,17 @@ class Gate:
 
     def _refuse(self, principal: Principal, route: Route, req: GateRequest) -> tuple[int, dict[str, Any]] | None:
         if not principal.may_gate(route.input):
-            return 403, _problem(403, "forbidden", f"token {principal.name} may not gate route {route.input}")
+            return 403, problem_document(403, "forbidden", f"token {principal.name} may not gate route {route.input}")
         sender = sender_of(req.line)
         if not principal.speaks_for(sender):
             who = f"from={sender}" if sender is not None else "a line without from="
             agents = ", ".join(sorted(principal.agents))
-            return 403, _problem(403, "forbidden", f"token {principal.name} speaks for {agents}, not for {who}")
+            return 403, problem_document(403, "forbidden", f"token {principal.name} speaks for {agents}, not for {who}")
         return None
 
     async def _gate(self, req: GateRequest, route: Route, value: bytes) -> tuple[int, dict[str, Any]]:
         if not self.ready or self._producer is None or self._correlator is None:
-            return 503, _problem(503, "gate-unavailable", f"the gate cannot reach Kafka: {self._error}")
+            return 503, problem_document(503, "gate-unavailable", f"the gate cannot reach Kafka: {self._error}")
         timeout = self.settings.http.gate_timeout_seconds
         if req.timeout is not None:
             timeout = min(timeout, req.timeout)
@@ -519,7 +519,7 @@ class Gate:
             )
             meta = await asyncio.wait_for(fut, timeout=max(1.0, timeout))
         except (KafkaError, TimeoutError) as exc:
-            return 503, _problem(
+            return 503, problem_document(
                 503,
                 "gate-unavailable",
                 f"Kafka did not acknowledge the line ({type(exc).__name__}); it may or may not be on the input "
@@ -529,7 +529,7 @@ class Gate:
         left = max(0.0, timeout - (time.monotonic() - started))
         found = await self._correlator.wait((route.input, meta.partition, meta.offset), left)
         if found is None:
-            doc = _problem(
+            doc = problem_document(
                 504,
                 "pending",
                 f"no outcome within {timeout:g}s: the line is in the pipeline (input partition {meta.partition}, "
@@ -601,10 +601,6 @@ class Gate:
             detail=req.detail,
             original=None,
         )
-
-
-def _problem(status: int, code: str, detail: str) -> dict[str, Any]:
-    return {"ok": False, "status": status, "code": code, "title": code.replace("-", " ").capitalize(), "detail": detail}
 
 
 __all__ = [
