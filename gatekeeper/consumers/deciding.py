@@ -64,7 +64,13 @@ class RouteRuntime:
         with no conversation is not verified: it is dead-lettered no-conversation first."""
         if self.keys is None or p.conversation is None:
             return None
-        return self.keys.check(p.source.headers, self.signature_header, p.conversation, p.source.value)
+        try:
+            return self.keys.check(p.source.headers, self.signature_header, p.conversation, p.source.value)
+        except Exception as exc:  # verifying never raises on what a record carries; were it to, fail closed
+            log.error("verifying a record's signature raised: refused sender-auth", exc_info=exc)
+            return SenderProof(
+                failure="sender-auth-unverified", detail=f"verifying the signature raised {error_text(exc)}"
+            )
 
     @classmethod
     def of(cls, route: Route, settings: Settings, store: Store) -> RouteRuntime:

@@ -200,3 +200,36 @@ async def test_exactly_once_offsets_ride_in_the_transaction_and_an_aborted_one_i
     kinds = [k for k, *_ in cluster.events]
     assert kinds.index("commit") > max(i for i, k in enumerate(kinds) if k == "ack")  # offsets after the records
     assert_commits_follow_acks(cluster)
+
+
+async def test_a_signature_check_that_raises_refuses_the_line_and_the_worker_goes_on() -> None:
+    """Verifying never raises on what a record carries; were it to (a bug), the line is refused sender-auth, fail
+    closed, and the partition moves on."""
+    from gatekeeper.auth import KeyRing
+
+    def broken(self: KeyRing, *args: object) -> object:
+        raise RuntimeError("a bug in verifying")
+
+    cluster = _cluster()
+    send(cluster, "c1", HO)
+    settings = _settings()
+    route = {"input": "in", "output": "out", "dead_letter": "dlq", "alerts": "alerts", "profile": "pay"}
+    key = {"id": "k1", "agent": "scheduler", "public_key": "A" * 43 + "="}
+    settings = Settings.model_validate(
+        {**settings.model_dump(mode="json"), "routes": [{**route, "sender_auth": True}], "sender_auth": {"keys": [key]}}
+    )
+    store = MemoryStore()
+    await store.put_record(RECORD)
+    original = KeyRing.check
+    KeyRing.check = broken  # type: ignore[method-assign,assignment]
+    try:
+        gk = Gatekeeper(settings, store=store, kafka=FakeKafka(cluster), http=False, startup_timeout=5)
+        task = asyncio.create_task(gk.run())
+        await until(lambda: cluster.committed.get(("in", 0)) == 1)
+        gk.request_stop()
+        await asyncio.wait_for(task, 10)
+    finally:
+        KeyRing.check = original  # type: ignore[method-assign]
+    [dead] = cluster.records("dlq")
+    assert dict(dead.headers)["gk.reason"] == b"sender-auth"
+    assert cluster.records("out") == []
