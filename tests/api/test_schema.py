@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
+from pydantic import BaseModel, ValidationError
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -21,6 +23,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from gatekeeper.api import functions as fn
+from gatekeeper.api.gate import GateRequest
 from gatekeeper.http import HttpServer
 from gatekeeper.metrics import Metrics
 from tests.api.conftest import settings_with
@@ -76,3 +80,36 @@ def test_no_server_error_and_no_answer_outside_the_schema(api: ThreadServer, mod
         except Unsatisfiable:  # nothing to make invalid (an operation without parameters): nothing to send
             assert mode is GenerationMode.NEGATIVE
     assert calls >= len(operations)
+
+
+# ------------------------------------------------------------------------------------ the request models on odd JSON
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(alphabet=st.characters(codec=None)),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+_MODELS = [
+    fn.CheckHoRequest,
+    fn.CheckRbRequest,
+    fn.CheckDnRequest,
+    fn.CheckThreadRequest,
+    fn.MakeRbRequest,
+    fn.LineRequest,
+    fn.FromJsonRequest,
+    GateRequest,
+]
+_FIELDS = st.sampled_from(sorted({f for m in _MODELS for f in m.model_fields}))
+
+
+@pytest.mark.parametrize("model", _MODELS, ids=lambda m: m.__name__)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.one_of(_JSON, st.dictionaries(_FIELDS, _JSON, max_size=6)))
+def test_a_request_model_takes_any_json_or_refuses_it(model: type[BaseModel], data: Any) -> None:
+    """Lone surrogates, NaN, huge numbers, wrong types, unknown fields: a ValidationError (a 422), nothing else; what
+    is taken is valid Unicode throughout (it encodes as JSON)."""
+    try:
+        request = model.model_validate(data)
+    except ValidationError:
+        return
+    assert isinstance(request.model_dump_json(), str)
