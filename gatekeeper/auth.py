@@ -132,9 +132,6 @@ class KeyRing:
     def key(self, key_id: str) -> _Key | None:
         return self._keys.get(key_id)
 
-    def verify(self, header: bytes | str | None, conversation: str, value: bytes) -> SenderProof:
-        return verify(self, header, conversation, value)
-
     def check(self, headers: Iterable[tuple[str, bytes]], name: str, conversation: str, value: bytes) -> SenderProof:
         return check_record(self, headers, name, conversation, value)
 

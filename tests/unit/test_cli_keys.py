@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from gatekeeper.auth import KeyRing
+from gatekeeper.auth import KeyRing, verify
 from gatekeeper.cli import app
 from gatekeeper.config import SenderAuthSettings
 from tests.seed import RB
@@ -28,8 +28,8 @@ def test_generate_then_sign_verifies(tmp_path: Path) -> None:
     s = CliRunner().invoke(app, ["keys", "sign", "--key", str(key), "--id", "payer-1", "--conversation", "c-17", RB])
     assert s.exit_code == 0, s.output
     header = s.stdout.strip()
-    assert ring.verify(header, "c-17", RB.encode()).agent == "payer"
-    assert ring.verify(header, "c-18", RB.encode()).failure == "sender-auth-bad-signature"
+    assert verify(ring, header, "c-17", RB.encode()).agent == "payer"
+    assert verify(ring, header, "c-18", RB.encode()).failure == "sender-auth-bad-signature"
 
 
 def test_an_existing_key_file_is_never_overwritten(tmp_path: Path) -> None:
