@@ -99,9 +99,29 @@ class KafkaSettings(_Strict):
         description="offsets are committed at most this often (0: after every batch); only acknowledged outcomes' "
         "offsets are ever committed, so a longer interval only means more lines decided again after a crash",
     )
-    transactional: bool = Field(False, description="exactly-once: outcomes and offsets in one Kafka transaction")
-    transactional_id: str | None = None
+    transactional: bool = Field(
+        False,
+        description="exactly-once: each input partition's outcomes and offsets in one Kafka transaction, on a "
+        "producer of that partition's own",
+    )
+    transactional_id_prefix: str | None = Field(
+        None,
+        description="with transactional: the producers' transactional ids are <prefix>-<topic>-<partition>, the "
+        "same on every instance of the group (so a partition's new owner fences its old one); default: group_id",
+    )
     security: KafkaSecurity = KafkaSecurity()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_instance_transactional_id(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "transactional_id" in data:
+            raise ValueError(
+                "kafka.transactional_id is gone: exactly-once now uses one transactional id per input partition, "
+                "<transactional_id_prefix>-<topic>-<partition>, the same on every instance (that is what fences a "
+                "paused instance). Remove transactional_id; set transactional_id_prefix only to change the prefix "
+                "from the group_id"
+            )
+        return data
 
 
 class RedisSettings(_Strict):

@@ -12,8 +12,7 @@
     │       ├── Fenced                   a newer owner of the partition wrote: this instance lost it
     │       └── DataLost                 Redis is not the one this instance started on (its generation marker)
     ├── RecordExists                     a record for (item, ask) is loaded already (exit 1)  gatekeeper.store
-    └── FatalError                       this instance must stop: fenced by another producer with its
-                                         transactional id, or a bug (exit 1)
+    └── FatalError                       this instance must stop: a bug (exit 1)
 
 A line is never an error: a bad line is a verdict (dead-lettered with its reason), and only infrastructure
 trouble (``Unavailable``) pauses the work. The daemon retries ``Unavailable`` with backoff and stops only on
@@ -48,7 +47,8 @@ class Unavailable(GatekeeperError):
 
 
 class FatalError(GatekeeperError):
-    """This instance must stop (fenced by another producer with its transactional id, or an unexpected error)."""
+    """This instance must stop: an unexpected error (a fenced transactional producer is not one: its partition's
+    work is dropped and the group rejoined)."""
 
 
 __all__ = ["ConfigError", "FatalError", "GatekeeperError", "Unavailable", "UsageError"]

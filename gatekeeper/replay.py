@@ -808,13 +808,13 @@ class Replayer:
         )
 
     def _sender(self) -> OutcomeSender:
-        """The daemon's outcome sender (trimming, retries), idempotent and never transactional: the daemon's
-        transactional id is its own (sharing it would fence it), and records outside a transaction are visible to
-        read_committed consumers."""
+        """The daemon's outcome sender (trimming, retries), idempotent and never transactional: the transactional
+        ids are the daemon's input partitions' (taking one would fence the daemon), and records outside a
+        transaction are visible to read_committed consumers."""
         from gatekeeper.consumers.client import AioKafka
         from gatekeeper.metrics import Metrics
 
-        return OutcomeSender(AioKafka(self.settings.kafka), self.settings.kafka, Metrics(), transactional=False)
+        return OutcomeSender(AioKafka(self.settings.kafka), self.settings.kafka, Metrics())
 
     @functools.cached_property
     def _fitter(self) -> OutcomeSender:

@@ -62,16 +62,13 @@ the state and saves it with the index changes.
 - Killed after the claim (before or after the publish) and before the bookkeeping: the handoff is still due (its
   state was not saved) and its intent pending. The next sweep, by any instance after ``takeover_seconds`` or by the
   same sweeper at once, takes the intent over and reads the output partition from the recorded offset for that exact
-  line: found, it only does the bookkeeping; not found, it publishes. In transactional mode the search reads
-  committed records only, so an aborted attempt does not count as published.
+  line: found, it only does the bookkeeping; not found, it publishes.
 - Killed after marking the intent done and before saving the state: the next sweep sees it done and only does the
   bookkeeping.
 
-Why not a Kafka transaction alone: the bookkeeping lives in Redis, outside any Kafka transaction, and a transaction
-fences a zombie only when the new owner opens one with the same ``transactional.id`` (one producer per input
-partition, as Kafka Streams' first exactly-once mode did). The intent and the search give the same result with the
-one producer the worker has; in transactional mode the CX and its alert are still one Kafka transaction, so a
-``read_committed`` receiver never sees an aborted attempt.
+Why not a Kafka transaction: the bookkeeping lives in Redis, outside any Kafka transaction. The sweeper's records go
+through the worker's idempotent producer, outside transactions even in exactly-once mode (a ``read_committed``
+receiver sees them as they are written); the intent and the search make them safe against a zombie all the same.
 
 Alerts are at least once: published before the state records them, a crash in between repeats one, never loses
 one. A dry-run route publishes no CX: its alert says ``"action": "would-cancel"`` with the line, and the state
@@ -679,9 +676,8 @@ def alert_document(
 
 
 class KafkaPublisher:
-    """The daemon's ``Publisher``: the worker's outcome sender for the records (``OutcomeSender.publish``: in a
-    transaction of their own when the producer is transactional), and a consumer without a group to read a
-    partition's end and search it."""
+    """The daemon's ``Publisher``: the worker's outcome sender for the records (``OutcomeSender.publish``, its
+    idempotent producer), and a consumer without a group to read a partition's end and search it."""
 
     def __init__(self, kafka: Any, sender: OutcomeSender) -> None:
         self.kafka = kafka

@@ -5,8 +5,7 @@ Prints where ``/metrics`` is, then runs ``Gatekeeper(settings).run()``. On SIGTE
 are committed before the consumer stops) and exits 0. A second signal skips the grace period.
 
 Startup errors are one line on stderr: a bad configuration exits 2; Kafka or Redis still unreachable after
-``--startup-timeout`` seconds of retrying (with backoff) exits 3; a fatal error while running (fenced by another
-instance with the same transactional id) exits 1.
+``--startup-timeout`` seconds of retrying (with backoff) exits 3; a fatal error while running (a bug) exits 1.
 """
 
 from __future__ import annotations

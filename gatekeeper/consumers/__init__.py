@@ -13,7 +13,7 @@ Errors (``loop``)::
 
     GatekeeperError
      ├── Unavailable     Kafka or Redis not reachable within the startup time (``gatekeeper run`` exits 3)
-     └── FatalError      this instance must stop: fenced by another transactional producer, or a bug (exit 1)
+     └── FatalError      this instance must stop: a bug (exit 1)
 
 Infrastructure trouble while running (``StoreError``, aiokafka's ``KafkaError``) is never raised out of the worker:
 it pauses intake, retries the batch with backoff and shows on ``/readyz``.

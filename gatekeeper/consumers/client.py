@@ -2,7 +2,7 @@
 
     kafka = AioKafka(settings.kafka)                  # the real clients (aiokafka); tests use an in-memory fake
     consumer = kafka.consumer(topics, listener)       # a group member: fetch, pause/resume, seek, commit
-    producer = kafka.producer(max_batch_size=16384)   # idempotent or transactional: send, transactions
+    producer = kafka.producer(max_batch_size=16384)   # idempotent: send (transactional_id=...: transactions too)
     limits = await kafka.topic_limits(topics)         # each topic's max.message.bytes, as far as it is known
     await kafka.probe(producer)                       # raises KafkaError when the cluster does not answer
 
@@ -59,6 +59,11 @@ class Consumer(Protocol):
 
     def seek(self, partition: TopicPartition, offset: int) -> None: ...
 
+    async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int | None]: ...
+
+    def rejoin(self) -> None:
+        """Leave and rejoin the group: the partitions are revoked, then assigned again."""
+
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
 
 
@@ -95,7 +100,8 @@ class Kafka(Protocol):
 
     def consumer(self, topics: Iterable[str], listener: ConsumerRebalanceListener | None) -> Consumer: ...
 
-    def producer(self, *, max_batch_size: int | None = None, transactional: bool | None = None) -> Producer: ...
+    def producer(self, *, max_batch_size: int | None = None, transactional_id: str | None = None) -> Producer:
+        """An idempotent producer; transactional under ``transactional_id`` when one is given."""
 
     async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]: ...
 
@@ -103,10 +109,7 @@ class Kafka(Protocol):
 
 
 class AioKafka:
-    """The real clients, from ``gatekeeper.consumers.kafka``'s factories (TLS, SASL, the group's settings).
-
-    ``producer(transactional=False)`` makes an idempotent producer even when ``kafka.transactional`` is set: replay
-    uses one, since the daemon's transactional id is its own (sharing it would fence the daemon)."""
+    """The real clients, from ``gatekeeper.consumers.kafka``'s factories (TLS, SASL, the group's settings)."""
 
     def __init__(self, settings: KafkaSettings) -> None:
         self.settings = settings
@@ -117,13 +120,12 @@ class AioKafka:
         consumer: Consumer = make_consumer(self.settings, topics, listener=listener)
         return consumer
 
-    def producer(self, *, max_batch_size: int | None = None, transactional: bool | None = None) -> Producer:
+    def producer(self, *, max_batch_size: int | None = None, transactional_id: str | None = None) -> Producer:
         from gatekeeper.consumers.kafka import make_producer
 
-        overrides: dict[str, Any] = {}
-        if transactional is False and self.settings.transactional:
-            overrides["transactional_id"] = None
-        producer: Producer = make_producer(self.settings, max_batch_size=max_batch_size, **overrides)
+        producer: Producer = make_producer(
+            self.settings, max_batch_size=max_batch_size, transactional_id=transactional_id
+        )
         return producer
 
     async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]:

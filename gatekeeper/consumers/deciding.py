@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from gatekeeper.auth import KeyRing
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.breaker import DeadLetterBreaker
-from gatekeeper.consumers.holds import Pending
+from gatekeeper.consumers.holds import TP, Pending
 from gatekeeper.consumers.outcomes import Outcome, Targets, bare_dead_letter, build
 from gatekeeper.consumers.sending import Send
 from gatekeeper.metrics import Metrics
@@ -106,6 +106,18 @@ class Batch:
     held: list[tuple[Pending, str | None]] = field(default_factory=list)
     done: list[tuple[Pending, Decision]] = field(default_factory=list)
     attempts: int = 0
+
+    def only(self, partitions: Collection[TP]) -> Batch:
+        """The part of the batch read from these input partitions, as far as it got (its decisions, records and
+        holds): in exactly-once mode each partition's transaction ends on its own."""
+        keep = [i for i, p in enumerate(self.lines) if p.tp in partitions]
+        part = Batch([self.lines[i] for i in keep], decided_routes=set(self.decided_routes), attempts=self.attempts)
+        part.decisions = {n: self.decisions[i] for n, i in enumerate(keep) if i in self.decisions}
+        if self.sends is not None:
+            part.sends = [s for s in self.sends if (s.outcome.source.topic, s.outcome.source.partition) in partitions]
+        part.held = [(p, awaits) for p, awaits in self.held if p.tp in partitions]
+        part.done = [(p, d) for p, d in self.done if p.tp in partitions]
+        return part
 
 
 def first_seen(p: Pending, hold_seconds: float, now: float) -> float:

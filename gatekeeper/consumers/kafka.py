@@ -4,7 +4,8 @@ The one place the gatekeeper's settings become aiokafka's keyword arguments:
 
 - consumer: the configured group, manual commits (``enable_auto_commit=False``), ``auto_offset_reset="earliest"``
   (a new group starts from the beginning: nothing is skipped), ``read_committed`` when transactional;
-- producer: idempotent (``enable_idempotence=True``, ``acks="all"``), or transactional with a ``transactional_id``;
+- producer: idempotent (``enable_idempotence=True``, ``acks="all"``), or transactional under one input partition's
+  ``transactional_id`` (exactly-once: one producer per input partition);
 - admin: for the topics' ``max.message.bytes`` (an outcome is trimmed before it is sent, not after a refusal).
 
 SASL mechanisms ``PLAIN``, ``SCRAM-SHA-256`` and ``SCRAM-SHA-512`` take ``sasl_username``/``sasl_password``.
@@ -15,7 +16,6 @@ Secrets leave their ``SecretStr`` only here, into the client's constructor.
 from __future__ import annotations
 
 import logging
-import socket
 import ssl
 from collections.abc import Iterable
 from typing import Any
@@ -71,12 +71,24 @@ def client_kwargs(kafka: KafkaSettings) -> dict[str, Any]:
     return kw
 
 
+class GroupConsumer(AIOKafkaConsumer):  # type: ignore[misc]  # aiokafka is untyped
+    """aiokafka's consumer, and a way to leave and rejoin the group on purpose."""
+
+    def rejoin(self) -> None:
+        """Rejoin the group: the partitions are revoked, then assigned again (the listener hears both). Written
+        here because aiokafka has no public call for it (the Java client's ``enforceRebalance``): this is what its
+        coordinator does itself when a heartbeat learns that the group moved on. The worker asks for it when an
+        input partition's transactional producer was fenced or broke: it is started again only at an assignment,
+        when the group says the partition is this instance's."""
+        self._coordinator.request_rejoin()
+
+
 def make_consumer(
     kafka: KafkaSettings,
     topics: Iterable[str],
     listener: ConsumerRebalanceListener | None = None,
     **overrides: Any,
-) -> AIOKafkaConsumer:
+) -> GroupConsumer:
     """A consumer of ``topics`` in the configured group, committing by hand. ``subscribe`` is done here."""
     kw = client_kwargs(kafka)
     kw.update(
@@ -90,27 +102,31 @@ def make_consumer(
     if kafka.group_instance_id:
         kw["group_instance_id"] = kafka.group_instance_id
     kw.update(overrides)
-    consumer = AIOKafkaConsumer(**kw)
+    consumer = GroupConsumer(**kw)
     consumer.subscribe(topics=sorted(set(topics)), listener=listener)
     return consumer
 
 
-def transactional_id(kafka: KafkaSettings) -> str:
-    """The configured ``transactional_id``, else one per host: ``<group>-<hostname>``. Two instances must not share
-    one (the second fences the first), so set it explicitly when several run on one host."""
-    return kafka.transactional_id or f"{kafka.group_id}-{socket.gethostname()}"
+def transactional_id(kafka: KafkaSettings, topic: str, partition: int) -> str:
+    """The transactional id of an input partition's producer: ``<prefix>-<topic>-<partition>`` (the prefix is
+    ``kafka.transactional_id_prefix``, default the group id). Every instance of the group derives the same id for a
+    partition: the instance that is assigned it starts its producer under that id, which fences the producer of the
+    previous owner (its open transaction aborted, its next request refused), however late that one wakes up."""
+    return f"{kafka.transactional_id_prefix or kafka.group_id}-{topic}-{partition}"
 
 
-def make_producer(kafka: KafkaSettings, *, max_batch_size: int | None = None, **overrides: Any) -> AIOKafkaProducer:
-    """An idempotent producer (``acks="all"``), transactional when ``kafka.transactional``."""
+def make_producer(
+    kafka: KafkaSettings, *, max_batch_size: int | None = None, transactional_id: str | None = None, **overrides: Any
+) -> AIOKafkaProducer:
+    """An idempotent producer (``acks="all"``); transactional under ``transactional_id`` when one is given."""
     kw = client_kwargs(kafka)
     # no linger: the worker sends a whole batch's outcomes at once and waits for them, so a linger would only add
     # its time to every batch's latency (measured with bench/e2e.py: p50 44 -> 34 ms at 1,500 lines/s)
     kw.update(enable_idempotence=True, acks="all", linger_ms=0)
     if max_batch_size is not None:
         kw["max_batch_size"] = max_batch_size
-    if kafka.transactional:
-        kw["transactional_id"] = transactional_id(kafka)
+    if transactional_id is not None:
+        kw["transactional_id"] = transactional_id
     kw.update(overrides)
     return AIOKafkaProducer(**kw)
 
@@ -151,6 +167,7 @@ async def topic_limits(kafka: KafkaSettings, topics: Iterable[str]) -> dict[str,
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
+    "GroupConsumer",
     "client_kwargs",
     "make_admin",
     "make_consumer",

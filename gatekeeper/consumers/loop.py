@@ -59,11 +59,16 @@ once it has lost a partition and not noticed yet. A refused write (``Fenced``) d
 (paused, retried with backoff, never produced or committed) until the revocation arrives and takes the partition's
 lines out of it; ``gatekeeper_fenced_writes_total`` counts them.
 
-**Exactly-once** (``kafka.transactional``): a batch's outcomes and its offsets are one Kafka transaction
-(``send_offsets_to_transaction``); the consumer reads ``read_committed``.
+**Exactly-once** (``kafka.transactional``): each input partition has a transactional producer of its own, with an
+id every instance derives alike (``<prefix>-<topic>-<partition>``), started when the partition is assigned; that
+start fences the partition's previous owner, and only then is the partition read again from its committed offset.
+A batch is one transaction per input partition: its outcomes and its offset (``send_offsets_to_transaction``);
+the consumer reads ``read_committed``. A partition whose producer was fenced (this instance was paused past the
+session timeout and its partition given away) has its work dropped, stays paused, and the group is rejoined; a
+partition whose transaction failed otherwise is aborted and retried with the backoff, alone. See ``sending``.
 
 Errors: ``Unavailable`` (Kafka or Redis not reachable within the startup time), ``FatalError`` (this instance must
-stop: fenced by another with the same ``transactional_id``, or a bug); see ``gatekeeper.errors``.
+stop: a bug); see ``gatekeeper.errors``.
 
 The worker's parts, each in a module of its own:
 
@@ -95,7 +100,7 @@ from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
-from aiokafka.errors import KafkaError, ProducerFenced
+from aiokafka.errors import KafkaError
 
 from gatekeeper import __version__
 from gatekeeper.config import Settings
@@ -218,6 +223,10 @@ class Gatekeeper:
         self._child = Children()
         self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
         self._assigned: set[TP] = set()
+        # exactly-once: assigned partitions without their transactional producer, kept paused: not started yet
+        # (retried between batches), or broken (fenced: started again only at the next assignment, after a rejoin)
+        self._unopened: set[TP] = set()
+        self._broken_partitions: set[TP] = set()
         self._settled = False  # the generation marker checked at startup: owner epochs may be taken (they mark history)
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
@@ -457,8 +466,6 @@ class Gatekeeper:
                     await self._attempt()
                 elif records or self._holds:
                     self._gauge_held()
-        except ProducerFenced as exc:
-            raise FatalError(f"another producer with transactional id took over: {exc}") from exc
         except (asyncio.CancelledError, FatalError):
             raise
         except Exception as exc:  # a service error the loop should have handled is a bug here too
@@ -484,7 +491,7 @@ class Gatekeeper:
 
     async def _attempt(self) -> None:
         """Decide, produce and commit the current batch. Infrastructure errors leave it current (retried after a
-        backoff, partitions paused)."""
+        backoff, partitions paused); in exactly-once mode only the partitions whose transaction failed stay."""
         async with self._lock:
             b = self._batch
             if b is None:
@@ -497,7 +504,13 @@ class Gatekeeper:
                 self._health.redis_error = None
                 if b.sends is None:
                     build_sends(b, self._routes, now, self.metrics, self._sender.fit)
-                await self._produce(b)
+                assert b.sends is not None
+                if self.settings.kafka.transactional:
+                    done, rest, error = await self._transact(b)
+                else:
+                    await self._sender.produce(b.sends)
+                    done, rest, error = b, None, None
+                self._health.kafka_error = None
             except DataLost as exc:
                 self._data_lost(exc)
                 return
@@ -511,35 +524,44 @@ class Gatekeeper:
                 self._health.redis_error = describe(exc)
                 self._failed("redis", exc)
                 return
-            except ProducerFenced:
-                raise
             except (KafkaError, ProduceTimeout) as exc:
-                self.metrics.kafka_errors.labels(
-                    operation="transaction" if self.settings.kafka.transactional else "produce"
-                ).inc()
+                self.metrics.kafka_errors.labels(operation="produce").inc()
                 self._kafka_failed("produce", exc)
                 self._failed("kafka", exc)
                 return
-            self._finish(b)
-            self._batch = None
+            self._finish(done)
+            self._batch = rest
+            if error is not None:  # exactly-once: the partitions whose transaction was aborted are retried
+                self.metrics.kafka_errors.labels(operation="transaction").inc()
+                self._kafka_failed("transaction", error)
+                self._failed("kafka", error)
+                return
             self._recovered()
             if not self.settings.kafka.transactional:
                 await self._commit()
 
-    async def _produce(self, b: Batch) -> None:
+    async def _transact(self, b: Batch) -> tuple[Batch, Batch | None, BaseException | None]:
+        """Exactly-once: each input partition's outcomes and offset in a transaction of its own. Returns the part
+        of the batch that is done, the part to retry (None: nothing), and the error to retry it for. A partition
+        whose producer broke (fenced: another instance owns it now) has its work dropped and the group rejoined."""
         assert b.sends is not None
-        if not self.settings.kafka.transactional:
-            await self._sender.produce(b.sends)
-        else:
 
-            def offsets() -> dict[TP, int]:  # the watermarks, none past a line held now or still held
-                open_lowest = merge_lowest(self._holds.lowest(), lowest_offsets(p for p, _ in b.held))
-                return self._committer.offsets(open_lowest, self._consumer_assignment())
+        def offsets() -> dict[TP, int]:  # the watermarks, none past a line held now or still held
+            open_lowest = merge_lowest(self._holds.lowest(), lowest_offsets(p for p, _ in b.held))
+            return self._committer.offsets(open_lowest, self._consumer_assignment())
 
-            committed = await self._sender.produce_transaction(b.sends, offsets, self.settings.kafka.group_id)
-            if committed:
-                self._committer.committed(committed)
-        self._health.kafka_error = None
+        result = await self._sender.produce_transactions(b.sends, offsets, self.settings.kafka.group_id)
+        if result.committed:
+            self._committer.committed(result.committed)
+        if result.broken:
+            self._broken(result.broken)
+        unfinished = result.unfinished
+        if not unfinished:
+            return b, None, None
+        finished = {p.tp for p in b.lines} - unfinished
+        rest = b.only(set(result.failed))
+        error = next(iter(result.failed.values()), None)
+        return b.only(finished), (rest if rest.lines else None), error
 
     def _consumer_assignment(self) -> set[TP]:
         if self._consumer is None:
@@ -589,6 +611,9 @@ class Gatekeeper:
             for topic, partition in tps:
                 if topic in self._routes:
                     self._routes[topic].processor.epochs.pop(partition, None)
+            await self._sender.release(tps)
+            self._unopened -= tps
+            self._broken_partitions -= tps
             for topic, partition in tps:
                 self.metrics.forget_partition(topic, partition)
             self._assigned -= tps
@@ -633,11 +658,57 @@ class Gatekeeper:
                 await asyncio.wait_for(self._take_epochs(), timeout=2.0)
         except (StoreError, TimeoutError) as exc:  # taken before the first batch of those partitions instead
             log.warning("owner epochs not taken at assignment; retried", extra={"error": describe(exc)})
+        if self.settings.kafka.transactional:
+            self._broken_partitions -= self._assigned
+            self._unopened = self._assigned - self._sender.opened
+            self._apply_pauses()  # none read before its producer fenced the old owner and its offset was read again
+            await self._open_partitions(timeout=self.settings.kafka.request_timeout_ms / 1000)
         self._health.joined = True
         self.metrics.assigned.set(len(self._assigned))
         if tps:
             self._apply_pauses()
         self._update_ready()
+
+    async def _open_partitions(self, *, timeout: float) -> None:
+        """Exactly-once: start the transactional producer of each assigned partition that has none (this fences
+        the partition's previous owner: its open transaction is aborted, its producer refused from then on), then
+        read the partition again from its committed offset, which the fenced owner can no longer move; then it is
+        resumed. What does not get there within ``timeout`` stays paused and is tried again between batches."""
+        todo = sorted(self._unopened & self._assigned)
+        if not todo or self._consumer is None:
+            return
+        try:
+            opened = await asyncio.wait_for(self._sender.open(todo), timeout=timeout)
+            ready = sorted(opened & set(todo))
+            if ready:
+                await asyncio.wait_for(
+                    self._consumer.seek_to_committed(*(TopicPartition(t, p) for t, p in ready)), timeout=timeout
+                )
+                self._watermarks.forget(ready)
+                self._unopened -= set(ready)
+                log.info("transactional producers started", extra={"partitions": len(ready)})
+        except (KafkaError, TimeoutError) as exc:
+            self.metrics.kafka_errors.labels(operation="transaction").inc()
+            log.warning("transactional producers not started; tried again", extra={"error": describe(exc)})
+        self._apply_pauses()
+
+    def _broken(self, broken: dict[TP, str]) -> None:
+        """Exactly-once: these partitions' producers are gone (fenced: another instance was assigned them while
+        this one was not looking, or stuck). Their work is dropped (their offsets are not committed, so their
+        owner reads them again), they stay paused, and the group is rejoined: the next assignment says whose they
+        are, and starts their producers again if they are this instance's."""
+        tps = set(broken)
+        log.warning(
+            "transactional producers fenced or broken: their partitions' work is dropped and the group rejoined",
+            extra={"partitions": {f"{t}-{p}": why for (t, p), why in sorted(broken.items())}},
+        )
+        self.metrics.kafka_errors.labels(operation="fenced").inc(len(tps))
+        self._holds.drop(tps)
+        self._watermarks.forget(tps)
+        self._broken_partitions |= tps
+        self._apply_pauses()
+        if self._consumer is not None:
+            self._consumer.rejoin()
         log.info("partitions assigned", extra={"partitions": len(tps)})
 
     # ------------------------------------------------------------------------------------------------ trouble
@@ -718,7 +789,12 @@ class Gatekeeper:
         if self._consumer is None:
             return
         assigned = self._consumer.assignment()
-        stop = set(assigned) if self._paused_for else {tp for tp in assigned if tp.topic in self._routes_paused}
+        closed = self._unopened | self._broken_partitions
+        stop = (
+            set(assigned)
+            if self._paused_for
+            else {tp for tp in assigned if tp.topic in self._routes_paused or (tp.topic, tp.partition) in closed}
+        )
         if stop:
             self._consumer.pause(*stop)
         go = [tp for tp in self._consumer.paused() if tp not in stop]
@@ -828,6 +904,8 @@ class Gatekeeper:
         """Between batches: retry a failed commit, let a tripped breaker's pause end (and publish its alert), probe
         the services now and then, refresh the lag gauges."""
         await self._commit()
+        if self._unopened:
+            await self._open_partitions(timeout=KAFKA_PROBE_TIMEOUT)
         wall = self._clock()
         for name, rt in self._routes.items():
             if rt.breaker.open:

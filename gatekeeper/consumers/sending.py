@@ -5,9 +5,13 @@
     fitted = sender.fit(outcome)                               # trimmed to fit its topic (None: it never fits)
     sends = [Send(fitted, route)]
     await sender.produce(sends)                                # every one acknowledged, or raises
-    await sender.produce_transaction(sends, offsets, group_id) # exactly-once: outcomes and offsets in one transaction
     await sender.publish(records)                              # the sweeper's cancels and the alerts, in order
     await sender.close()
+
+    # exactly-once (kafka.transactional): a transactional producer per input partition this instance holds
+    await sender.open(partitions)                              # at assignment: fences the partitions' old owners
+    result = await sender.produce_transactions(sends, offsets, group_id)   # per partition: outcomes + offset, one txn
+    await sender.release(partitions)                           # at revocation
 
 **Acknowledged or raised.** ``produce`` returns when every send is acknowledged (``Send.acked``, ``Send.meta``). A
 send still in flight from an earlier attempt is waited for, not repeated. Acknowledgements that do not come within
@@ -21,6 +25,19 @@ acknowledged is not sent again.
 producer batch) may be one record's fault, so each is sent alone, in order; a record refused alone is trimmed one
 level further (``Outcome.trimmed``); one that does not fit even trimmed to its coordinates is dropped, logged and
 counted (``gatekeeper_outcomes_trimmed_total{kind="dropped"}``) and never blocks its partition.
+
+**Exactly-once fences a zombie.** Each input partition has a transactional producer of its own, under the id
+``<prefix>-<topic>-<partition>`` that every instance derives alike (``kafka.transactional_id_prefix``), started when the
+partition is assigned (``open``): the broker then aborts the previous owner's open transaction and refuses that
+producer from then on, however late a paused instance wakes up (the pattern of Kafka Streams' first exactly-once
+mode; aiokafka sends no group generation with the offsets, so nothing else would stop it). A batch is one
+transaction per input partition: its outcomes, and its offset (``send_offsets_to_transaction``). A partition whose
+transaction was refused is *broken* when its producer was fenced, or the abort did not clear it: the producer is
+closed and never started again before the next assignment (starting it again would fence the partition's real
+owner if this instance is the zombie), and the caller drops that partition's work and rejoins the group. A
+transaction that failed otherwise is aborted and tried again later on the same producer. The gatekeeper's own
+records (``publish``: the sweeper's cancels, alerts) go through the idempotent producer: the sweeper's intents make
+them safe against a zombie (``gatekeeper.sweeper``).
 """
 
 from __future__ import annotations
@@ -29,8 +46,8 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, field
+from typing import Any, NoReturn, Protocol
 
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced, RecordTooLargeError
@@ -38,7 +55,7 @@ from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced
 from gatekeeper.config import KafkaSettings
 from gatekeeper.consumers.client import Kafka, Producer
 from gatekeeper.consumers.holds import TP
-from gatekeeper.consumers.kafka import DEFAULT_MAX_MESSAGE_BYTES
+from gatekeeper.consumers.kafka import DEFAULT_MAX_MESSAGE_BYTES, transactional_id
 from gatekeeper.consumers.outcomes import Outcome, fit
 from gatekeeper.metrics import Metrics
 
@@ -105,26 +122,43 @@ class _TransactionFailed(Exception):
         self.failures = failures
 
 
+class _Broken(Exception):
+    """An input partition's transactional producer is gone: fenced, or in a state no abort clears."""
+
+
+@dataclass
+class Transactions:
+    """What ``produce_transactions`` did, per input partition. A partition in none of the three had nothing to
+    write."""
+
+    committed: dict[TP, int] = field(default_factory=dict)  # its transaction committed, with this offset
+    broken: dict[TP, str] = field(default_factory=dict)  # its producer is gone (why): drop its work and rejoin
+    failed: dict[TP, BaseException] = field(default_factory=dict)  # aborted: tried again later, same producer
+
+    @property
+    def unfinished(self) -> set[TP]:
+        return set(self.broken) | set(self.failed)
+
+
 class OutcomeSender:
-    """The producer, its topics' limits and the trimming. ``transactional=False`` makes an idempotent producer even
-    when ``kafka.transactional`` is set (replay: the daemon's transactional id is its own)."""
+    """The producers, their topics' limits and the trimming: an idempotent producer, and in exactly-once mode one
+    transactional producer per input partition held (``open``; replay never opens one: the input partitions'
+    transactional ids are the daemon's)."""
 
     def __init__(
         self,
         kafka: Kafka,
         settings: KafkaSettings,
         metrics: Metrics,
-        *,
-        transactional: bool | None = None,
     ) -> None:
         self.kafka = kafka
         self.settings = settings
         self.metrics = metrics
-        self.transactional = settings.transactional if transactional is None else transactional
         self.limits: dict[str, int] = {}
         self.max_batch_size = 16384
         self.timeout = settings.request_timeout_ms / 1000
         self._producer: Producer | None = None
+        self._transactional: dict[TP, Producer] = {}  # exactly-once: each held input partition's own producer
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
@@ -144,14 +178,16 @@ class OutcomeSender:
         """The producer, started (a new one when the last reset could not start one)."""
         if self._producer is not None:
             return self._producer
-        producer = self.kafka.producer(max_batch_size=self.max_batch_size, transactional=self.transactional)
+        self._producer = await self._start(self.kafka.producer(max_batch_size=self.max_batch_size))
+        return self._producer
+
+    async def _start(self, producer: Producer) -> Producer:
         try:
             await asyncio.wait_for(producer.start(), self.timeout)
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(producer.stop(), timeout=5.0)
             raise
-        self._producer = producer
         return producer
 
     @property
@@ -160,16 +196,59 @@ class OutcomeSender:
         return self._producer
 
     async def reset(self) -> None:
-        """Replace the producer (a fresh producer id: sequence numbers in step again; a transactional one fences its
-        predecessor). Sends in flight on the old one are sent again by the next attempt."""
-        await self.close()
-        await self.producer()
-
-    async def close(self) -> None:
+        """Replace the idempotent producer (a fresh producer id: sequence numbers in step again). Sends in flight
+        on the old one are sent again by the next attempt."""
         old, self._producer = self._producer, None
         if old is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(old.stop(), timeout=10.0)
+        await self.producer()
+
+    async def close(self) -> None:
+        await self.release(list(self._transactional))
+        old, self._producer = self._producer, None
+        if old is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(old.stop(), timeout=10.0)
+
+    # ------------------------------------------------------------------------------------------------ exactly-once
+
+    async def open(self, partitions: Iterable[TP]) -> set[TP]:
+        """Start the transactional producer of each input partition that has none (concurrently; each start
+        fences that partition's previous owner and waits for its open transaction to end). Returns the
+        partitions that have one now; a start that fails is logged and left for a later call."""
+        todo = sorted(set(partitions) - set(self._transactional))
+
+        async def one(tp: TP) -> None:
+            topic, partition = tp
+            producer = self.kafka.producer(
+                max_batch_size=self.max_batch_size,
+                transactional_id=transactional_id(self.settings, topic, partition),
+            )
+            self._transactional[tp] = await self._start(producer)
+
+        results = await asyncio.gather(*(one(tp) for tp in todo), return_exceptions=True)
+        for tp, result in zip(todo, results, strict=True):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                log.warning(
+                    "an input partition's transactional producer did not start; tried again later",
+                    extra={"topic": tp[0], "partition": tp[1], "error": describe(result)},
+                )
+        return set(self._transactional) & set(partitions)
+
+    @property
+    def opened(self) -> set[TP]:
+        """The input partitions that have their transactional producer."""
+        return set(self._transactional)
+
+    async def release(self, partitions: Iterable[TP]) -> None:
+        """Stop the transactional producers of these input partitions (revoked, or broken)."""
+        producers = [self._transactional.pop(tp) for tp in set(partitions) if tp in self._transactional]
+        for producer in producers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(producer.stop(), timeout=10.0)
 
     # ------------------------------------------------------------------------------------------------ trimming
 
@@ -226,8 +305,9 @@ class OutcomeSender:
 
     # ------------------------------------------------------------------------------------------------ sending
 
-    async def _send(self, s: Send) -> None:
-        producer = await self.producer()
+    async def _send(self, s: Send, producer: Producer | None) -> None:
+        if producer is None:
+            producer = await self.producer()
         o = s.outcome
         try:
             s.fut = await producer.send(o.topic, o.value, key=o.key, headers=list(o.headers))
@@ -241,14 +321,17 @@ class OutcomeSender:
         assert s.fut is not None
         s.meta = s.fut.result()
 
-    async def _send_all(self, sends: Sequence[Send]) -> list[tuple[Send, BaseException]]:
-        """Send what is not acknowledged yet and wait for the acknowledgements. Returns the failures; raises
-        ``ProduceTimeout`` when the acknowledgements do not come within the request timeout."""
+    async def _send_all(
+        self, sends: Sequence[Send], producer: Producer | None = None
+    ) -> list[tuple[Send, BaseException]]:
+        """Send what is not acknowledged yet (on ``producer``, default the idempotent one) and wait for the
+        acknowledgements. Returns the failures; raises ``ProduceTimeout`` when the acknowledgements do not come
+        within the request timeout."""
         todo = [s for s in sends if not s.acked]
         group = [s for s in todo if not s.solo]
         for s in group:
             if s.fut is None or (s.fut.done() and _failure(s.fut) is not None):
-                await self._send(s)
+                await self._send(s, producer)
         futs = [s.fut for s in group if s.fut is not None]
         if futs:
             _, pending = await asyncio.wait(futs, timeout=self.timeout)
@@ -266,7 +349,7 @@ class OutcomeSender:
         # Records sent alone, in their order; the first refusal stops the rest, so the order on a partition holds.
         for s in (s for s in todo if s.solo):
             if s.fut is None or _failure(s.fut) is not None:
-                await self._send(s)
+                await self._send(s, producer)
             assert s.fut is not None
             _, pending = await asyncio.wait([s.fut], timeout=self.timeout)
             if pending:
@@ -299,35 +382,58 @@ class OutcomeSender:
                     raise exc
                 raise KafkaError(describe(exc))
 
-    async def produce_transaction(
+    async def produce_transactions(
         self, sends: Sequence[Send], offsets: Callable[[], Mapping[TP, int]], group_id: str
-    ) -> dict[TP, int] | None:
-        """Exactly-once: ``sends`` and the consumer offsets ``offsets()`` gives in one transaction. Returns the
-        offsets committed with it (None: nothing to write). Size refusals abort, trim and try again."""
+    ) -> Transactions:
+        """Exactly-once: per input partition, its ``sends`` and its consumer offset (from ``offsets()``) in one
+        transaction on the partition's own producer; the partitions' transactions run concurrently. Size refusals
+        abort, trim and try again within. A partition without its producer is reported broken."""
+        committing = dict(offsets())
+        by_partition: dict[TP, list[Send]] = {}
+        for s in sends:
+            src = s.outcome.source
+            by_partition.setdefault((src.topic, src.partition), []).append(s)
+        todo = sorted(set(by_partition) | set(committing))
+        done = Transactions()
+        results = await asyncio.gather(
+            *(self._transaction(tp, by_partition.get(tp, []), committing.get(tp), group_id) for tp in todo),
+            return_exceptions=True,
+        )
+        for tp, result in zip(todo, results, strict=True):
+            if isinstance(result, _Broken):
+                done.broken[tp] = str(result)
+            elif isinstance(result, Exception):
+                done.failed[tp] = result
+            elif isinstance(result, BaseException):
+                raise result
+            elif result is not None:
+                done.committed[tp] = result
+        return done
+
+    async def _transaction(self, tp: TP, sends: Sequence[Send], offset: int | None, group_id: str) -> int | None:
+        """One input partition's transaction: its outcomes, then its offset. Returns the offset committed."""
+        producer = self._transactional.get(tp)
+        if producer is None:
+            raise _Broken("no transactional producer (not started since the assignment)")
         while True:
-            producer = await self.producer()
-            committing = dict(offsets())
-            if not sends and not committing:
-                return None
             for s in sends:
                 s.acked, s.fut = False, None
             try:
                 await producer.begin_transaction()
-                failures = await self._send_all(sends)
+                failures = await self._send_all(sends, producer)
                 if failures:
                     raise _TransactionFailed(failures)
-                if committing:
+                if offset is not None:
                     await asyncio.wait_for(
-                        producer.send_offsets_to_transaction(
-                            {TopicPartition(t, p): off for (t, p), off in committing.items()}, group_id
-                        ),
+                        producer.send_offsets_to_transaction({TopicPartition(*tp): offset}, group_id),
                         timeout=self.timeout,
                     )
                 await asyncio.wait_for(producer.commit_transaction(), timeout=self.timeout)
-            except ProducerFenced:
-                raise
+                return offset
+            except ProducerFenced as exc:
+                await self._break(tp, f"fenced: another producer took transactional id over ({describe(exc)})")
             except _TransactionFailed as failed:
-                await self._abort_and_reset()
+                await self._abort(tp, producer)
                 refused = [s for s, exc in failed.failures if too_large(exc)]
                 if refused:
                     self._after_size_refusals(refused)
@@ -335,43 +441,39 @@ class OutcomeSender:
                 if others:
                     first = others[0]
                     raise (first if isinstance(first, KafkaError) else KafkaError(describe(first))) from None
-                continue
             except (KafkaError, ProduceTimeout, TimeoutError) as exc:
-                await self._abort_and_reset()
+                await self._abort(tp, producer)
                 if isinstance(exc, TimeoutError):
                     raise ProduceTimeout("the transaction did not complete in time") from exc
                 raise
-            return committing
 
-    async def _abort_and_reset(self) -> None:
-        if self._producer is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._producer.abort_transaction(), timeout=5.0)
-        await self.reset()
+    async def _abort(self, tp: TP, producer: Producer) -> None:
+        """Abort the partition's transaction, so its producer can begin the next; one that cannot is broken."""
+        try:
+            await asyncio.wait_for(producer.abort_transaction(), timeout=5.0)
+        except Exception as exc:
+            await self._break(tp, f"its transaction could not be aborted ({describe(exc)})")
+
+    async def _break(self, tp: TP, why: str) -> NoReturn:
+        await self.release([tp])
+        raise _Broken(why)
 
     async def publish(self, records: Sequence[Publishable]) -> list[int]:
-        """Publish the gatekeeper's own records (in a transaction of their own when transactional) and wait until
+        """Publish the gatekeeper's own records (the idempotent producer, never in a transaction) and wait until
         every one is acknowledged; their offsets, in order. Raises on failure, after replacing the producer (none,
         some or all may have been written: the sweeper's intents cover that)."""
         producer = await self.producer()
         try:
-            if self.transactional:
-                await producer.begin_transaction()
             futures = [
                 await producer.send(r.topic, r.value, key=r.key, headers=list(r.headers), partition=r.partition)
                 for r in records
             ]
             metas = [await asyncio.wait_for(f, self.timeout) for f in futures]
-            if self.transactional:
-                await asyncio.wait_for(producer.commit_transaction(), self.timeout)
         except BaseException:
-            if self.transactional:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(producer.abort_transaction(), 5.0)
             with contextlib.suppress(Exception):
                 await self.reset()
             raise
         return [int(m.offset) for m in metas]
 
 
-__all__ = ["OutcomeSender", "ProduceTimeout", "Publishable", "Send", "describe", "too_large"]
+__all__ = ["OutcomeSender", "ProduceTimeout", "Publishable", "Send", "Transactions", "describe", "too_large"]

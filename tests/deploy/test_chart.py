@@ -36,7 +36,6 @@ VALUES = {"default": [], "production": ["-f", str(PRODUCTION)]}
 # Keys of gatekeeper.config.Settings that the chart sets itself or takes from Secrets: refused in `config:`.
 CHART_MANAGED = {
     "kafka.group_instance_id",  # one per pod: GK_KAFKA__GROUP_INSTANCE_ID from the pod name
-    "kafka.transactional_id",  # one per pod: <group_id>-<pod name>
     "kafka.security.sasl_password",  # secrets.kafkaSaslPassword
     "kafka.security.ssl_password",  # secrets.kafkaSslKeyPassword
     "redis.password",  # secrets.redisPassword
@@ -395,7 +394,7 @@ def test_extra_env_from_a_secret_is_accepted(helm: Path, helm_env: dict[str, str
     ("values", "message"),
     [
         (["--set", "config.kafka.group_instance_id=shared"], "additional properties 'group_instance_id' not allowed"),
-        (["--set", "config.kafka.transactional_id=shared"], "additional properties 'transactional_id' not allowed"),
+        (["--set", "config.kafka.transactional_id=gk-0"], "additional properties 'transactional_id' not allowed"),
         (["--set", "config.kafka.security.sasl_mechanism=OAUTHBEARER"], "/config/kafka/security/sasl_mechanism"),
         (["--set-json", "config.routes=[]"], "/config/routes"),
         (["--set", "config.http.port=0"], "/config/http/port"),
@@ -573,8 +572,8 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
     assert settings.http.host == config["http"]["host"] == "0.0.0.0"
     assert settings.log_format == config["log_format"]
     assert settings.kafka.group_instance_id == POD
-    if settings.kafka.transactional:
-        assert settings.kafka.transactional_id == f"{settings.kafka.group_id}-{POD}"
+    if settings.kafka.transactional:  # per input partition, alike on every pod: nothing per pod
+        assert "GK_KAFKA__TRANSACTIONAL_ID" not in env
     assert settings.routes, "no route"
     if values == "production":
         sec = settings.kafka.security
@@ -666,7 +665,7 @@ def test_termination_grace_follows_grace_seconds_and_refuses_less(helm: Path, he
     assert "terminationGracePeriodSeconds (12) must be at least config.grace_seconds (10) + 5" in err
 
 
-def test_static_membership_and_transactional_id_from_the_pod_name(rendered: dict[str, str]) -> None:
+def test_static_membership_from_the_pod_name_and_no_transactional_id_per_pod(rendered: dict[str, str]) -> None:
     for values in VALUES:
         env = container(docs(rendered[values]))["env"]
         names = [e["name"] for e in env]
@@ -674,12 +673,9 @@ def test_static_membership_and_transactional_id_from_the_pod_name(rendered: dict
         assert gid["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
         (pod,) = [e for e in env if e["name"] == "POD_NAME"]
         assert pod["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
-        tid = [e for e in env if e["name"] == "GK_KAFKA__TRANSACTIONAL_ID"]
-        if values == "production":  # transactional: <group_id>-<pod name>, POD_NAME defined before it
-            assert tid == [{"name": "GK_KAFKA__TRANSACTIONAL_ID", "value": "gatekeeper-prod-$(POD_NAME)"}]
-            assert names.index("POD_NAME") < names.index("GK_KAFKA__TRANSACTIONAL_ID")
-        else:
-            assert tid == []
+        # transactional or not, no transactional id per pod: they are per input partition, alike on every pod (a
+        # partition's new owner fences its old one), derived by the daemon from the group id
+        assert "GK_KAFKA__TRANSACTIONAL_ID" not in names
 
 
 def test_static_membership_can_be_turned_off(helm: Path, helm_env: dict[str, str]) -> None:
@@ -876,7 +872,7 @@ def test_notes_render(helm: Path, helm_env: dict[str, str], tmp_path: Path) -> N
     prod = notes(*VALUES["production"])
     assert "StatefulSet gk-gatekeeper in namespace agents" in prod
     assert "agents.pay -> agents.pay.checked" in prod and "agents.deploy -> agents.deploy.checked" in prod
-    assert "transactional (transactional.id = gatekeeper-prod-<pod name>)" in prod
+    assert "transactional (transactional ids gatekeeper-prod-<topic>-<partition>, one per input partition)" in prod
     assert "would sit idle" in prod
     assert "WARNING" not in prod and "without credentials" not in prod
     assert "WARNING: config.kafka.session_timeout_ms (20000)" in notes("--set", "config.kafka.session_timeout_ms=20000")

@@ -356,7 +356,7 @@ async def test_redis_trouble_pauses_and_retries_never_dead_letters(
 async def test_exactly_once_mode_commits_offsets_in_the_transaction(
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
 ) -> None:
-    kafka = {"transactional": True, "transactional_id": f"gk-test-{uuid.uuid4().hex[:8]}"}
+    kafka = {"transactional": True, "transactional_id_prefix": f"gk-test-{uuid.uuid4().hex[:8]}"}
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, kafka=kafka) as p:
         await p.store.put_record(RECORD)
         await p.send("eos", HO, RB.replace(ACCT, LOOKALIKE))

@@ -230,7 +230,7 @@ async def test_replay_reads_a_transactional_dead_letter_topic(
 ) -> None:
     """Exactly-once deployments write dead letters in transactions: the commit markers between them are skipped, and
     only committed records are read."""
-    kafka = {"transactional": True, "transactional_id": f"gk-test-replay-{time.time_ns()}"}
+    kafka = {"transactional": True, "transactional_id_prefix": f"gk-test-replay-{time.time_ns()}"}
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, kafka=kafka) as p:
         await p.send("tx", HO)
         await p.collect(_n("tx", 1))  # read uncommitted: seen before its transaction commits

@@ -10,6 +10,10 @@ retries, trimming and commit order. The real broker's behaviour the worker depen
 - injectable trouble: ``fail_sends`` (the next N sends' batches fail with ``KafkaConnectionError``), ``hold_acks``
   (acknowledgements wait until released: a produce timeout), ``fail_commits`` (the next N commits fail);
 - transactions: records and offsets of a transaction become visible only when it commits; an abort drops both.
+  A producer started under a transactional id fences the one that had it (its open transaction dropped, its next
+  call raising ``ProducerFenced``), as the broker's transaction coordinator does;
+- ``rejoin()``: every partition revoked, then assigned again (the listener hears both), read from its committed
+  offset.
 
 ``events`` records, in order, every acknowledged record (``("ack", topic, partition, offset)``) and every commit
 (``("commit", topic, partition, offset)``), so a test can see that a commit never passes an unacknowledged record.
@@ -23,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError
+from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError, ProducerFenced
 
 
 @dataclass
@@ -57,6 +61,7 @@ class Cluster:
     fail_sends: int = 0
     fail_commits: int = 0
     hold_acks: asyncio.Event | None = None  # set: acknowledgements flow; unset: they wait
+    transactional: dict[str, FakeProducer] = field(default_factory=dict)  # transactional id -> its producer
     refused_batches: int = 0
 
     def create(self, topic: str, partitions: int = 1, max_message_bytes: int | None = None) -> None:
@@ -86,6 +91,8 @@ class FakeConsumer:
         self._assigned: set[TopicPartition] = set()
         self._paused: set[TopicPartition] = set()
         self._position: dict[TopicPartition, int] = {}
+        self.rejoins = 0
+        self._rejoining: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
         self._assigned = {TopicPartition(t, p) for t in self.topics for p in range(self.cluster.partitions[t])}
@@ -136,6 +143,27 @@ class FakeConsumer:
     def seek(self, partition: TopicPartition, offset: int) -> None:
         self._position[partition] = offset
 
+    async def seek_to_committed(self, *partitions: TopicPartition) -> dict[TopicPartition, int | None]:
+        got: dict[TopicPartition, int | None] = {}
+        for tp in partitions:
+            got[tp] = self.cluster.committed.get((tp.topic, tp.partition))
+            self._position[tp] = got[tp] or 0
+        return got
+
+    def rejoin(self) -> None:
+        self.rejoins += 1
+
+        async def again() -> None:
+            assigned = set(self._assigned)
+            if self.listener is not None:
+                await self.listener.on_partitions_revoked(assigned)
+            for tp in assigned:
+                self._position[tp] = self.cluster.committed.get((tp.topic, tp.partition), 0)
+            if self.listener is not None:
+                await self.listener.on_partitions_assigned(assigned)
+
+        self._rejoining = asyncio.ensure_future(again())
+
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None:
         if self.cluster.fail_commits > 0:
             self.cluster.fail_commits -= 1
@@ -146,11 +174,12 @@ class FakeConsumer:
 
 
 class FakeProducer:
-    def __init__(self, cluster: Cluster, transactional: bool) -> None:
+    def __init__(self, cluster: Cluster, transactional_id: str | None) -> None:
         self.cluster = cluster
-        self.transactional = transactional
+        self.transactional_id = transactional_id
         self.started = False
         self.stopped = False
+        self.fenced = False
         self._batches: dict[tuple[str, int], list[tuple[Any, asyncio.Future[Any]]]] = {}
         self._flush: asyncio.Handle | None = None
         self._txn: list[tuple[tuple[str, int], Any, asyncio.Future[Any]]] | None = None
@@ -158,6 +187,16 @@ class FakeProducer:
 
     async def start(self) -> None:
         self.started = True
+        if self.transactional_id is not None:
+            old = self.cluster.transactional.get(self.transactional_id)
+            if old is not None and old is not self:
+                old.fenced, old._txn = True, None
+            self.cluster.transactional[self.transactional_id] = self
+
+    def _check(self) -> None:
+        assert self.transactional_id is not None, "a transaction on an idempotent producer"
+        if self.fenced:
+            raise ProducerFenced()
 
     async def stop(self) -> None:
         self.stopped = True
@@ -175,6 +214,8 @@ class FakeProducer:
         headers: list[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]:
         assert self.started and not self.stopped, "send on a producer that is not running"
+        if self.fenced:
+            raise ProducerFenced()
         if partition is None:
             partition = (sum(key or b"") % self.cluster.partitions[topic]) if key else 0
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -189,6 +230,11 @@ class FakeProducer:
         if self.cluster.hold_acks is not None:
             await self.cluster.hold_acks.wait()
         for (topic, partition), items in batches.items():
+            if self.fenced:  # fenced while the records were on their way: the broker refuses them
+                for _, fut in items:
+                    if not fut.done():
+                        fut.set_exception(ProducerFenced())
+                continue
             if self.cluster.fail_sends > 0:
                 self.cluster.fail_sends -= 1
                 for _, fut in items:
@@ -214,14 +260,16 @@ class FakeProducer:
                 fut.set_result(RecordMetadata(topic, partition, offset))
 
     async def begin_transaction(self) -> None:
-        assert self.transactional
+        self._check()
         self._txn, self._txn_offsets = [], {}
 
     async def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, int], group_id: str) -> None:
+        self._check()
         assert self._txn is not None
         self._txn_offsets.update({(tp.topic, tp.partition): off for tp, off in offsets.items()})
 
     async def commit_transaction(self) -> None:
+        self._check()
         assert self._txn is not None
         if self.cluster.fail_commits > 0:
             self.cluster.fail_commits -= 1
@@ -236,6 +284,7 @@ class FakeProducer:
         self._txn = None
 
     async def abort_transaction(self) -> None:
+        self._check()
         self._txn = None
 
 
@@ -249,8 +298,8 @@ class FakeKafka:
     def consumer(self, topics: Iterable[str], listener: Any) -> FakeConsumer:
         return FakeConsumer(self.cluster, topics, listener)
 
-    def producer(self, *, max_batch_size: int | None = None, transactional: bool | None = None) -> FakeProducer:
-        producer = FakeProducer(self.cluster, bool(transactional))
+    def producer(self, *, max_batch_size: int | None = None, transactional_id: str | None = None) -> FakeProducer:
+        producer = FakeProducer(self.cluster, transactional_id)
         self.producers.append(producer)
         return producer
 

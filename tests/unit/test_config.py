@@ -83,6 +83,22 @@ def test_an_unknown_key_is_one_error_naming_it(tmp_path: Path) -> None:
     assert "Traceback" not in text and "pydantic" not in text.lower()
 
 
+def test_the_per_instance_transactional_id_of_earlier_releases_is_refused_with_what_replaced_it(
+    tmp_path: Path,
+) -> None:
+    """An id per instance cannot fence a zombie: the ids are per input partition now, alike on every instance."""
+    path = _write(tmp_path, "kafka:\n  transactional: true\n  transactional_id: gatekeeper-0\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    text = str(info.value)
+    assert "kafka" in text and "transactional_id is gone" in text and "transactional_id_prefix" in text
+    settings = Settings.model_validate({"kafka": {"transactional": True, "transactional_id_prefix": "gk"}})
+    from gatekeeper.consumers.kafka import transactional_id
+
+    assert transactional_id(settings.kafka, "agents.pay", 3) == "gk-agents.pay-3"
+    assert transactional_id(Settings().kafka, "agents.pay", 0) == "gatekeeper-agents.pay-0"
+
+
 def test_a_bad_value_names_its_key(tmp_path: Path) -> None:
     path = _write(tmp_path, "kafka:\n  max_batch: 0\nredis:\n  url: http://localhost\n")
     with pytest.raises(ConfigError) as info:

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from aiokafka.errors import KafkaConnectionError
 
 from gatekeeper.config import Settings
 from gatekeeper.consumers.loop import Gatekeeper
@@ -194,12 +195,85 @@ async def test_exactly_once_offsets_ride_in_the_transaction_and_an_aborted_one_i
     cluster = _cluster()
     cluster.fail_commits = 1  # the first commit_transaction times out: aborted, nothing visible
     send(cluster, "c1", HO, RB, AN, DN)
-    async with running(cluster, transactional=True, transactional_id="gk-0"):
+    async with running(cluster, transactional=True):
         await until(lambda: cluster.committed.get(("in", 0)) == 4)
     assert [r.value for r in cluster.records("out")] == [x.encode() for x in (HO, RB, AN, DN)]  # once each
     kinds = [k for k, *_ in cluster.events]
     assert kinds.index("commit") > max(i for i, k in enumerate(kinds) if k == "ack")  # offsets after the records
     assert_commits_follow_acks(cluster)
+
+
+async def test_exactly_once_each_input_partition_has_its_own_transactional_producer() -> None:
+    cluster = _cluster()
+    send(cluster, "c1", HO, RB, partition=0)
+    send(cluster, "c2", BAD, partition=1)
+    async with running(cluster, transactional=True, transactional_id_prefix="gk"):
+        await until(lambda: cluster.committed == {("in", 0): 2, ("in", 1): 1})
+        assert sorted(cluster.transactional) == ["gk-in-0", "gk-in-1"]
+    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert len(cluster.records("dlq")) == 1
+    assert_commits_follow_acks(cluster)
+
+
+async def test_a_zombie_fenced_mid_transaction_drops_that_partition_and_rejoins_nothing_twice() -> None:
+    """The partition's new owner starts a producer under the partition's transactional id while this instance's
+    transaction is in flight (the zombie's case): the transaction never becomes visible, the worker does not stop,
+    drops that partition's work and rejoins; the assignment that follows starts its producer again (which fences
+    the other), reads the partition again from its committed offset, and every line has one outcome."""
+    from tests.unit.fake_kafka import FakeProducer
+
+    cluster = _cluster()
+    send(cluster, "c1", HO, partition=0)
+    send(cluster, "c2", BAD, partition=1)
+    async with running(cluster, transactional=True) as gk:
+        await until(lambda: cluster.committed == {("in", 0): 1, ("in", 1): 1})
+        consumer = gk._consumer
+        assert consumer is not None
+        cluster.hold_acks = asyncio.Event()  # the next transactions stay in flight
+        send(cluster, "c1", RB, partition=0)
+        await until(lambda: gk._batch is not None and gk._batch.sends is not None)
+        other = FakeProducer(cluster, "gatekeeper-in-0")
+        await other.start()  # the new owner of in-0: this instance's producer of in-0 is fenced
+        cluster.hold_acks.set()
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+        assert consumer.rejoins == 1
+        assert other.fenced  # the assignment after the rejoin gave in-0 back, and its new producer fenced the other
+        send(cluster, "c2", BAD, partition=1)
+        await until(lambda: cluster.committed.get(("in", 1)) == 2)
+        assert gk._work is not None and not gk._work.done()
+    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]  # once each
+    assert [origin(r) for r in cluster.records("dlq")] == [(1, 0), (1, 1)]
+    assert_commits_follow_acks(cluster)
+
+
+async def test_a_partition_whose_producer_did_not_start_stays_paused_until_it_does() -> None:
+    """Nothing is read from a partition before its producer has fenced the previous owner: a start that fails
+    leaves the partition paused, and it is tried again between batches."""
+    from tests.unit import fake_kafka
+
+    cluster = _cluster()
+    send(cluster, "c1", HO, partition=0)
+    real_start = fake_kafka.FakeProducer.start
+    failing = {"left": 3}
+    seen: list[int] = []  # outcomes produced when each failed start was tried
+
+    async def flaky(self: fake_kafka.FakeProducer) -> None:
+        if self.transactional_id == "gatekeeper-in-0" and failing["left"] > 0:
+            failing["left"] -= 1
+            seen.append(decided(cluster))
+            raise KafkaConnectionError("init_transactions: connection refused (fake)")
+        await real_start(self)
+
+    fake_kafka.FakeProducer.start = flaky  # type: ignore[method-assign]
+    try:
+        async with running(cluster, transactional=True) as gk:
+            await until(lambda: cluster.committed.get(("in", 0)) == 1)
+            assert seen == [0, 0, 0]  # nothing read from in-0 before its producer started
+            await until(lambda: cluster.committed.get(("in", 0)) == 1)
+            assert gk._unopened == set()
+    finally:
+        fake_kafka.FakeProducer.start = real_start  # type: ignore[method-assign]
+    assert [r.value for r in cluster.records("out")] == [HO.encode()]
 
 
 async def test_a_signature_check_that_raises_refuses_the_line_and_the_worker_goes_on() -> None:
