@@ -1,0 +1,514 @@
+"""The three-broker scenario of the fault suite (issue 16, item 6): ``gatekeeper run`` on a three-node KRaft cluster
+on loopback (RF 3, ``min.insync.replicas=2``) while the leader of the output partition and the leader of input
+partition 0 are SIGKILLed mid-stream (each started again about 10 s later): nothing may be lost (and, exactly-once,
+nothing duplicated).
+
+    set -a; . .local/stack/stack.env; set +a    # Redis from GK_REDIS_URL (the cluster is the scenario's own)
+    .venv/bin/python bench/cluster.py --lines 5000
+    .venv/bin/python bench/cluster.py --lines 20000 --only exactly-once
+
+The cluster: three JVMs (``process.roles=broker,controller``, node ids 1-3, static ``controller.quorum.voters``)
+from the jars ``deploy/local/stack.sh`` caches (``~/.cache/rogerwilco-gatekeeper/kafka-<version>/libs``), on free
+loopback ports, all state in a temp dir deleted at the end. Java 17+ on the PATH.
+
+Each mode gets a cluster of its own (about 20 s to start on 2 cores). Lost and duplicated are counted as in
+``bench/faults.py`` (``Outcomes``: per input coordinate, from the ``gk.original.*`` headers); "lines sent" is the
+number of lines in the input topic (the stream's producer is idempotent, so that equals the acknowledged sends;
+a difference is noted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.client import AIOKafkaClient
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import e2e
+import faults
+from e2e import say, table, traffic
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE_DIR = Path(os.environ.get("GK_CACHE_DIR") or Path.home() / ".cache" / "rogerwilco-gatekeeper")
+NODES = (1, 2, 3)
+JVM = ["-Xms128m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true"]
+SCENARIO_TIMEOUT = 240.0  # seconds, the whole scenario of one mode (cluster start and stop included)
+
+
+def kafka_libs() -> Path:
+    pom = (ROOT / "deploy" / "local" / "kafka" / "pom.xml").read_text()
+    found = re.search(r"<kafka.version>(.*?)</kafka.version>", pom)
+    if found is None:
+        raise RuntimeError("no <kafka.version> in deploy/local/kafka/pom.xml")
+    libs = CACHE_DIR / f"kafka-{found.group(1)}" / "libs"
+    if not (libs / f"kafka_2.13-{found.group(1)}.jar").is_file():
+        raise RuntimeError(f"{libs} lacks the Kafka jars: run deploy/local/stack.sh start once to fetch them")
+    return libs
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+LOG4J = """<?xml version="1.0" encoding="UTF-8"?>
+<Configuration status="WARN">
+  <Appenders>
+    <File name="file" fileName="{log}" append="true"><PatternLayout pattern="[%d] %p %m (%c)%n"/></File>
+  </Appenders>
+  <Loggers>
+    <Logger name="kafka.request.logger" level="WARN"/>
+    <Logger name="state.change.logger" level="WARN"/>
+    <Logger name="org.apache.kafka.clients" level="WARN"/>
+    <Root level="INFO"><AppenderRef ref="file"/></Root>
+  </Loggers>
+</Configuration>
+"""
+
+
+class KraftCluster:
+    """Three Kafka nodes on 127.0.0.1, each broker and controller, static voters, RF 3 and ``min.insync.replicas=2``
+    by default. ``kill`` is a SIGKILL; ``restart`` starts the node again on its ports and data (no new format)."""
+
+    def __init__(self, *, start_timeout: float = 120.0) -> None:
+        self.libs = kafka_libs()
+        self.dir = Path(tempfile.mkdtemp(prefix="gk-cluster-"))
+        self.start_timeout = start_timeout
+        ports = free_ports(2 * len(NODES))
+        self.broker_port = {n: ports[i] for i, n in enumerate(NODES)}
+        self.controller_port = {n: ports[len(NODES) + i] for i, n in enumerate(NODES)}
+        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        for n in NODES:
+            self._write_config(n)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.broker_port[n]}" for n in NODES)
+
+    def _node_dir(self, node: int) -> Path:
+        return self.dir / f"node-{node}"
+
+    def _write_config(self, node: int) -> None:
+        d = self._node_dir(node)
+        (d / "data").mkdir(parents=True)
+        voters = ",".join(f"{n}@127.0.0.1:{self.controller_port[n]}" for n in NODES)
+        broker, controller = self.broker_port[node], self.controller_port[node]
+        props = {
+            "process.roles": "broker,controller",
+            "node.id": node,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{broker},CONTROLLER://127.0.0.1:{controller}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": d / "data",
+            "num.partitions": 1,
+            "default.replication.factor": 3,
+            "min.insync.replicas": 2,
+            "auto.create.topics.enable": "false",
+            "offsets.topic.replication.factor": 3,
+            "offsets.topic.num.partitions": 8,
+            "transaction.state.log.replication.factor": 3,
+            "transaction.state.log.min.isr": 2,
+            "transaction.state.log.num.partitions": 8,
+            "share.coordinator.state.topic.replication.factor": 3,
+            "share.coordinator.state.topic.min.isr": 2,
+            "share.coordinator.state.topic.num.partitions": 4,
+            "group.initial.rebalance.delay.ms": 0,
+            # a small machine (2 cores) runs three of these
+            "num.network.threads": 2,
+            "num.io.threads": 2,
+            "num.replica.fetchers": 1,
+            "background.threads": 2,
+            "num.recovery.threads.per.data.dir": 1,
+            "log.cleaner.threads": 1,
+            "log.cleaner.dedupe.buffer.size": 16 * 1024 * 1024,
+        }
+        (d / "server.properties").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        (d / "log4j2.xml").write_text(LOG4J.format(log=d / "kafka.log"))
+
+    def _java(self, node: int, *args: str, heap: bool = True) -> list[str]:
+        d = self._node_dir(node)
+        opts = JVM if heap else JVM[2:]
+        logs = [f"-Dlog4j2.configurationFile={d / 'log4j2.xml'}", f"-Dkafka.logs.dir={d}"]
+        return ["java", *opts, *logs, "-cp", f"{self.libs}/*", *args]
+
+    def _format(self, node: int) -> None:
+        d = self._node_dir(node)
+        cmd = self._java(
+            node,
+            "kafka.tools.StorageTool",
+            "format",
+            "-t",
+            self.cluster_id,
+            "-c",
+            str(d / "server.properties"),
+            heap=False,
+        )
+        with (d / "kafka.out").open("ab") as out:
+            rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, timeout=120).returncode
+        if rc != 0:
+            raise RuntimeError(f"formatting node {node} failed (exit {rc}): {(d / 'kafka.out').read_text()[-800:]}")
+
+    def _spawn(self, node: int) -> None:
+        d = self._node_dir(node)
+        cmd = self._java(node, "kafka.Kafka", str(d / "server.properties"))
+        with (d / "kafka.out").open("ab") as out:
+            # a process group of its own: ^C on the bench does not reach the JVMs mid-write; stop() ends them
+            self.procs[node] = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True
+            )
+
+    async def start(self) -> None:
+        """Format the three nodes' storage (same cluster id), start them, wait until each answers metadata."""
+        await asyncio.gather(*(asyncio.to_thread(self._format, n) for n in NODES))
+        for n in NODES:
+            self._spawn(n)
+        await asyncio.gather(*(self.wait_ready(n) for n in NODES))
+        # and until the cluster metadata names all three brokers
+        deadline = time.monotonic() + self.start_timeout
+        while len(await self.brokers()) < len(NODES):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster did not show {len(NODES)} brokers in {self.start_timeout:.0f} s")
+            await asyncio.sleep(0.5)
+
+    async def wait_ready(self, node: int, timeout: float | None = None) -> None:
+        """Until ``node`` answers a metadata request (stack.sh's probe, on a thread)."""
+        probe = [sys.executable, str(ROOT / "deploy" / "local" / "kafka_ready.py")]
+        probe += [f"127.0.0.1:{self.broker_port[node]}", str(int(timeout or self.start_timeout))]
+        probe.append(str(self.procs[node].pid))
+        rc = await asyncio.to_thread(subprocess.run, probe, timeout=(timeout or self.start_timeout) + 30)
+        if rc.returncode != 0:
+            log = self._node_dir(node) / "kafka.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.exists() else ""
+            raise RuntimeError(f"node {node} did not answer metadata (probe exit {rc.returncode}): {tail}")
+
+    async def _client(self) -> AIOKafkaClient:
+        client = AIOKafkaClient(bootstrap_servers=self.bootstrap, request_timeout_ms=5000, metadata_max_age_ms=1000)
+        await asyncio.wait_for(client.bootstrap(), 30)
+        return client
+
+    async def brokers(self) -> set[int]:
+        client = await self._client()
+        try:
+            await asyncio.wait_for(client.force_metadata_update(), 15)
+            return {b.nodeId for b in client.cluster.brokers()}
+        finally:
+            await client.close()
+
+    async def leader(self, topic: str, partition: int, timeout: float = 30.0) -> int:
+        """The node leading ``topic``-``partition`` (fresh metadata; waits while it has none)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            client = await self._client()
+            try:
+                await asyncio.wait_for(client.force_metadata_update(), 15)
+                leader = client.cluster.leader_for_partition(TopicPartition(topic, partition))
+            finally:
+                await client.close()
+            if leader is not None and leader >= 0:
+                return int(leader)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no leader for {topic}-{partition} in {timeout:.0f} s")
+            await asyncio.sleep(0.5)
+
+    async def create_topics(self, names: dict[str, str], input_partitions: int) -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap, request_timeout_ms=30000)
+        await admin.start()
+        try:
+            new = [NewTopic(t, input_partitions if k == "in" else 1, 3) for k, t in names.items()]
+            await admin.create_topics(new)
+        finally:
+            await admin.close()
+        for topic in names.values():  # every partition has a leader before traffic starts
+            for p in range(input_partitions if topic == names["in"] else 1):
+                await self.leader(topic, p)
+
+    def alive(self, node: int) -> bool:
+        proc = self.procs.get(node)
+        return proc is not None and proc.poll() is None
+
+    def kill(self, node: int) -> None:
+        proc = self.procs[node]
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+
+    async def restart(self, node: int, *, wait: bool = True) -> None:
+        if self.alive(node):
+            raise RuntimeError(f"node {node} is running")
+        self._spawn(node)
+        if wait:
+            await self.wait_ready(node)
+
+    def stop(self) -> None:
+        """SIGTERM all, up to 20 s, then SIGKILL; delete the dir."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        deadline = time.monotonic() + 20
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# ---------------------------------------------------------------- the scenario
+
+
+class Daemon(faults.Daemon):
+    """``faults.Daemon``, made to run whichever ``kafka`` keys this checkout's config takes: while bench/faults.py
+    still writes the refused ``kafka.transactional_id``, it is dropped before the process starts (a no-op once
+    faults.py writes no such key)."""
+
+    def start(self) -> None:
+        path = self.dir / "gk.yaml"
+        config: dict[str, Any] = yaml.safe_load(path.read_text())
+        if "transactional_id" in config.get("kafka", {}):
+            del config["kafka"]["transactional_id"]
+            path.write_text(yaml.safe_dump(config))
+        super().start()
+
+
+class Stream(faults.Stream):
+    """``faults.Stream`` with an idempotent producer: a send retried across a leader change writes its line once,
+    so the input topic holds exactly the lines acknowledged."""
+
+    async def _run(self) -> None:
+        producer = AIOKafkaProducer(
+            bootstrap_servers=e2e.BOOTSTRAP, acks="all", linger_ms=20, enable_idempotence=True, request_timeout_ms=60000
+        )
+        await producer.start()
+        try:
+            t0 = time.monotonic()
+            step = max(1, int(self.rate / 20))  # a slice every 50 ms
+            for start in range(0, len(self.lines), step):
+                delay = t0 + start / self.rate - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                futures = [await producer.send(self.topic, v, key=k) for k, v in self.lines[start : start + step]]
+                await asyncio.gather(*futures)
+                self.sent += len(futures)
+        finally:
+            await producer.stop()
+
+
+async def _input_lines(topic: str, partitions: int) -> int:
+    """The lines in the input topic (the sum of its partitions' end offsets)."""
+    reader = AIOKafkaConsumer(bootstrap_servers=e2e.BOOTSTRAP, request_timeout_ms=10000)
+    await reader.start()
+    try:
+        ends = await reader.end_offsets([TopicPartition(topic, p) for p in range(partitions)])
+    finally:
+        await reader.stop()
+    return sum(ends.values())
+
+
+async def _grow(outcomes: faults.Outcomes, timeout: float) -> bool:
+    """True once some outcome more arrived."""
+    before = outcomes.total
+    return await outcomes.wait(lambda o: o.total > before, timeout)
+
+
+async def scenario_cluster(env_dir: Path, n: int, seed: int, *, transactional: bool) -> faults.Result:
+    """The ``broker-leader`` scenario, one mode, on a cluster of its own, bounded by ``SCENARIO_TIMEOUT``."""
+    mode = faults._mode(transactional)
+    cluster = KraftCluster()
+    holder: dict[str, Any] = {}
+    t0 = time.monotonic()
+    try:
+        return await asyncio.wait_for(_run(cluster, env_dir, n, seed, transactional, holder), SCENARIO_TIMEOUT)
+    except Exception as exc:  # a failed or timed-out run is a FAIL row, with what is known
+        outcomes: faults.Outcomes | None = holder.get("outcomes_snapshot")
+        sent = holder.get("sent", 0)
+        covered = outcomes.covered if outcomes else 0
+        total = outcomes.total if outcomes else 0
+        what = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+        log = holder.get("daemon_log", "")
+        return faults.Result(
+            "broker-leader",
+            mode,
+            holder.get("faults", "-"),
+            max(sent, 1),
+            covered,
+            total,
+            time.monotonic() - t0,
+            [what[:300]],
+            f"daemon log: {log[-300:]!r}" if log else "",
+        )
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+async def _run(
+    cluster: KraftCluster, env_dir: Path, n: int, seed: int, transactional: bool, holder: dict[str, Any]
+) -> faults.Result:
+    mode = faults._mode(transactional)
+    name = f"cluster{'eos' if transactional else 'alo'}"
+    say(f"broker-leader ({mode}): starting a three-node KRaft cluster")
+    t_start = time.monotonic()
+    await cluster.start()
+    say(f"  cluster up in {time.monotonic() - t_start:.1f} s: {cluster.bootstrap}")
+    # faults' and e2e's helpers (Daemon, Outcomes, Stream, Env.topics) read the module global e2e.BOOTSTRAP when
+    # they are called: it points at the cluster for the whole scenario and is restored in the finally below.
+    saved = e2e.BOOTSTRAP
+    e2e.BOOTSTRAP = cluster.bootstrap
+    env = e2e.Env(faults.PARTITIONS)  # Redis from GK_REDIS_URL; its topics are made here with RF 3, not by env
+    shutil.rmtree(env.dir, ignore_errors=True)
+    env.dir = env_dir
+    daemon: Daemon | None = None
+    outcomes: faults.Outcomes | None = None
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        t = traffic(n, seed=seed, tag=name)
+        topics = {k: f"e2e-{env.run}-{name}.{k}" for k in ("in", "out", "dlq", "alerts")}
+        await cluster.create_topics(topics, faults.PARTITIONS)
+        prefix = env.prefix(name)
+        await env.load_records(prefix, t.records)
+        say(f"  {len(t.lines):,} lines; the output's leader and input partition 0's leader SIGKILLed mid-stream")
+        outcomes = faults.Outcomes(topics, committed=transactional)
+        holder["outcomes_snapshot"] = outcomes
+        await outcomes.start()
+        # the stream lasts about 40 s: the faults (two kills, a restart 10 s after each) fall inside it
+        stream = Stream(topics["in"], t.lines, rate=max(100.0, len(t.lines) / 40.0))
+        t0 = time.monotonic()
+        daemon = Daemon(env, name, topics, prefix, group=f"faults-{env.run}-{name}", transactional=transactional)
+        stream.start()
+        if not await outcomes.wait(lambda o: o.covered >= 0.3 * len(t.lines), timeout=90):
+            raise RuntimeError(f"no 30% of outcomes in 90 s ({outcomes.covered:,})")
+        out_leader = await cluster.leader(topics["out"], 0)
+        in_leader = await cluster.leader(topics["in"], 0)
+
+        async def restart_later(node: int) -> None:
+            await asyncio.sleep(10.0)
+            await cluster.restart(node)
+            say(f"  node {node} restarted, answers metadata ({stream.sent:,} sent, {outcomes.covered:,} answered)")
+
+        cluster.kill(out_leader)
+        killed = [f"out-0 (node {out_leader})"]
+        holder["faults"] = f"leader of {killed[0]} SIGKILLed"
+        say(
+            f"  SIGKILL node {out_leader}, leader of out-0 (and in-0: {in_leader == out_leader}); "
+            f"{stream.sent:,} sent, {outcomes.covered:,} answered"
+        )
+        tasks.append(asyncio.create_task(restart_later(out_leader)))
+        if in_leader == out_leader:
+            killed = [f"out-0 and in-0 (node {out_leader})"]
+        else:
+            if not await _grow(outcomes, timeout=60):
+                raise RuntimeError("no outcome in 60 s after the output leader's SIGKILL")
+            in_leader = await cluster.leader(topics["in"], 0)  # unchanged: it was not on the dead node
+            cluster.kill(in_leader)
+            killed.append(f"in-0 (node {in_leader})")
+            say(
+                f"  outcomes again; SIGKILL node {in_leader}, leader of in-0; "
+                f"{stream.sent:,} sent, {outcomes.covered:,} answered"
+            )
+            tasks.append(asyncio.create_task(restart_later(in_leader)))
+        faults_text = "leader of " + " and ".join(killed) + " SIGKILLed, restarted 10 s later"
+        holder["faults"] = faults_text
+        for task in tasks:
+            await task
+        try:
+            await stream.finish()
+        finally:
+            holder["sent"] = stream.sent
+        await outcomes.wait(lambda o: o.covered >= stream.sent, timeout=max(90.0, n / 200))
+        await asyncio.sleep(2.0)  # late duplicates show here
+        in_topic = await _input_lines(topics["in"], faults.PARTITIONS)
+        notes = f"leaders after: out-0 node {await cluster.leader(topics['out'], 0)}, in-0 node "
+        notes += f"{await cluster.leader(topics['in'], 0)}"
+        if in_topic != stream.sent:
+            notes += f"; input topic holds {in_topic:,} lines, {stream.sent:,} acknowledged"
+        if daemon.proc.poll() is not None:
+            notes += f"; the daemon exited {daemon.proc.returncode}"
+        seconds = time.monotonic() - t0
+        return faults.Result(
+            "broker-leader",
+            mode,
+            faults_text,
+            max(in_topic, stream.sent),
+            outcomes.covered,
+            outcomes.total,
+            seconds,
+            [],
+            notes,
+        )
+    finally:
+        for task in tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if daemon is not None:
+            await asyncio.to_thread(daemon.stop)
+            with contextlib.suppress(OSError):
+                holder["daemon_log"] = "".join(
+                    p.read_text(errors="replace") for p in sorted(daemon.dir.glob("process-*.log"))
+                )
+        if outcomes is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(outcomes.stop(), 20)
+        env.created = []  # the topics go with the cluster; env.close removes the Redis keys
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(env.close(), 30)
+        e2e.BOOTSTRAP = saved
+
+
+async def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lines", type=int, default=5000, help="lines of the stream (default 5,000)")
+    ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--only", choices=("at-least-once", "exactly-once"), help="one mode (default both)")
+    args = ap.parse_args()
+    # the clients' reconnect errors while a node is down are expected: not on the terminal
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    say(f"cluster: Redis {e2e.REDIS_URL}")
+    results: list[faults.Result] = []
+    env_dir = Path(tempfile.mkdtemp(prefix="gk-cluster-bench-"))
+    try:
+        for transactional in (False, True):
+            if args.only and args.only != faults._mode(transactional):
+                continue
+            results.append(await scenario_cluster(env_dir, args.lines, args.seed, transactional=transactional))
+    finally:
+        shutil.rmtree(env_dir, ignore_errors=True)
+    table(
+        "fault suite: three-broker cluster",
+        ["scenario", "mode", "faults injected", "lines sent", "lost", "duplicated", "seconds", "verdict", "notes"],
+        [r.row() for r in results],
+    )
+    return 0 if results and all(r.passed for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
