@@ -37,7 +37,6 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
@@ -286,20 +285,6 @@ class KraftCluster:
 # ---------------------------------------------------------------- the scenario
 
 
-class Daemon(faults.Daemon):
-    """``faults.Daemon``, made to run whichever ``kafka`` keys this checkout's config takes: while bench/faults.py
-    still writes the refused ``kafka.transactional_id``, it is dropped before the process starts (a no-op once
-    faults.py writes no such key)."""
-
-    def start(self) -> None:
-        path = self.dir / "gk.yaml"
-        config: dict[str, Any] = yaml.safe_load(path.read_text())
-        if "transactional_id" in config.get("kafka", {}):
-            del config["kafka"]["transactional_id"]
-            path.write_text(yaml.safe_dump(config))
-        super().start()
-
-
 class Stream(faults.Stream):
     """``faults.Stream`` with an idempotent producer: a send retried across a leader change writes its line once,
     so the input topic holds exactly the lines acknowledged."""
@@ -386,7 +371,7 @@ async def _run(
     env = e2e.Env(faults.PARTITIONS)  # Redis from GK_REDIS_URL; its topics are made here with RF 3, not by env
     shutil.rmtree(env.dir, ignore_errors=True)
     env.dir = env_dir
-    daemon: Daemon | None = None
+    daemon: faults.Daemon | None = None
     outcomes: faults.Outcomes | None = None
     tasks: list[asyncio.Task[None]] = []
     try:
@@ -402,7 +387,7 @@ async def _run(
         # the stream lasts about 40 s: the faults (two kills, a restart 10 s after each) fall inside it
         stream = Stream(topics["in"], t.lines, rate=max(100.0, len(t.lines) / 40.0))
         t0 = time.monotonic()
-        daemon = Daemon(env, name, topics, prefix, group=f"faults-{env.run}-{name}", transactional=transactional)
+        daemon = faults.Daemon(env, name, topics, prefix, group=f"faults-{env.run}-{name}", transactional=transactional)
         stream.start()
         if not await outcomes.wait(lambda o: o.covered >= 0.3 * len(t.lines), timeout=90):
             raise RuntimeError(f"no 30% of outcomes in 90 s ({outcomes.covered:,})")
@@ -425,8 +410,15 @@ async def _run(
         if in_leader == out_leader:
             killed = [f"out-0 and in-0 (node {out_leader})"]
         else:
+            # progress again: out-0 has a new leader and outcomes arrive after that (not just the dead-letter
+            # partition's, or what was in flight)
+            deadline = time.monotonic() + 60
+            while await cluster.leader(topics["out"], 0) == out_leader:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"out-0 still led by the dead node {out_leader} after 60 s")
+                await asyncio.sleep(0.5)
             if not await _grow(outcomes, timeout=60):
-                raise RuntimeError("no outcome in 60 s after the output leader's SIGKILL")
+                raise RuntimeError("no outcome in 60 s after out-0's new leader")
             in_leader = await cluster.leader(topics["in"], 0)  # unchanged: it was not on the dead node
             cluster.kill(in_leader)
             killed.append(f"in-0 (node {in_leader})")
