@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import os
 import re
@@ -34,6 +35,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -319,6 +321,26 @@ async def _input_lines(topic: str, partitions: int) -> int:
     return sum(ends.values())
 
 
+def _log_summary(daemon: faults.Daemon) -> str:
+    """The daemon's warnings and errors (JSON log lines on stderr): counts and the most frequent messages."""
+    levels: Counter[str] = Counter()
+    messages: Counter[str] = Counter()
+    for path in sorted(daemon.dir.glob("process-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            level = str(rec.get("level", "")) if isinstance(rec, dict) else ""
+            if level in ("warning", "error", "critical"):
+                levels[level] += 1
+                messages[str(rec.get("msg") or rec.get("message") or "?")[:60]] += 1
+    if not levels:
+        return "daemon log: no warning"
+    top = "; ".join(f"{m!r} x{c}" for m, c in messages.most_common(3))
+    return f"daemon log: {levels['warning']} warnings, {levels['error'] + levels['critical']} errors ({top})"
+
+
 async def _grow(outcomes: faults.Outcomes, timeout: float) -> bool:
     """True once some outcome more arrived."""
     before = outcomes.total
@@ -444,6 +466,7 @@ async def _run(
             notes += f"; input topic holds {in_topic:,} lines, {stream.sent:,} acknowledged"
         if daemon.proc.poll() is not None:
             notes += f"; the daemon exited {daemon.proc.returncode}"
+        notes += f"; {_log_summary(daemon)}"
         seconds = time.monotonic() - t0
         return faults.Result(
             "broker-leader",
