@@ -85,8 +85,8 @@ class Daemon(e2e.Process):
             "session_timeout_ms": 6000,
             "request_timeout_ms": 10000,
         }
-        if transactional:
-            kafka |= {"transactional": True, "transactional_id": f"{group}-{name}"}
+        if transactional:  # the transactional ids are per input partition, alike on every instance of the group
+            kafka |= {"transactional": True}
         config = e2e.gatekeeper_config(topics, prefix, kafka, redis_url=redis_url) | {"grace_seconds": 5}
         self.dir = env.dir / f"{name}-{uuid.uuid4().hex[:6]}"
         self.dir.mkdir()
@@ -106,6 +106,12 @@ class Daemon(e2e.Process):
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+
+    def freeze(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
 
 
 # ---------------------------------------------------------------- outcomes
@@ -532,9 +538,77 @@ async def scenario_rebalance(env: Env, n: int, seed: int) -> Result:
     )
 
 
+ZOMBIE_PAUSE = 16.0  # seconds an instance is frozen: well past its 6 s session timeout
+
+
+async def scenario_zombie(env: Env, n: int, transactional: bool, seed: int, cycles: int) -> Result:
+    """Two instances in one group; one is frozen (SIGSTOP) mid-stream past its session timeout, so the group gives
+    its partitions to the other, then thawed (SIGCONT): it wakes up believing it still holds them, maybe with a batch
+    in flight (the stream is fast, so it usually is: at-least-once, what it then produces late is duplicated).
+    Exactly-once: the new owner's producers fenced it, so nothing it commits late becomes visible to a
+    ``read_committed`` reader (0 duplicates); it drops that work and rejoins, and must still be running. ``cycles``
+    freezes, each once the stream has moved on."""
+    mode = _mode(transactional)
+    name = f"zombie{'eos' if transactional else 'alo'}"
+    t, topics, prefix = await _prepare(env, name, n, seed)
+    say(f"zombie ({mode}): {len(t.lines):,} lines, an instance frozen {ZOMBIE_PAUSE:g} s then thawed, {cycles}x")
+    outcomes = Outcomes(topics, committed=transactional)
+    await outcomes.start()
+    # fast enough that the frozen instance is usually mid-batch, slow enough to last the freezes
+    rate = min(1500.0, max(200.0, len(t.lines) / (cycles * (ZOMBIE_PAUSE + 12.0) + 10.0)))
+    stream = Stream(topics["in"], t.lines, rate=rate)
+    group = f"faults-{env.run}-{name}"
+    zombie = Daemon(env, f"{name}-a", topics, prefix, group=group, transactional=transactional)
+    other = Daemon(env, f"{name}-b", topics, prefix, group=group, transactional=transactional)
+    t0 = time.monotonic()
+    checks: list[str] = []
+    taken_over = 0
+    done = 0
+    notes = ""
+    try:
+        await asyncio.to_thread(zombie.metrics_url, 60.0)
+        await asyncio.to_thread(other.metrics_url, 60.0)
+        stream.start()
+        for _ in range(cycles):
+            if not await _progress(outcomes, zombie, timeout=60.0):
+                break
+            await asyncio.sleep(5.0)  # both hold partitions again
+            zombie.freeze()
+            frozen_at = outcomes.total
+            await asyncio.sleep(ZOMBIE_PAUSE)
+            taken_over += outcomes.total - frozen_at
+            zombie.thaw()
+            done += 1
+            say(f"  freeze {done}/{cycles}: {stream.sent:,} sent, {outcomes.covered:,} answered")
+            await asyncio.sleep(6.0)  # it wakes up, is refused, rejoins
+        await _catch_up(outcomes, stream, timeout=max(120.0, n / 150))
+        for d in (zombie, other):
+            if d.proc.poll() is not None:
+                checks.append(f"{d.dir.name} exited {d.proc.returncode}")
+        fenced = zombie.log.read_text(errors="replace").count("fenced or broken")
+        notes = f"{taken_over:,} outcomes by the other while frozen; the thawed one logged {fenced} fence(s)"
+    finally:
+        zombie.thaw()
+        zombie.stop()
+        other.stop()
+        seconds = time.monotonic() - t0
+        await outcomes.stop()
+    return Result(
+        "zombie",
+        mode,
+        f"{done}x SIGSTOP {ZOMBIE_PAUSE:g} s (session 6 s), SIGCONT",
+        stream.sent,
+        outcomes.covered,
+        outcomes.total,
+        seconds,
+        checks,
+        notes,
+    )
+
+
 # ---------------------------------------------------------------- main
 
-SCENARIOS = ("sigkill", "redis-pause", "redis-restart", "rebalance")
+SCENARIOS = ("sigkill", "redis-pause", "redis-restart", "rebalance", "zombie")
 
 
 async def main() -> int:
@@ -543,11 +617,14 @@ async def main() -> int:
     ap.add_argument("--kills", type=int, default=20, help="SIGKILLs per mode (default 20)")
     ap.add_argument("--other-lines", type=int, help="lines of the Redis and rebalance scenarios (default lines / 5)")
     ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS))
+    ap.add_argument("--freezes", type=int, default=3, help="SIGSTOP/SIGCONT cycles of the zombie scenario (default 3)")
     ap.add_argument("--seed", type=int, default=16)
+    ap.add_argument("--zombie-mode", choices=("both", "alo", "eos"), default="both", help=argparse.SUPPRESS)
+    ap.add_argument("--keep", action="store_true", help="keep the daemons' configs and logs (their folder is printed)")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes and two kills (under about two minutes)")
     args = ap.parse_args()
     if args.smoke:
-        args.lines, args.kills, args.other_lines = 3000, 2, 2000
+        args.lines, args.kills, args.other_lines, args.freezes = 3000, 2, 2000, 1
     other = args.other_lines or max(1000, args.lines // 5)
     only = set(args.only.split(","))
     unknown = only - set(SCENARIOS)
@@ -568,9 +645,15 @@ async def main() -> int:
                     results.append(await scenario_redis(env, kind, t.lines, t.records, base))
         if "rebalance" in only:
             results.append(await scenario_rebalance(env, other, args.seed + 2))
+        if "zombie" in only:
+            for transactional in (False, True) if args.zombie_mode == "both" else (args.zombie_mode == "eos",):
+                results.append(await scenario_zombie(env, other, transactional, args.seed + 3, args.freezes))
     finally:
         await env.close()
-        shutil.rmtree(env.dir, ignore_errors=True)
+        if args.keep:
+            say(f"the daemons' configs and logs: {env.dir}")
+        else:
+            shutil.rmtree(env.dir, ignore_errors=True)
     table(
         "fault suite",
         ["scenario", "mode", "faults injected", "lines sent", "lost", "duplicated", "seconds", "verdict", "notes"],

@@ -106,12 +106,18 @@ class Batch:
     held: list[tuple[Pending, str | None]] = field(default_factory=list)
     done: list[tuple[Pending, Decision]] = field(default_factory=list)
     attempts: int = 0
+    generation: int = 0  # exactly-once: the worker's open-generation when its lines were read (see the loop)
 
     def only(self, partitions: Collection[TP]) -> Batch:
         """The part of the batch read from these input partitions, as far as it got (its decisions, records and
         holds): in exactly-once mode each partition's transaction ends on its own."""
         keep = [i for i, p in enumerate(self.lines) if p.tp in partitions]
-        part = Batch([self.lines[i] for i in keep], decided_routes=set(self.decided_routes), attempts=self.attempts)
+        part = Batch(
+            [self.lines[i] for i in keep],
+            decided_routes=set(self.decided_routes),
+            attempts=self.attempts,
+            generation=self.generation,
+        )
         part.decisions = {n: self.decisions[i] for n, i in enumerate(keep) if i in self.decisions}
         if self.sends is not None:
             part.sends = [s for s in self.sends if (s.outcome.source.topic, s.outcome.source.partition) in partitions]

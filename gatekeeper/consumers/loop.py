@@ -227,6 +227,11 @@ class Gatekeeper:
         # (retried between batches), or broken (fenced: started again only at the next assignment, after a rejoin)
         self._unopened: set[TP] = set()
         self._broken_partitions: set[TP] = set()
+        # exactly-once: lines read before their partition's producer started and its offset was read again may come
+        # from a stale offset (the fenced owner's last transaction may have moved it): a batch read before that
+        # open-generation drops them (they are read again)
+        self._generation = 0
+        self._reopened: dict[TP, int] = {}
         self._settled = False  # the generation marker checked at startup: owner epochs may be taken (they mark history)
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
@@ -462,7 +467,7 @@ class Gatekeeper:
                 now = self._clock()
                 lines = self._holds.plan(take_in(records, self._conversation_headers, self._watermarks, now), now)
                 if lines:
-                    self._batch = Batch(lines)
+                    self._batch = Batch(lines, generation=self._generation)
                     await self._attempt()
                 elif records or self._holds:
                     self._gauge_held()
@@ -496,6 +501,12 @@ class Gatekeeper:
             b = self._batch
             if b is None:
                 return
+            stale = {p.tp for p in b.lines if self._reopened.get(p.tp, 0) > b.generation}
+            if stale:  # read before the partition was opened again: read again from its committed offset
+                b = b.only({p.tp for p in b.lines} - stale)
+                self._batch = b if b.lines else None
+                if self._batch is None:
+                    return
             b.attempts += 1
             try:
                 await self._take_epochs()
@@ -662,7 +673,15 @@ class Gatekeeper:
             self._broken_partitions -= self._assigned
             self._unopened = self._assigned - self._sender.opened
             self._apply_pauses()  # none read before its producer fenced the old owner and its offset was read again
-            await self._open_partitions(timeout=self.settings.kafka.request_timeout_ms / 1000)
+            try:  # no batch meanwhile: a batch's lines read before the open are dropped by it (generation)
+                await asyncio.wait_for(self._lock.acquire(), timeout=max(1.0, self.settings.grace_seconds))
+            except TimeoutError:
+                log.warning("partitions assigned while a batch is stuck: their producers are started later")
+            else:
+                try:
+                    await self._open_partitions(timeout=self.settings.kafka.request_timeout_ms / 1000)
+                finally:
+                    self._lock.release()
         self._health.joined = True
         self.metrics.assigned.set(len(self._assigned))
         if tps:
@@ -673,7 +692,8 @@ class Gatekeeper:
         """Exactly-once: start the transactional producer of each assigned partition that has none (this fences
         the partition's previous owner: its open transaction is aborted, its producer refused from then on), then
         read the partition again from its committed offset, which the fenced owner can no longer move; then it is
-        resumed. What does not get there within ``timeout`` stays paused and is tried again between batches."""
+        resumed. What does not get there within ``timeout`` stays paused and is tried again between batches. The
+        caller holds the batch lock."""
         todo = sorted(self._unopened & self._assigned)
         if not todo or self._consumer is None:
             return
@@ -686,6 +706,9 @@ class Gatekeeper:
                 )
                 self._watermarks.forget(ready)
                 self._unopened -= set(ready)
+                self._generation += 1
+                for tp in ready:
+                    self._reopened[tp] = self._generation
                 log.info("transactional producers started", extra={"partitions": len(ready)})
         except (KafkaError, TimeoutError) as exc:
             self.metrics.kafka_errors.labels(operation="transaction").inc()
@@ -905,7 +928,8 @@ class Gatekeeper:
         the services now and then, refresh the lag gauges."""
         await self._commit()
         if self._unopened:
-            await self._open_partitions(timeout=KAFKA_PROBE_TIMEOUT)
+            async with self._lock:
+                await self._open_partitions(timeout=KAFKA_PROBE_TIMEOUT)
         wall = self._clock()
         for name, rt in self._routes.items():
             if rt.breaker.open:

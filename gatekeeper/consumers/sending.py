@@ -159,6 +159,7 @@ class OutcomeSender:
         self.timeout = settings.request_timeout_ms / 1000
         self._producer: Producer | None = None
         self._transactional: dict[TP, Producer] = {}  # exactly-once: each held input partition's own producer
+        self._opening = asyncio.Lock()  # one open at a time: two producers of one id would fence each other
 
     # ------------------------------------------------------------------------------------------------ lifecycle
 
@@ -217,7 +218,11 @@ class OutcomeSender:
         """Start the transactional producer of each input partition that has none (concurrently; each start
         fences that partition's previous owner and waits for its open transaction to end). Returns the
         partitions that have one now; a start that fails is logged and left for a later call."""
-        todo = sorted(set(partitions) - set(self._transactional))
+        async with self._opening:
+            return await self._open(set(partitions))
+
+    async def _open(self, partitions: set[TP]) -> set[TP]:
+        todo = sorted(partitions - set(self._transactional))
 
         async def one(tp: TP) -> None:
             topic, partition = tp
