@@ -4,7 +4,7 @@ must still get an outcome.
     .venv/bin/python bench/faults.py                      # 20 SIGKILLs over 100,000 lines, each mode, then the rest
     .venv/bin/python bench/faults.py --kills 5 --lines 20000
     .venv/bin/python bench/faults.py --only sigkill,redis-pause,redis-restart,rebalance
-    .venv/bin/python bench/faults.py --smoke              # tiny sizes, two kills: under about two minutes
+    .venv/bin/python bench/faults.py --smoke              # tiny sizes, two kills, one freeze: about five minutes
 
 Kafka and Redis come from the environment (``GK_KAFKA_BOOTSTRAP``, ``GK_REDIS_URL``: ``deploy/local/stack.sh env``);
 ``make test-faults`` runs it on a stack of its own. The helpers (topics, traffic, producing, the daemon as a
@@ -20,6 +20,13 @@ subprocess, the table) are ``bench/e2e.py``'s. Scenarios, each on topics and a k
   Both Redis scenarios: the dead-letter reasons must equal those of a run of the same traffic without the fault,
   ``/readyz`` must turn 503 during the fault and 200 after it, and the stream must be caught up by itself.
 - ``rebalance``: a second instance joins the group mid-stream, then leaves (SIGTERM).
+- ``zombie``: two instances; one is frozen (SIGSTOP) for 16 s, past its 6 s session timeout, mid-stream, then
+  thawed (SIGCONT), ``--freezes`` times; each mode. It wakes up believing it holds its partitions, often with a
+  batch in flight: at-least-once, what it then writes is duplicated (counted); exactly-once, its producers were
+  fenced by the new owner's, so nothing of it is visible to a ``read_committed`` reader, and it must not exit.
+- ``broker-leader``: a three-broker KRaft cluster of the scenario's own (``bench/cluster.py``, RF 3,
+  ``min.insync.replicas=2``); the leaders of the output partition and of input partition 0 SIGKILLed mid-stream
+  and started again 10 s later; each mode.
 
 Lost = lines sent - input coordinates with at least one outcome (``gk.original.partition``/``gk.original.offset``
 on the output and dead-letter topics); duplicated = outcomes beyond one per coordinate. A scenario passes when
@@ -608,7 +615,7 @@ async def scenario_zombie(env: Env, n: int, transactional: bool, seed: int, cycl
 
 # ---------------------------------------------------------------- main
 
-SCENARIOS = ("sigkill", "redis-pause", "redis-restart", "rebalance", "zombie")
+SCENARIOS = ("sigkill", "redis-pause", "redis-restart", "rebalance", "zombie", "broker-leader")
 
 
 async def main() -> int:
@@ -648,6 +655,11 @@ async def main() -> int:
         if "zombie" in only:
             for transactional in (False, True) if args.zombie_mode == "both" else (args.zombie_mode == "eos",):
                 results.append(await scenario_zombie(env, other, transactional, args.seed + 3, args.freezes))
+        if "broker-leader" in only:  # a three-broker cluster of its own (bench/cluster.py)
+            import cluster
+
+            for eos in (False, True):
+                results.append(await cluster.scenario_cluster(env.dir, other, args.seed + 4, transactional=eos))
     finally:
         await env.close()
         if args.keep:
