@@ -130,6 +130,13 @@ class RedisSettings(_Strict):
     password: SecretStr | None = None
     tls: bool = False
     tls_ca_file: Path | None = None
+    cluster: bool = Field(
+        False,
+        description="a Redis Cluster: url names one of its nodes (a seed; the client discovers the others and "
+        "follows the slots), with the same credentials and TLS; every key of a conversation, of an item's records "
+        "or of a partition's lifecycle indexes shares one hash slot, and each batch is sent as one pipeline per "
+        "node, in parallel; a redis:// or rediss:// url (database 0)",
+    )
     key_prefix: str = Field("gk", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     retention_seconds: int = Field(7 * 86400, ge=60, description="how long a closed conversation's state is kept")
     open_retention_seconds: int = Field(

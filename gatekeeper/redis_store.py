@@ -78,6 +78,7 @@ infrastructure trouble is never a bad line.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -87,7 +88,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from redis import exceptions as redis_exc
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 
 from gatekeeper.config import ConfigError, RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
@@ -272,8 +273,9 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 return 1
 """
 
-#: The errors of redis-py that mean "the store is not usable right now" (connection, timeout, server answers).
-_REDIS_ERRORS: tuple[type[BaseException], ...] = (redis_exc.RedisError, OSError)
+#: The errors of redis-py that mean "the store is not usable right now" (connection, timeout, server answers; a
+#: cluster client's own errors, e.g. no node reachable, derive from RedisClusterException, not RedisError).
+_REDIS_ERRORS: tuple[type[BaseException], ...] = (redis_exc.RedisError, redis_exc.RedisClusterException, OSError)
 
 
 def escape_tag(value: str) -> str:
@@ -376,11 +378,11 @@ class Keys:
         return f"{self.prefix}:cancel:{{{self.route_tag(route)}/{escape_tag(conversation)}}}:{ho}"
 
 
-def client_from_settings(
-    settings: RedisSettings, *, socket_timeout: float = 10.0, connect_timeout: float = 5.0
-) -> Redis:
+def client_from_settings(settings: RedisSettings, *, socket_timeout: float = 10.0, connect_timeout: float = 5.0) -> Any:
     """A redis-py asyncio client for ``settings``: credentials from the settings (the password stays a SecretStr
-    until here), TLS when ``tls`` is set or the URL is ``rediss://``."""
+    until here), TLS when ``tls`` is set or the URL is ``rediss://``. With ``cluster`` set, a
+    ``redis.asyncio.RedisCluster`` seeded by the URL's node (it discovers the others on its first command), with
+    the same options."""
     url = settings.url
     kwargs: dict[str, Any] = {
         "socket_timeout": socket_timeout,
@@ -399,9 +401,16 @@ def client_from_settings(
             url = "rediss://" + url[len("redis://") :]
         if settings.tls_ca_file is not None:
             kwargs["ssl_ca_certs"] = str(settings.tls_ca_file)
+    if settings.cluster:
+        if url.startswith("unix://"):
+            raise ConfigError("redis.cluster: a Redis Cluster is reached over TCP: a redis:// or rediss:// url")
+        if urlsplit(url).path.strip("/") not in ("", "0"):
+            raise ConfigError("redis.cluster: a Redis Cluster has only database 0 (the url's path must be /0)")
     try:
+        if settings.cluster:
+            return RedisCluster.from_url(url, **kwargs)
         return Redis.from_url(url, **kwargs)
-    except ValueError as exc:
+    except (ValueError, redis_exc.RedisClusterException) as exc:
         raise ConfigError(f"redis.url: {exc}") from None
 
 
@@ -415,6 +424,7 @@ class RedisStore:
         self.keys = Keys(settings.key_prefix)
         self._owns_client = client is None
         self._redis: Any = client if client is not None else client_from_settings(settings)
+        self._cluster = isinstance(self._redis, RedisCluster)
         self._cas = self._redis.register_script(_CAS)
         self._load = self._redis.register_script(_LOAD)
         self._save = self._redis.register_script(_SAVE)
@@ -554,6 +564,15 @@ class RedisStore:
         """True when Redis answers (readiness). Raises ``StoreError`` otherwise, ``DataLost`` when the generation
         marker is not the one this store started on."""
         try:
+            if self._cluster:
+                # PING has no key: a cluster pipeline refuses it. Every master is pinged, and the marker read from
+                # its node, side by side (one round trip's time)
+                pings = self._redis.ping(target_nodes=RedisCluster.PRIMARIES)
+                if self._generation is None:
+                    return bool(await pings)
+                pong, raw = await asyncio.gather(pings, self._redis.get(self.keys.generation()))
+                self._check_generation(raw)
+                return bool(pong)
             if self._generation is None:
                 return bool(await self._redis.ping())
             pipe = self._redis.pipeline(transaction=False)
@@ -592,7 +611,7 @@ class RedisStore:
             for conv in convs:
                 ids = wants[conv]
                 args = ["*"] if ids is None else sorted(ids)
-                pipe.evalsha(self._load.sha, 2, self.keys.state(route, conv), self.keys.conv(route, conv), *args)
+                _evalsha(pipe, self._load.sha, 2, self.keys.state(route, conv), self.keys.conv(route, conv), *args)
             for k in rkeys:
                 pipe.get(self.keys.record(k))
             for k in rkeys:
@@ -660,7 +679,7 @@ class RedisStore:
         def queue(pipe: Any) -> None:
             fenced_at[:] = self._queue_index(pipe, route, deadlines, fences)[1]
             for keys, args in calls:
-                pipe.evalsha(self._save.sha, 3, *keys, *args)
+                _evalsha(pipe, self._save.sha, 3, *keys, *args)
 
         results = await self._scripted("save", queue, [(self._save, _SAVE), (self._index, _INDEX)])
         refused = [c for c, r in zip(convs, results[len(results) - len(convs) :], strict=True) if int(r) == 0]
@@ -700,7 +719,7 @@ class RedisStore:
                 args: list[Any] = [min(epochs)]
                 for triple in ops:
                     args += triple
-                pipe.evalsha(self._index.sha, 4, self.keys.lifecycle("epoch", route, partition), *keys, *args)
+                _evalsha(pipe, self._index.sha, 4, self.keys.lifecycle("epoch", route, partition), *keys, *args)
                 fenced.append(queued)
                 queued += 1
                 continue
@@ -839,7 +858,7 @@ class RedisStore:
             if checked:  # first on the connection, as in _scripted
                 pipe.get(self.keys.generation())
             for ch in pending:
-                pipe.evalsha(self._cas.sha, 1, self.keys.binding(ch.key), *_cas_args(ch))
+                _evalsha(pipe, self._cas.sha, 1, self.keys.binding(ch.key), *_cas_args(ch))
             self._trip("claim")
             try:
                 results = await pipe.execute(raise_on_error=False)
@@ -939,6 +958,13 @@ class RedisStore:
             return Record.from_dict(json.loads(raw))
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"redis {self._where}: the record at {key} cannot be read: {exc}") from exc
+
+
+def _evalsha(pipe: Any, sha: str, numkeys: int, *keys_and_args: Any) -> None:
+    """Queue an ``EVALSHA`` on a pipeline. The raw command, because redis-py's cluster pipeline blocks its
+    ``evalsha`` method (redis-py issue #2914; the command itself is routed by its keys, which must share a slot:
+    ours do). On a single Redis this is exactly what ``Pipeline.evalsha`` queues."""
+    pipe.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
 
 
 def _finite(t: float) -> float | str:

@@ -6,9 +6,10 @@ Fixtures
     ``topic_factory`` (function, async)     ``await topic_factory(partitions=1, config=None) -> name``: a new,
                                             uniquely named topic whose partitions all have a leader; the
                                             topics a test created are deleted after it
-    ``redis_client`` (function)             a ``redis.asyncio.Redis`` on ``redis_url``; every key that appeared
-                                            during the test is deleted after it (keys that existed before are
-                                            kept, so a shared database is not flushed)
+    ``redis_client`` (function)             a ``redis.asyncio.Redis`` on ``redis_url`` (a ``RedisCluster`` on a
+                                            cluster: see below); every key that appeared during the test is
+                                            deleted after it (keys that existed before are kept, so a shared
+                                            database is not flushed)
     ``redis_namespace`` (function, str)     a unique key prefix for the test, ``gk-test:<hex>:``
 
 Where the services come from, first match wins:
@@ -22,6 +23,22 @@ Where the services come from, first match wins:
     3. the project's local stack: ``deploy/local/stack.sh start`` (left running for the next run; stop it with
        ``deploy/local/stack.sh stop``);
     otherwise the test errors with a message naming the three ways.
+
+A Redis Cluster: ``GK_TEST_REDIS_CLUSTER_URL=redis://host:port/0`` (one node of the cluster, a seed; e.g. from
+``eval "$(deploy/local/redis_cluster.sh start)"``, three masters on loopback) makes the Redis-facing tests use it:
+    - ``redis_url`` returns it (it beats ``GK_TEST_REDIS_URL`` / ``GK_REDIS_URL``), after checking that the node
+      answers ``cluster_state:ok``; a cluster that does not answer fails the test (it never falls back to the
+      single Redis, and nothing skips);
+    - ``redis_client`` is a ``redis.asyncio.RedisCluster``; the keys that appeared during the test are found by a
+      SCAN of every master and deleted;
+    - every store the tests build is a cluster store, without a change to the tests: when this plugin is imported,
+      ``redis.cluster``'s default becomes true for the whole session (``RedisSettings``, and ``Settings`` through
+      it, are rebuilt with that default, so ``RedisSettings(url=redis_url, ...)`` in a test builds a cluster
+      client), and ``GK_REDIS__CLUSTER=true`` is exported, so that ``load_settings`` and every ``gatekeeper``
+      subprocess a test starts read it too.
+    Meant for the Redis-facing integration files (tests/integration/test_redis_store.py, test_lifecycle_store.py,
+    test_pipeline.py, test_lifecycle.py, test_no_loss.py), one file at a time; unit tests that build a
+    ``RedisSettings`` and expect ``cluster: false`` do not belong in such a run.
 
 Integration tests never skip: a test that uses these fixtures is marked ``integration``, and an integration
 test that reports "skipped" is turned into a failure.
@@ -55,6 +72,27 @@ KAFKA_PROBE = REPO / "deploy" / "local" / "kafka_ready.py"
 CLI_ENV = ("GK_KAFKA__BOOTSTRAP_SERVERS", "GK_REDIS__URL")
 for _name in CLI_ENV:
     os.environ.pop(_name, None)
+
+CLUSTER_ENV = "GK_TEST_REDIS_CLUSTER_URL"
+
+
+def _cluster_url() -> str | None:
+    return os.environ.get(CLUSTER_ENV, "").strip() or None
+
+
+def _use_cluster_by_default() -> None:
+    """``redis.cluster`` defaults to true for this session (see the module docstring)."""
+    from gatekeeper import config
+
+    config.RedisSettings.model_fields["cluster"].default = True
+    config.RedisSettings.model_rebuild(force=True)
+    config.Settings.model_fields["redis"].default = config.RedisSettings()
+    config.Settings.model_rebuild(force=True)
+    os.environ["GK_REDIS__CLUSTER"] = "true"
+
+
+if _cluster_url() is not None:
+    _use_cluster_by_default()
 
 SERVICE_FIXTURES = frozenset({"kafka_bootstrap", "redis_url", "topic_factory", "redis_client", "_gk_services"})
 
@@ -132,6 +170,18 @@ class _Services:
         return env if env else self._fallback()["kafka"]
 
     def redis(self) -> str:
+        cluster = _cluster_url()
+        if cluster is not None:
+            try:
+                _wait_cluster(cluster, 15)
+            except Exception as exc:
+                pytest.fail(
+                    f"{CLUSTER_ENV}={cluster}: no Redis Cluster answers cluster_state:ok there "
+                    f"({type(exc).__name__}: {exc}); start one with deploy/local/redis_cluster.sh start, or unset "
+                    f"{CLUSTER_ENV}",
+                    pytrace=False,
+                )
+            return cluster
         env = _env("GK_TEST_REDIS_URL", "GK_REDIS_URL")
         return env if env else self._fallback()["redis"]
 
@@ -228,6 +278,34 @@ def _wait_redis(url: str, timeout: float) -> None:
         finally:
             client.close()
         time.sleep(0.2)
+
+
+def _wait_cluster(url: str, timeout: float) -> None:
+    import redis
+
+    deadline = time.monotonic() + timeout
+    while True:
+        client = redis.Redis.from_url(url, socket_timeout=2)
+        try:
+            state = client.execute_command("CLUSTER INFO").get("cluster_state")  # parsed: {"cluster_state": "ok"}
+            if state == "ok":
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster_state:{state}")
+        except redis.RedisError:
+            if time.monotonic() > deadline:
+                raise
+        finally:
+            client.close()
+        time.sleep(0.2)
+
+
+def _redis_client(url: str) -> Any:
+    import redis.asyncio as aioredis
+
+    if _cluster_url() is not None:
+        return aioredis.RedisCluster.from_url(url)
+    return aioredis.Redis.from_url(url)
 
 
 # --- hooks -------------------------------------------------------------------------------------------------------
@@ -329,15 +407,14 @@ async def _wait_for_leaders(admin: Any, topic: str, partitions: int, timeout: fl
 
 @pytest.fixture
 async def redis_client(redis_url: str) -> AsyncIterator[Any]:
-    import redis.asyncio as aioredis
-
-    client = aioredis.Redis.from_url(redis_url)
+    # on a cluster, scan_iter scans every master and delete() is split per slot by the client
+    client = _redis_client(redis_url)
     before = {key async for key in client.scan_iter(count=1000)}
     try:
         yield client
     finally:
         await client.aclose()
-        cleaner = aioredis.Redis.from_url(redis_url)
+        cleaner = _redis_client(redis_url)
         try:
             created = [key async for key in cleaner.scan_iter(count=1000) if key not in before]
             for start in range(0, len(created), 500):

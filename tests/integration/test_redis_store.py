@@ -458,14 +458,25 @@ def test_client_from_settings_tls_and_credentials() -> None:
     from gatekeeper.config import ConfigError
     from gatekeeper.redis_store import client_from_settings, redacted_url
 
-    client = client_from_settings(
-        RedisSettings(url="redis://h:6380/0", tls=True, username="gk", password=SecretStr("pw"), tls_ca_file="ca.pem")
-    )
+    options: dict[str, Any] = {"tls": True, "username": "gk", "password": SecretStr("pw"), "tls_ca_file": "ca.pem"}
+    # cluster=False stated: a run against a Redis Cluster (GK_TEST_REDIS_CLUSTER_URL) makes true the default
+    client = client_from_settings(RedisSettings(url="redis://h:6380/0", cluster=False, **options))
     kwargs = client.connection_pool.connection_kwargs
     assert client.connection_pool.connection_class.__name__ == "SSLConnection"
     assert (kwargs["username"], kwargs["password"], kwargs["ssl_ca_certs"]) == ("gk", "pw", "ca.pem")
     with pytest.raises(ConfigError, match="unix"):
-        client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", tls=True))
+        client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", tls=True, cluster=False))
+    # redis.cluster: a RedisCluster seeded by the url's node, with the same credentials and TLS
+    cluster = client_from_settings(RedisSettings(url="redis://h:6380/0", cluster=True, **options))
+    assert type(cluster).__name__ == "RedisCluster"
+    assert [(n.host, n.port) for n in cluster.nodes_manager.startup_nodes.values()] == [("h", 6380)]
+    kwargs = cluster.nodes_manager.connection_kwargs
+    assert kwargs["connection_class"].__name__ == "SSLConnection"
+    assert (kwargs["username"], kwargs["password"], kwargs["ssl_ca_certs"]) == ("gk", "pw", "ca.pem")
+    with pytest.raises(ConfigError, match="over TCP"):
+        client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", cluster=True))
+    with pytest.raises(ConfigError, match="database 0"):
+        client_from_settings(RedisSettings(url="redis://h:6380/2", cluster=True))
     assert redacted_url("rediss://user:secret@host:1/0") == "rediss://host:1/0"
 
 
