@@ -562,7 +562,7 @@ async def scenario_zombie(env: Env, n: int, transactional: bool, seed: int, cycl
     outcomes = Outcomes(topics, committed=transactional)
     await outcomes.start()
     # fast enough that the frozen instance is usually mid-batch, slow enough to last the freezes
-    rate = min(1500.0, max(200.0, len(t.lines) / (cycles * (ZOMBIE_PAUSE + 12.0) + 10.0)))
+    rate = min(1500.0, max(50.0, len(t.lines) / (cycles * (ZOMBIE_PAUSE + 12.0) + 10.0)))
     stream = Stream(topics["in"], t.lines, rate=rate)
     group = f"faults-{env.run}-{name}"
     zombie = Daemon(env, f"{name}-a", topics, prefix, group=group, transactional=transactional)

@@ -124,7 +124,7 @@ log = logging.getLogger(__name__)
 
 BACKOFF_MIN = 0.2  # seconds, the first retry after an infrastructure error
 BACKOFF_MAX = 10.0  # the cap of the exponential backoff
-PROBE_INTERVAL = 2.0  # how often the probe task checks that Kafka and Redis still answer (readiness)
+PROBE_INTERVAL = 1.0  # how often the probe task checks that Kafka and Redis still answer (readiness)
 REDIS_PROBE_TIMEOUT = 2.0  # a PING (and the generation marker) not answered within this: not ready
 KAFKA_PROBE_TIMEOUT = 3.0  # a metadata request not answered within this: not ready
 LAG_INTERVAL = 2.0  # how often the consumer lag gauges are refreshed
@@ -288,6 +288,9 @@ class Gatekeeper:
             detail["dead_letter_breaker_open"] = tripped
         if self._routes_paused:
             detail["routes_paused"] = sorted(self._routes_paused)
+        waiting = self._unopened | self._broken_partitions
+        if waiting:  # exactly-once: paused until their producer starts (or, fenced, until the next assignment)
+            detail["partitions_without_producer"] = sorted(f"{t}-{p}" for t, p in waiting)
         return True, detail
 
     def liveness(self) -> tuple[bool, dict[str, Any]]:
