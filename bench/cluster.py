@@ -499,11 +499,132 @@ async def _run(
         e2e.BOOTSTRAP = saved
 
 
+OUTAGE_SECONDS = 12.0  # the whole cluster stopped this long (the issue's graceful broker stop: 12.5 s)
+
+
+async def scenario_outage(env_dir: Path, n: int, seed: int) -> faults.Result:
+    """``kafka-outage``: every node of the cluster stopped gracefully (SIGTERM) mid-stream for ``OUTAGE_SECONDS``,
+    then started again. ``/readyz`` must turn 503 within 5 s and 200 again after; the daemon's log stays bounded
+    through the outage (its repeat filter: at most 10 records of a kind per 10 s, then a summary line); nothing
+    lost. At-least-once."""
+    cluster = KraftCluster()
+    t0 = time.monotonic()
+    try:
+        return await asyncio.wait_for(_outage(cluster, env_dir, n, seed), SCENARIO_TIMEOUT)
+    except Exception as exc:
+        what = "timed out" if isinstance(exc, TimeoutError) else f"{type(exc).__name__}: {exc}"
+        return faults.Result("kafka-outage", "at-least-once", "-", 1, 0, 0, time.monotonic() - t0, [what[:300]], "")
+    finally:
+        await asyncio.to_thread(cluster.stop)
+
+
+def _log_lines(daemon: faults.Daemon) -> int:
+    return sum(len(p.read_text(errors="replace").splitlines()) for p in daemon.dir.glob("process-*.log"))
+
+
+async def _outage(cluster: KraftCluster, env_dir: Path, n: int, seed: int) -> faults.Result:
+    name = "outage"
+    say("kafka-outage (at-least-once): starting a three-node KRaft cluster")
+    await cluster.start()
+    saved = e2e.BOOTSTRAP
+    e2e.BOOTSTRAP = cluster.bootstrap  # as in _run: the helpers read it when called
+    env = e2e.Env(faults.PARTITIONS)
+    shutil.rmtree(env.dir, ignore_errors=True)
+    env.dir = env_dir
+    daemon: faults.Daemon | None = None
+    outcomes: faults.Outcomes | None = None
+    watch: faults.ReadyWatch | None = None
+    try:
+        t = traffic(n, seed=seed, tag=name)
+        topics = {k: f"e2e-{env.run}-{name}.{k}" for k in ("in", "out", "dlq", "alerts")}
+        await cluster.create_topics(topics, faults.PARTITIONS)
+        prefix = env.prefix(name)
+        await env.load_records(prefix, t.records)
+        say(f"  {len(t.lines):,} lines; every broker stopped (SIGTERM) for {OUTAGE_SECONDS:g} s mid-stream")
+        outcomes = faults.Outcomes(topics, committed=False)
+        await outcomes.start()
+        stream = Stream(topics["in"], t.lines, rate=max(100.0, len(t.lines) / 40.0))
+        t0 = time.monotonic()
+        daemon = faults.Daemon(env, name, topics, prefix, group=f"faults-{env.run}-{name}")
+        url = await asyncio.to_thread(daemon.metrics_url, 60.0)
+        if url is None:
+            raise RuntimeError(f"no metrics URL: {daemon.log.read_text(errors='replace')[-500:]}")
+        watch = faults.ReadyWatch(url)
+        stream.start()
+        if not await outcomes.wait(lambda o: o.covered >= 0.3 * len(t.lines), timeout=90):
+            raise RuntimeError(f"no 30% of outcomes in 90 s ({outcomes.covered:,})")
+        lines_before = _log_lines(daemon)
+        stopped_at = time.monotonic()
+        await asyncio.gather(*(asyncio.to_thread(_terminate, cluster, node) for node in NODES))
+        say(f"  cluster stopped; {stream.sent:,} sent, {outcomes.covered:,} answered")
+        await asyncio.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - stopped_at)))
+        outage = time.monotonic() - stopped_at
+        logged = _log_lines(daemon) - lines_before
+        for node in NODES:
+            await cluster.restart(node, wait=False)
+        await asyncio.gather(*(cluster.wait_ready(node) for node in NODES))
+        say(f"  cluster back after {outage:.1f} s; {stream.sent:,} sent, {outcomes.covered:,} answered")
+        await stream.finish()
+        await outcomes.wait(lambda o: o.covered >= stream.sent, timeout=max(90.0, n / 200))
+        await asyncio.sleep(2.0)
+        down, up = watch.down_and_up(stopped_at)
+        checks: list[str] = []
+        if down is None or down > 5.0:
+            checks.append("readyz stayed 200" if down is None else f"readyz 503 only after {down:.1f} s")
+        elif up is None:
+            checks.append("readyz never 200 again")
+        if logged > 200:
+            checks.append(f"{logged:,} log lines during the outage")
+        if daemon.proc.poll() is not None:
+            checks.append(f"the daemon exited {daemon.proc.returncode}")
+        notes = f"{logged} log lines during the {outage:.1f} s outage"
+        if down is not None:
+            notes += f"; readyz 503 {down:.1f} s after the stop"
+            if up is not None:
+                notes += f", 200 {up:.1f} s later"
+        in_topic = await _input_lines(topics["in"], faults.PARTITIONS)
+        return faults.Result(
+            "kafka-outage",
+            "at-least-once",
+            f"all 3 brokers SIGTERM, {OUTAGE_SECONDS:g} s",
+            max(in_topic, stream.sent),
+            outcomes.covered,
+            outcomes.total,
+            time.monotonic() - t0,
+            checks,
+            notes,
+        )
+    finally:
+        if watch is not None:
+            await watch.stop()
+        if daemon is not None:
+            await asyncio.to_thread(daemon.stop)
+        if outcomes is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(outcomes.stop(), 20)
+        env.created = []
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(env.close(), 30)
+        e2e.BOOTSTRAP = saved
+
+
+def _terminate(cluster: KraftCluster, node: int) -> None:
+    """A graceful stop of one node: SIGTERM, and wait (SIGKILL after 30 s)."""
+    proc = cluster.procs[node]
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=5000, help="lines of the stream (default 5,000)")
     ap.add_argument("--seed", type=int, default=16)
-    ap.add_argument("--only", choices=("at-least-once", "exactly-once"), help="one mode (default both)")
+    ap.add_argument("--only", choices=("at-least-once", "exactly-once", "outage"), help="one (default: both modes)")
     args = ap.parse_args()
     # the clients' reconnect errors while a node is down are expected: not on the terminal
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
@@ -511,6 +632,8 @@ async def main() -> int:
     results: list[faults.Result] = []
     env_dir = Path(tempfile.mkdtemp(prefix="gk-cluster-bench-"))
     try:
+        if args.only == "outage":
+            results.append(await scenario_outage(env_dir, args.lines, args.seed))
         for transactional in (False, True):
             if args.only and args.only != faults._mode(transactional):
                 continue

@@ -690,6 +690,7 @@ class Gatekeeper:
         if tps:
             self._apply_pauses()
         self._update_ready()
+        log.info("partitions assigned", extra={"partitions": len(tps)})
 
     async def _open_partitions(self, *, timeout: float) -> None:
         """Exactly-once: start the transactional producer of each assigned partition that has none (this fences
@@ -735,7 +736,6 @@ class Gatekeeper:
         self._apply_pauses()
         if self._consumer is not None:
             self._consumer.rejoin()
-        log.info("partitions assigned", extra={"partitions": len(tps)})
 
     # ------------------------------------------------------------------------------------------------ trouble
 
