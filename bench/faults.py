@@ -27,6 +27,8 @@ subprocess, the table) are ``bench/e2e.py``'s. Scenarios, each on topics and a k
 - ``broker-leader``: a three-broker KRaft cluster of the scenario's own (``bench/cluster.py``, RF 3,
   ``min.insync.replicas=2``); the leaders of the output partition and of input partition 0 SIGKILLed mid-stream
   and started again 10 s later; each mode.
+- ``kafka-outage``: the same kind of cluster, every broker stopped gracefully (SIGTERM) for 12 s mid-stream, then
+  started again: ``/readyz`` 503 within 5 s and 200 after, at most 200 log lines through the outage, nothing lost.
 
 Lost = lines sent - input coordinates with at least one outcome (``gk.original.partition``/``gk.original.offset``
 on the output and dead-letter topics); duplicated = outcomes beyond one per coordinate. A scenario passes when
@@ -615,7 +617,7 @@ async def scenario_zombie(env: Env, n: int, transactional: bool, seed: int, cycl
 
 # ---------------------------------------------------------------- main
 
-SCENARIOS = ("sigkill", "redis-pause", "redis-restart", "rebalance", "zombie", "broker-leader")
+SCENARIOS = ("sigkill", "redis-pause", "redis-restart", "rebalance", "zombie", "broker-leader", "kafka-outage")
 
 
 async def main() -> int:
@@ -655,11 +657,14 @@ async def main() -> int:
         if "zombie" in only:
             for transactional in (False, True) if args.zombie_mode == "both" else (args.zombie_mode == "eos",):
                 results.append(await scenario_zombie(env, other, transactional, args.seed + 3, args.freezes))
-        if "broker-leader" in only:  # a three-broker cluster of its own (bench/cluster.py)
+        if only & {"broker-leader", "kafka-outage"}:  # on three-broker clusters of their own (bench/cluster.py)
             import cluster
 
-            for eos in (False, True):
-                results.append(await cluster.scenario_cluster(env.dir, other, args.seed + 4, transactional=eos))
+            if "broker-leader" in only:
+                for eos in (False, True):
+                    results.append(await cluster.scenario_cluster(env.dir, other, args.seed + 4, transactional=eos))
+            if "kafka-outage" in only:
+                results.append(await cluster.scenario_outage(env.dir, other, args.seed + 5))
     finally:
         await env.close()
         if args.keep:
