@@ -286,8 +286,21 @@ def gatekeeper_config(
 class Process:
     """``gatekeeper run`` (or the passthrough) as a subprocess, on a config of its own."""
 
-    def __init__(self, env: Env, name: str, topics: dict[str, str], prefix: str, *, group: str, passthrough: bool):
-        config = gatekeeper_config(topics, prefix, {"bootstrap_servers": BOOTSTRAP, "group_id": group})
+    def __init__(
+        self,
+        env: Env,
+        name: str,
+        topics: dict[str, str],
+        prefix: str,
+        *,
+        group: str,
+        passthrough: bool,
+        transactional: bool = False,
+    ):
+        kafka: dict[str, Any] = {"bootstrap_servers": BOOTSTRAP, "group_id": group}
+        if transactional:
+            kafka["transactional"] = True
+        config = gatekeeper_config(topics, prefix, kafka)
         self.dir = env.dir / f"{name}-{uuid.uuid4().hex[:6]}"
         self.dir.mkdir()
         (self.dir / "gk.yaml").write_text(yaml.safe_dump(config))
@@ -414,13 +427,17 @@ async def gatekeeper_run(
     instances: int = 1,
     keep: bool = False,
     profile: str | None = None,
+    transactional: bool = False,
 ) -> tuple[Catchup, list[Process], dict[str, str], str]:
     topics = await env.topics(name, partitions)
     prefix = env.prefix(name)
     await env.load_records(prefix, records)
     await produce(topics["in"], lines)
     group = f"e2e-{env.run}-{name}"
-    procs = [Process(env, name, topics, prefix, group=group, passthrough=False) for _ in range(instances)]
+    procs = [
+        Process(env, name, topics, prefix, group=group, passthrough=False, transactional=transactional)
+        for _ in range(instances)
+    ]
     spy = None
     if profile:
         spy = subprocess.Popen(
@@ -477,7 +494,7 @@ def _frame(f: str) -> str:
     return f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})" if sep else f
 
 
-async def section_throughput(env: Env, n: int, profile: str | None = None) -> float:
+async def section_throughput(env: Env, n: int, profile: str | None = None, exactly_once: bool = False) -> float:
     t = traffic(n, tag="t")
     say(f"throughput: {len(t.lines):,} lines, {len(t.records):,} records")
     topics = await env.topics("pass")
@@ -492,20 +509,30 @@ async def section_throughput(env: Env, n: int, profile: str | None = None) -> fl
     trips = procs[0].metric("gatekeeper_redis_round_trips_total")
     for p in procs:
         p.stop()
+    rows: list[list[Any]] = [
+        ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, "-", base.outcomes],
+        ["gatekeeper", gk.rate, gk.rate / base.rate, gk.cpu_ms_per_1000, _per(trips, batches), gk.outcomes],
+    ]
+    if exactly_once:  # the same traffic, kafka.transactional: a transaction per input partition and batch
+        eos, procs, _, _ = await gatekeeper_run(env, "gkeos", t.lines, t.records, keep=True, transactional=True)
+        batches = procs[0].metric("gatekeeper_batch_size_count")
+        trips = procs[0].metric("gatekeeper_redis_round_trips_total")
+        for p in procs:
+            p.stop()
+        rows.append(
+            [
+                "gatekeeper, exactly-once",
+                eos.rate,
+                eos.rate / base.rate,
+                eos.cpu_ms_per_1000,
+                _per(trips, batches),
+                eos.outcomes,
+            ]
+        )
     table(
         f"throughput: catch-up on {len(t.lines):,} lines, {env.partitions} partitions",
         ["consumer", "lines/s", "ratio", "CPU ms / 1,000 lines", "Redis round trips / batch", "outcomes"],
-        [
-            ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, "-", base.outcomes],
-            [
-                "gatekeeper",
-                gk.rate,
-                gk.rate / base.rate,
-                gk.cpu_ms_per_1000,
-                trips / batches if batches else float("nan"),
-                gk.outcomes,
-            ],
-        ],
+        rows,
     )
     if profile and Path(profile).exists():
         table(
@@ -514,6 +541,10 @@ async def section_throughput(env: Env, n: int, profile: str | None = None) -> fl
             top_entries(profile),
         )
     return gk.rate
+
+
+def _per(count: float, batches: float) -> float:
+    return count / batches if batches else float("nan")
 
 
 async def section_latency(env: Env, rate: float, seconds: float) -> None:
@@ -710,6 +741,9 @@ async def main() -> None:
         "--profile", metavar="FILE", help="py-spy the gatekeeper during the throughput catch-up (raw stacks)"
     )
     ap.add_argument(
+        "--exactly-once", action="store_true", help="throughput: also the gatekeeper with kafka.transactional"
+    )
+    ap.add_argument(
         "--code", metavar="DIR", help="run the gatekeeper from this checkout (PYTHONPATH), e.g. an older one"
     )
     args = ap.parse_args()
@@ -722,7 +756,7 @@ async def main() -> None:
     rate = 3000.0
     try:
         if "throughput" in only:
-            rate = await section_throughput(env, args.lines, args.profile)
+            rate = await section_throughput(env, args.lines, args.profile, args.exactly_once)
         if "latency" in only:
             await section_latency(env, rate, args.latency_seconds)
         if "growth" in only:
