@@ -135,7 +135,8 @@ class RedisSettings(_Strict):
         description="a Redis Cluster: url names one of its nodes (a seed; the client discovers the others and "
         "follows the slots), with the same credentials and TLS; every key of a conversation, of an item's records "
         "or of a partition's lifecycle indexes shares one hash slot, and each batch is sent as one pipeline per "
-        "node, in parallel; a redis:// or rediss:// url (database 0)",
+        "node, in parallel; a redis:// or rediss:// url (database 0). The url's query parameter cluster=true "
+        "sets it too (redis://node-0:6379/0?cluster=true: one value, e.g. GK_REDIS__URL, says it all)",
     )
     key_prefix: str = Field("gk", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     retention_seconds: int = Field(7 * 86400, ge=60, description="how long a closed conversation's state is kept")
@@ -148,7 +149,37 @@ class RedisSettings(_Strict):
     def _url_scheme(cls, v: str) -> str:
         if not v.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must start with redis://, rediss:// or unix://")
+        cls.split_cluster_param(v)  # a cluster= parameter must be true or false
         return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cluster_in_url(cls, data: Any) -> Any:
+        """``?cluster=true`` on the url means ``cluster: true`` (either one is enough)."""
+        if isinstance(data, dict) and isinstance(data.get("url"), str):
+            try:
+                _url, flag = cls.split_cluster_param(data["url"])
+            except ValueError:
+                return data  # the url's own validator reports it
+            if flag:
+                return {**data, "cluster": True}
+        return data
+
+    @staticmethod
+    def split_cluster_param(url: str) -> tuple[str, bool | None]:
+        """The url without its ``cluster`` query parameter (the client is given the rest), and that parameter's
+        value (None: absent). Raises ``ValueError`` for a value that is not true or false."""
+        from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+        parts = urlsplit(url)
+        pairs = parse_qsl(parts.query, keep_blank_values=True)
+        values = [v.strip().lower() for k, v in pairs if k == "cluster"]
+        if not values:
+            return url, None
+        if any(v not in ("true", "false") for v in values):
+            raise ValueError("the query parameter cluster must be true or false")
+        rest = urlencode([(k, v) for k, v in pairs if k != "cluster"])
+        return urlunsplit(parts._replace(query=rest)), values[-1] == "true"
 
 
 class BreakerSettings(_Strict):

@@ -15,6 +15,11 @@ Key layout (``<p>`` is ``redis.key_prefix``; the part in braces is the Redis Clu
                                         load, claim, save and ping reads it first in its pipeline and raises
                                         ``DataLost`` when it is missing or not the one the store started on (Redis
                                         restarted without persistence, was flushed, or failed over to an empty one)
+    <p>:generation:{<n>}                on a Redis Cluster: a copy of the marker on each master (``<n>`` a number
+                                        whose slot that master serves), read first with the marker (see "Redis
+                                        Cluster")
+    <p>:generation:copies{<p>:generation}
+                                        on a Redis Cluster: the set of the copies' numbers, in the marker's slot
 
 The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partition ``<n>`` (decimal)::
 
@@ -71,9 +76,31 @@ Exec bindings change by compare-and-set in a small Lua script (``_CAS``), regist
 ``before`` (or already is ``after``: a retried claim is idempotent). Two gatekeepers racing for one approval: exactly
 one wins, the other gets its change back as a conflict.
 
-Every pipeline is ``transaction=False``, so the same code works on a ``redis.asyncio.RedisCluster`` client (pass
-it as ``client=``). Connection trouble and timeouts become ``StoreError`` (``raise StoreError(...) from exc``):
-infrastructure trouble is never a bad line.
+**Redis Cluster** (``redis.cluster: true``, or ``?cluster=true`` on the url: ``client_from_settings`` builds a
+``redis.asyncio.RedisCluster`` seeded by the url's node, with the same credentials and TLS; or pass one as
+``client=``). Every pipeline is ``transaction=False``: redis-py's cluster pipeline splits it per master and sends
+the parts in parallel, so a load, claim or save stays one round trip's time, and every command in it, scripts
+included, touches one slot (the hash tags above: a script's keys are one conversation's, one item's or one
+partition's). What differs from a single Redis:
+
+- ``EVALSHA`` is queued as a raw command (``_evalsha``): redis-py's cluster pipeline blocks its ``evalsha`` method
+  (redis-py issue #2914) but routes the raw command by its keys. A script the server forgot is loaded on every
+  master (``SCRIPT LOAD`` goes to all primaries) and the pipeline sent once more, as on a single Redis.
+- The generation marker lives on one master. ``ensure_generation`` keeps a copy on every master that serves slots
+  (``_ensure_copies``) and every pipeline reads the marker and all its copies first (each first on its master's
+  connection), so the loss of any master is ``DataLost`` at the next batch. A copy missing at a start is not
+  written again (the first batch raises); a master without a copy (added, or its copy's slot resharded away) is
+  given one. ``accept_loss`` deletes the copies with the old marker.
+- ``ping`` pings every master, beside the read of the marker and its copies (PING has no key: a cluster pipeline
+  refuses it).
+- A save's index changes and its states may be on different masters, sent in parallel, so "a state written means
+  its index entries were written" holds per master only. It is not needed: a batch whose save failed (or whose
+  instance died) is not committed, and its retry writes the index entries of every open handoff its lines load
+  again (``Processor``: the repair of a failed write).
+- ``index`` (an operator's command) SCANs every master (redis-py's cluster ``scan_iter``).
+
+Connection trouble and timeouts become ``StoreError`` (``raise StoreError(...) from exc``): infrastructure trouble
+is never a bad line.
 """
 
 from __future__ import annotations
@@ -374,6 +401,15 @@ class Keys:
         """The generation marker: a random id, written once (SET NX) at the first start against this Redis."""
         return f"{self.prefix}:generation"
 
+    def generation_copy(self, n: int) -> str:
+        """On a Redis Cluster: a copy of the generation marker, on the master that serves the slot of ``{<n>}``."""
+        return f"{self.prefix}:generation:{{{n}}}"
+
+    def generation_copies(self) -> str:
+        """On a Redis Cluster: the set of the copies' numbers ``n``, in the marker's own slot (its hash tag is the
+        marker's whole key), so that it is lost with the marker or not at all."""
+        return f"{self.prefix}:generation:copies{{{self.generation()}}}"
+
     def cancel(self, route: str, conversation: str, ho: str) -> str:
         return f"{self.prefix}:cancel:{{{self.route_tag(route)}/{escape_tag(conversation)}}}:{ho}"
 
@@ -383,7 +419,7 @@ def client_from_settings(settings: RedisSettings, *, socket_timeout: float = 10.
     until here), TLS when ``tls`` is set or the URL is ``rediss://``. With ``cluster`` set, a
     ``redis.asyncio.RedisCluster`` seeded by the URL's node (it discovers the others on its first command), with
     the same options."""
-    url = settings.url
+    url, _flag = RedisSettings.split_cluster_param(settings.url)  # ?cluster=true is ours, not redis-py's
     kwargs: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
@@ -434,6 +470,9 @@ class RedisStore:
         self._take_over = self._redis.register_script(_TAKE_OVER)
         self._where = redacted_url(settings.url)
         self._generation: str | None = None  # the marker this store started on (ensure_generation)
+        # the marker keys every load, claim, save and ping reads first: the marker; on a cluster also its copies,
+        # one per master (ensure_generation)
+        self._markers: list[str] = [self.keys.generation()]
 
     # ------------------------------------------------------------ the generation marker
 
@@ -466,7 +505,47 @@ class RedisStore:
                 "this start: see the README's runbook)",
                 extra={"generation": self._generation},
             )
+        if self._cluster:
+            await self._ensure_copies(self._generation)
         return self._generation
+
+    async def _ensure_copies(self, generation: str) -> None:
+        """On a Redis Cluster the marker lives on one master; a copy on every master lets the other masters' loss
+        be seen too (one restarted without persistence, or failed over to an empty replica, comes back empty).
+        The copies this Redis has (``generation_copies``) are kept and read by every later pipeline with the
+        marker: a missing one raises ``DataLost`` there. A master that holds none (the first start, a master
+        added since, a copy's slot moved away by a reshard) is given one: SET NX of the marker's value on a key
+        whose slot it serves, added to the set. When a copy is missing now, nothing is written (a loss is not
+        papered over): the first batch raises ``DataLost``."""
+        try:
+            numbers = sorted(int(n) for n in await self._redis.smembers(self.keys.generation_copies()))
+            self._markers = [self.keys.generation(), *(self.keys.generation_copy(n) for n in numbers)]
+            if numbers:
+                found = await self._redis.mget_nonatomic([self.keys.generation_copy(n) for n in numbers])
+                if any(f is None or _text(f) != generation for f in found):
+                    return
+
+            def master(n: int) -> str:
+                return str(self._redis.get_node_from_key(self.keys.generation_copy(n)).name)
+
+            held = {master(n) for n in numbers}
+            # the masters that serve a slot (a master just added serves none until a reshard)
+            serving = {nodes[0].name for nodes in self._redis.nodes_manager.slots_cache.values() if nodes}
+            missing = sorted(serving - held)
+            added: list[int] = []
+            n = 0
+            while missing and n < 1_000_000:  # a slot of each master is found within a few tries per master
+                if n not in numbers and master(n) in missing:
+                    missing.remove(master(n))
+                    await self._redis.set(self.keys.generation_copy(n), generation, nx=True)
+                    added.append(n)
+                n += 1
+            if added:
+                await self._redis.sadd(self.keys.generation_copies(), *added)
+                numbers = sorted({*numbers, *added})
+                self._markers = [self.keys.generation(), *(self.keys.generation_copy(n) for n in numbers)]
+        except _REDIS_ERRORS as exc:
+            raise self._error("generation (copies)", exc) from exc
 
     async def epochs_exist(self, route: str, partitions: Collection[int]) -> bool:
         """Whether any of these input partitions has an owner epoch key: a gatekeeper was assigned it against this
@@ -503,18 +582,31 @@ class RedisStore:
         fresh = uuid.uuid4().hex
         try:
             old = await self._redis.set(self.keys.generation(), fresh, get=True)
+            if self._cluster:  # the copies of the old marker go; a gatekeeper's next start writes new ones
+                numbers = [int(n) for n in await self._redis.smembers(self.keys.generation_copies())]
+                await self._redis.delete(self.keys.generation_copies(), *map(self.keys.generation_copy, numbers))
         except _REDIS_ERRORS as exc:
             raise self._error("accept-loss", exc) from exc
         return (None if old is None else _text(old)), fresh
 
-    def _check_generation(self, raw: Any) -> None:
+    def _queue_markers(self, pipe: Any) -> int:
+        """GET of the marker (and, on a cluster, of its copies) queued first on a pipeline: how many results."""
+        for key in self._markers:
+            pipe.get(key)
+        return len(self._markers)
+
+    def _check_markers(self, raws: Sequence[Any]) -> None:
+        for key, raw in zip(self._markers, raws, strict=True):
+            self._check_generation(raw, key)
+
+    def _check_generation(self, raw: Any, key: str | None = None) -> None:
         if isinstance(raw, BaseException):
             raise self._error("generation", raw) from raw
         found = None if raw is None else _text(raw)
         if found != self._generation:
             what = "is missing" if found is None else f"changed ({self._generation or 'none'} -> {found})"
             raise DataLost(
-                f"redis {self._where} lost its data: the generation marker {self.keys.generation()} {what}",
+                f"redis {self._where} lost its data: the generation marker {key or self.keys.generation()} {what}",
                 self._generation,
                 found,
             )
@@ -533,8 +625,9 @@ class RedisStore:
         checked = self._generation is not None
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
-            if checked:  # first on the connection: the commands after it ran on the same data
-                pipe.get(self.keys.generation())
+            # first on the connection: the commands after it ran on the same data (on a cluster: first on each
+            # master's connection, one copy of the marker each)
+            markers = self._queue_markers(pipe) if checked else 0
             queue(pipe)
             self._trip(what)
             try:
@@ -542,8 +635,8 @@ class RedisStore:
             except _REDIS_ERRORS as exc:
                 raise self._error(what, exc) from exc
             if checked:
-                self._check_generation(results[0])
-                results = results[1:]
+                self._check_markers(results[:markers])
+                results = results[markers:]
             if attempt == 0 and any(isinstance(r, redis_exc.NoScriptError) for r in results):
                 try:
                     for script, text in scripts:
@@ -565,13 +658,15 @@ class RedisStore:
         marker is not the one this store started on."""
         try:
             if self._cluster:
-                # PING has no key: a cluster pipeline refuses it. Every master is pinged, and the marker read from
-                # its node, side by side (one round trip's time)
+                # PING has no key: a cluster pipeline refuses it. Every master is pinged, and the marker and its
+                # copies read, side by side (one round trip's time)
                 pings = self._redis.ping(target_nodes=RedisCluster.PRIMARIES)
                 if self._generation is None:
                     return bool(await pings)
-                pong, raw = await asyncio.gather(pings, self._redis.get(self.keys.generation()))
-                self._check_generation(raw)
+                pipe = self._redis.pipeline(transaction=False)
+                self._queue_markers(pipe)
+                pong, raws = await asyncio.gather(pings, pipe.execute())
+                self._check_markers(raws)
                 return bool(pong)
             if self._generation is None:
                 return bool(await self._redis.ping())
@@ -855,8 +950,7 @@ class RedisStore:
         for attempt in range(2):
             pipe = self._redis.pipeline(transaction=False)
             checked = self._generation is not None
-            if checked:  # first on the connection, as in _scripted
-                pipe.get(self.keys.generation())
+            markers = self._queue_markers(pipe) if checked else 0  # first on the connection, as in _scripted
             for ch in pending:
                 _evalsha(pipe, self._cas.sha, 1, self.keys.binding(ch.key), *_cas_args(ch))
             self._trip("claim")
@@ -865,8 +959,8 @@ class RedisStore:
             except _REDIS_ERRORS as exc:
                 raise self._error("claim", exc) from exc
             if checked:
-                self._check_generation(results[0])
-                results = results[1:]
+                self._check_markers(results[:markers])
+                results = results[markers:]
             retry: list[BindingChange] = []
             for ch, res in zip(pending, results, strict=True):
                 if isinstance(res, redis_exc.NoScriptError) and attempt == 0:

@@ -24,21 +24,17 @@ Where the services come from, first match wins:
        ``deploy/local/stack.sh stop``);
     otherwise the test errors with a message naming the three ways.
 
-A Redis Cluster: ``GK_TEST_REDIS_CLUSTER_URL=redis://host:port/0`` (one node of the cluster, a seed; e.g. from
-``eval "$(deploy/local/redis_cluster.sh start)"``, three masters on loopback) makes the Redis-facing tests use it:
-    - ``redis_url`` returns it (it beats ``GK_TEST_REDIS_URL`` / ``GK_REDIS_URL``), after checking that the node
-      answers ``cluster_state:ok``; a cluster that does not answer fails the test (it never falls back to the
-      single Redis, and nothing skips);
+A Redis Cluster: ``GK_TEST_REDIS_CLUSTER_URL=redis://host:port/0`` (one node of the cluster, a seed; e.g. what
+``deploy/local/redis_cluster.sh start`` prints: three masters on loopback) makes the Redis-facing tests use it:
+    - ``redis_url`` is that url with ``?cluster=true`` added (it beats ``GK_TEST_REDIS_URL`` / ``GK_REDIS_URL``),
+      once the node answers ``cluster_state:ok``; a cluster that does not answer fails the test (no fallback to
+      the single Redis, nothing skips). The query parameter is ``redis.url``'s own (it means ``redis.cluster:
+      true``), so every store a test builds from ``redis_url`` -- ``RedisSettings(url=redis_url)``, a
+      configuration file, a ``gatekeeper`` subprocess -- is a cluster store, with no change to the tests;
     - ``redis_client`` is a ``redis.asyncio.RedisCluster``; the keys that appeared during the test are found by a
-      SCAN of every master and deleted;
-    - every store the tests build is a cluster store, without a change to the tests: when this plugin is imported,
-      ``redis.cluster``'s default becomes true for the whole session (``RedisSettings``, and ``Settings`` through
-      it, are rebuilt with that default, so ``RedisSettings(url=redis_url, ...)`` in a test builds a cluster
-      client), and ``GK_REDIS__CLUSTER=true`` is exported, so that ``load_settings`` and every ``gatekeeper``
-      subprocess a test starts read it too.
+      SCAN of every master (redis-py's cluster ``scan_iter``) and deleted (its ``delete`` splits them per slot).
     Meant for the Redis-facing integration files (tests/integration/test_redis_store.py, test_lifecycle_store.py,
-    test_pipeline.py, test_lifecycle.py, test_no_loss.py), one file at a time; unit tests that build a
-    ``RedisSettings`` and expect ``cluster: false`` do not belong in such a run.
+    test_pipeline.py, test_lifecycle.py, test_no_loss.py), one file at a time.
 
 Integration tests never skip: a test that uses these fixtures is marked ``integration``, and an integration
 test that reports "skipped" is turned into a failure.
@@ -80,19 +76,12 @@ def _cluster_url() -> str | None:
     return os.environ.get(CLUSTER_ENV, "").strip() or None
 
 
-def _use_cluster_by_default() -> None:
-    """``redis.cluster`` defaults to true for this session (see the module docstring)."""
-    from gatekeeper import config
+def _plain_url(url: str) -> str:
+    """The url without the gatekeeper's own ``cluster`` parameter (redis-py does not know it)."""
+    from gatekeeper.config import RedisSettings
 
-    config.RedisSettings.model_fields["cluster"].default = True
-    config.RedisSettings.model_rebuild(force=True)
-    config.Settings.model_fields["redis"].default = config.RedisSettings()
-    config.Settings.model_rebuild(force=True)
-    os.environ["GK_REDIS__CLUSTER"] = "true"
+    return RedisSettings.split_cluster_param(url)[0]
 
-
-if _cluster_url() is not None:
-    _use_cluster_by_default()
 
 SERVICE_FIXTURES = frozenset({"kafka_bootstrap", "redis_url", "topic_factory", "redis_client", "_gk_services"})
 
@@ -173,7 +162,7 @@ class _Services:
         cluster = _cluster_url()
         if cluster is not None:
             try:
-                _wait_cluster(cluster, 15)
+                _wait_cluster(_plain_url(cluster), 15)
             except Exception as exc:
                 pytest.fail(
                     f"{CLUSTER_ENV}={cluster}: no Redis Cluster answers cluster_state:ok there "
@@ -181,7 +170,8 @@ class _Services:
                     f"{CLUSTER_ENV}",
                     pytrace=False,
                 )
-            return cluster
+            plain = _plain_url(cluster)
+            return plain + ("&" if "?" in plain else "?") + "cluster=true"
         env = _env("GK_TEST_REDIS_URL", "GK_REDIS_URL")
         return env if env else self._fallback()["redis"]
 
@@ -303,9 +293,12 @@ def _wait_cluster(url: str, timeout: float) -> None:
 def _redis_client(url: str) -> Any:
     import redis.asyncio as aioredis
 
-    if _cluster_url() is not None:
-        return aioredis.RedisCluster.from_url(url)
-    return aioredis.Redis.from_url(url)
+    from gatekeeper.config import RedisSettings
+
+    plain, cluster = RedisSettings.split_cluster_param(url)
+    if cluster:
+        return aioredis.RedisCluster.from_url(plain)
+    return aioredis.Redis.from_url(plain)
 
 
 # --- hooks -------------------------------------------------------------------------------------------------------

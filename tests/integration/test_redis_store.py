@@ -21,7 +21,7 @@ from gatekeeper.config import RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey, RoutePolicy, Verdict
 from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import Keys, RedisStore, escape_tag
-from gatekeeper.store import MemoryStore, RecordExists, StoreError
+from gatekeeper.store import DataLost, MemoryStore, RecordExists, StoreError
 from rwcore import get_profile
 from tests.seed import AN, DN, HO, RB, RECORD_VALUES
 
@@ -459,13 +459,12 @@ def test_client_from_settings_tls_and_credentials() -> None:
     from gatekeeper.redis_store import client_from_settings, redacted_url
 
     options: dict[str, Any] = {"tls": True, "username": "gk", "password": SecretStr("pw"), "tls_ca_file": "ca.pem"}
-    # cluster=False stated: a run against a Redis Cluster (GK_TEST_REDIS_CLUSTER_URL) makes true the default
-    client = client_from_settings(RedisSettings(url="redis://h:6380/0", cluster=False, **options))
+    client = client_from_settings(RedisSettings(url="redis://h:6380/0", **options))
     kwargs = client.connection_pool.connection_kwargs
     assert client.connection_pool.connection_class.__name__ == "SSLConnection"
     assert (kwargs["username"], kwargs["password"], kwargs["ssl_ca_certs"]) == ("gk", "pw", "ca.pem")
     with pytest.raises(ConfigError, match="unix"):
-        client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", tls=True, cluster=False))
+        client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", tls=True))
     # redis.cluster: a RedisCluster seeded by the url's node, with the same credentials and TLS
     cluster = client_from_settings(RedisSettings(url="redis://h:6380/0", cluster=True, **options))
     assert type(cluster).__name__ == "RedisCluster"
@@ -477,6 +476,14 @@ def test_client_from_settings_tls_and_credentials() -> None:
         client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", cluster=True))
     with pytest.raises(ConfigError, match="database 0"):
         client_from_settings(RedisSettings(url="redis://h:6380/2", cluster=True))
+    # ?cluster=true on the url is the same switch; the parameter is not passed on to redis-py
+    by_url = RedisSettings(url="redis://h:6380/0?cluster=true&health_check_interval=5", **options)
+    assert by_url.cluster and RedisSettings(url="redis://h:6380/0?cluster=false").cluster is False
+    from_url = client_from_settings(by_url)
+    assert type(from_url).__name__ == "RedisCluster"
+    assert from_url.nodes_manager.connection_kwargs["health_check_interval"] == 5
+    with pytest.raises(ValueError, match="true or false"):
+        RedisSettings(url="redis://h:6380/0?cluster=yes")
     assert redacted_url("rediss://user:secret@host:1/0") == "rediss://host:1/0"
 
 
@@ -531,3 +538,35 @@ async def test_the_collection_on_redis_leaves_what_the_in_memory_one_leaves(
     want = memory.fields("agents.pay", "long")
     assert {k.decode() for k in got} == set(want)
     assert len(want) < 200
+
+
+async def test_a_master_that_lost_its_data_is_seen_by_the_next_batch(redis_client: Any, redis_url: str) -> None:
+    """Each master in turn (the one of a single Redis; every one of a Redis Cluster: the marker lives on one, a copy
+    of it on each): the store's keys on that master are deleted, as a master restarted without persistence (or
+    failed over to an empty replica) comes back, and the next load, claim, save and ping raise ``DataLost``."""
+
+    cluster = hasattr(redis_client, "get_primaries")
+    masters = redis_client.get_primaries() if cluster else [None]
+    if cluster:
+        assert len(masters) >= 2  # what this run is about
+    for i, master in enumerate(masters):
+        store = RedisStore(_settings(redis_url, f"gkt{uuid.uuid4().hex[:8]}n{i}"))
+        try:
+            await store.ensure_generation()
+            await store.put_record(RECORD)
+            assert await store.ping()
+            on_master = {"target_nodes": master} if cluster else {}
+            gone = [k async for k in redis_client.scan_iter(match=f"{store.keys.prefix}:*", **on_master)]
+            assert gone  # every master holds a key of the store: on a cluster, at least a copy of the marker
+            for key in gone:
+                await redis_client.delete(key)
+            with pytest.raises(DataLost):
+                await store.load("agents.pay", {"c": None}, [RECORD.key])
+            with pytest.raises(DataLost):
+                await store.claim([BindingChange(RECORD.key, None, "c/scheduler-1")])
+            with pytest.raises(DataLost):
+                await store.save("agents.pay", {"c": ConversationState()})
+            with pytest.raises(DataLost):
+                await store.ping()
+        finally:
+            await store.close()
