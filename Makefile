@@ -5,7 +5,8 @@
 #   make test       ruff check, ruff format --check, mypy, the operator kit's tools, then pytest against the real
 #                   services (the chart, image, rules and dashboard checks included)
 #   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules (cached)
-#   make test-faults  the fault suite (bench/faults.py) on a stack of its own; FAULTS_ARGS=--smoke: about 2 min
+#   make test-faults  the fault suite (bench/faults.py) on a stack of its own; FAULTS_ARGS=--smoke: about 5 min
+#   make test-redis-cluster  the Redis-facing integration tests against a three-master Redis Cluster
 #   make venv       create .venv and install the project with its dev extra
 #   make services   start Kafka and Redis (their addresses in .local/stack/stack.env)
 #   make status     what runs;   make stop   stop the services and delete their data
@@ -29,7 +30,7 @@ STATE_DIR := $(or $(GK_STATE_DIR),$(CURDIR)/.local/stack)
 WITH_STACK_ENV := set -a; . "$(STATE_DIR)/stack.env"; set +a;
 PYTEST_ARGS ?=
 
-.PHONY: help venv services status stop lint typecheck tools test test-faults run
+.PHONY: help venv services status stop lint typecheck tools test test-faults test-redis-cluster run
 
 help:
 	@sed -n '4,16s/^# \{0,1\}//p' Makefile
@@ -84,6 +85,15 @@ run: venv services
 # two minutes) or '--kills 5 --lines 20000'; the defaults (20 kills, 100,000 lines) take about 8 minutes.
 FAULTS_STATE_DIR ?= $(CURDIR)/.local/faults
 FAULTS_ARGS ?=
+
+# The files that exercise the store, run against a local Redis Cluster (deploy/local/redis_cluster.sh), Kafka from
+# the stack; the cluster is stopped afterwards.
+REDIS_CLUSTER_TESTS := tests/integration/test_redis_store.py tests/integration/test_lifecycle_store.py \
+	tests/integration/test_pipeline.py tests/integration/test_lifecycle.py tests/integration/test_no_loss.py
+test-redis-cluster: venv services
+	@eval "$$(deploy/local/redis_cluster.sh start)"; export GK_TEST_REDIS_CLUSTER_URL; \
+	$(WITH_STACK_ENV) rc=0; $(BIN)/pytest -q $(REDIS_CLUSTER_TESTS) || rc=$$?; \
+	deploy/local/redis_cluster.sh stop; exit $$rc
 
 test-faults: venv
 	@export GK_STATE_DIR="$(FAULTS_STATE_DIR)"; $(STACK) start >/dev/null; \
