@@ -309,6 +309,33 @@ async def _catch_up(outcomes: Outcomes, stream: Stream, timeout: float) -> None:
     await stream.finish()
     await outcomes.wait(lambda o: o.covered >= stream.sent, timeout)
     await asyncio.sleep(2.0)  # late duplicates show here
+    if outcomes.covered < stream.sent:
+        say(f"  unanswered after the catch-up: {await unanswered(outcomes, stream.topic)}")
+
+
+async def unanswered(outcomes: Outcomes, topic: str) -> str:
+    """Which input coordinates have no outcome, as ranges per partition (a stuck partition shows as one range to
+    its end; a scattered loss as many)."""
+    reader = AIOKafkaConsumer(bootstrap_servers=e2e.BOOTSTRAP)
+    await reader.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        ends = await reader.end_offsets(tps)
+    finally:
+        await reader.stop()
+    parts = []
+    for tp in tps:
+        gone = [off for off in range(ends[tp]) if (tp.partition, off) not in outcomes.count]
+        if not gone:
+            continue
+        ranges, start = [], gone[0]
+        for prev, off in zip(gone, [*gone[1:], None], strict=True):
+            if off != prev + 1:
+                ranges.append(f"{start}-{prev}" if prev > start else str(start))
+                start = off if off is not None else start
+        shown = ", ".join(ranges[:5]) + (f" and {len(ranges) - 5} more ranges" if len(ranges) > 5 else "")
+        parts.append(f"partition {tp.partition} (end {ends[tp]}): {len(gone):,} at {shown}")
+    return "; ".join(parts) or "none"
 
 
 async def _progress(outcomes: Outcomes, daemon: Daemon, timeout: float = 60.0) -> bool:
@@ -667,8 +694,8 @@ async def main() -> int:
                 results.append(await cluster.scenario_outage(env.dir, other, args.seed + 5))
     finally:
         await env.close()
-        if args.keep:
-            say(f"the daemons' configs and logs: {env.dir}")
+        if args.keep or not all(r.passed for r in results):
+            say(f"the daemons' configs and logs (kept: {'--keep' if args.keep else 'a scenario failed'}): {env.dir}")
         else:
             shutil.rmtree(env.dir, ignore_errors=True)
     table(
