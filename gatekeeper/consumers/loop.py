@@ -466,7 +466,7 @@ class Gatekeeper:
                     continue
                 await self._housekeeping()
                 now = self._clock()
-                records = await self._fetch(self._fetch_timeout(now))
+                records = self._held_only(await self._fetch(self._fetch_timeout(now)))
                 now = self._clock()
                 lines = self._holds.plan(take_in(records, self._conversation_headers, self._watermarks, now), now)
                 if lines:
@@ -479,6 +479,14 @@ class Gatekeeper:
         except Exception as exc:  # a service error the loop should have handled is a bug here too
             log.exception("the worker failed")
             raise FatalError(f"the worker failed: {describe(exc)}") from exc
+
+    def _held_only(self, records: dict[TopicPartition, list[Any]]) -> dict[TopicPartition, list[Any]]:
+        """The records of the partitions this instance holds: a fetch that raced a revocation may bring records
+        of a partition given away, whose watermark would then outlive the assignment (and, the partition given
+        back later, let a commit pass lines this instance never read)."""
+        if all((tp.topic, tp.partition) in self._assigned for tp in records):
+            return records
+        return {tp: recs for tp, recs in records.items() if (tp.topic, tp.partition) in self._assigned}
 
     def _fetch_timeout(self, now: float) -> int:
         timeout = self.settings.kafka.batch_timeout_ms
@@ -504,8 +512,11 @@ class Gatekeeper:
             b = self._batch
             if b is None:
                 return
-            stale = {p.tp for p in b.lines if self._reopened.get(p.tp, 0) > b.generation}
-            if stale:  # read before the partition was opened again: read again from its committed offset
+            # Only the lines of partitions held now: a partition revoked while this batch held the lock too long is
+            # not ours (its lines would be saved unfenced, its epoch gone); exactly-once, a line read before its
+            # partition was opened again may come from a stale offset. Their owner reads them again.
+            stale = {p.tp for p in b.lines if p.tp not in self._assigned or self._reopened.get(p.tp, 0) > b.generation}
+            if stale:
                 b = b.only({p.tp for p in b.lines} - stale)
                 self._batch = b if b.lines else None
                 if self._batch is None:
@@ -584,7 +595,8 @@ class Gatekeeper:
 
     def _finish(self, b: Batch) -> None:
         now = self._clock()
-        self._holds.hold(b.held, now, self._hold_seconds)
+        # a partition revoked meanwhile (the revocation did not wait for this batch) keeps no held line here
+        self._holds.hold([(p, a) for p, a in b.held if p.tp in self._assigned], now, self._hold_seconds)
         for name, (n, dead_reasons) in account(b, self._routes, self.metrics, self._child, now).items():
             self._breaker_changed(name, self._routes[name].breaker.record(now, n, dead_reasons), now)
         self._gauge_held()
@@ -663,6 +675,10 @@ class Gatekeeper:
     async def _on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         tps = list(assigned)
         self._assigned = {(tp.topic, tp.partition) for tp in tps}
+        # an assignment reads every partition from its committed offset: nothing read before it counts (a batch
+        # that outlived a revocation may have left a watermark or a held line behind)
+        self._watermarks.forget(self._assigned)
+        self._holds.drop(self._assigned)
         for name, rt in self._routes.items():  # a partition given back to us gets a new epoch: the old one is stale
             for p in [p for p in rt.processor.epochs if (name, p) in self._assigned]:
                 del rt.processor.epochs[p]

@@ -276,6 +276,33 @@ async def test_a_partition_whose_producer_did_not_start_stays_paused_until_it_do
     assert [r.value for r in cluster.records("out")] == [HO.encode()]
 
 
+async def test_records_of_a_partition_given_away_are_not_taken_in_and_leave_no_watermark() -> None:
+    """A fetch that raced a revocation may bring records of the partition given away: they are not decided, and
+    leave no watermark that could outlive the assignment (given back later, a commit would pass lines this
+    instance never read). The next assignment reads the partition again from its committed offset."""
+    from aiokafka import TopicPartition
+
+    cluster = _cluster()
+    send(cluster, "c1", HO, partition=0)
+    send(cluster, "c2", BAD, partition=1)
+    async with running(cluster) as gk:
+        await until(lambda: cluster.committed == {("in", 0): 1, ("in", 1): 1})
+        consumer = gk._consumer
+        assert consumer is not None
+        await gk._on_revoked([TopicPartition("in", 1)])  # the group took in-1 away; the fake still returns it
+        send(cluster, "c2", BAD, partition=1)
+        send(cluster, "c1", RB, partition=0)
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+        await asyncio.sleep(0.1)
+        assert gk._watermarks.next_offset(("in", 1)) is None
+        assert [origin(r) for r in cluster.records("dlq")] == [(1, 0)]  # in-1's second line not decided here
+        consumer.rejoin()  # in-1 given back: read again from its committed offset
+        await until(lambda: cluster.committed.get(("in", 1)) == 2)
+    assert [origin(r) for r in cluster.records("dlq")] == [(1, 0), (1, 1)]  # once each
+    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert_commits_follow_acks(cluster)
+
+
 async def test_a_signature_check_that_raises_refuses_the_line_and_the_worker_goes_on() -> None:
     """Verifying never raises on what a record carries; were it to (a bug), the line is refused sender-auth, fail
     closed, and the partition moves on."""
