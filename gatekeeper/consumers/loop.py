@@ -847,7 +847,7 @@ class Gatekeeper:
         """Wait before retrying the current batch, polling the (paused) consumer so the group keeps this member."""
         assert self._consumer is not None
         deadline = time.monotonic() + self._backoff(self._failures)
-        while not self._stop.is_set():
+        while not self._stop.is_set() and self._batch is not None:  # a revocation may take the batch away
             left = deadline - time.monotonic()
             if left <= 0:
                 return
@@ -862,7 +862,9 @@ class Gatekeeper:
                 if recs:
                     self._consumer.seek(tp, recs[0].offset)
             if records:
-                self._consumer.pause(*self._consumer.assignment())
+                # paused again by the reasons that hold now, not blindly: a revocation may have taken the batch
+                # away meanwhile (and its backoff with it), and nothing else would resume these partitions
+                self._apply_pauses()
             if time.monotonic() - started < 0.05:
                 await self._sleep(min(left, 0.2))
 

@@ -303,6 +303,30 @@ async def test_records_of_a_partition_given_away_are_not_taken_in_and_leave_no_w
     assert_commits_follow_acks(cluster)
 
 
+@pytest.mark.parametrize("transactional", [False, True], ids=["at-least-once", "exactly-once"])
+async def test_a_rebalance_during_the_backoff_leaves_no_partition_paused(transactional: bool) -> None:
+    """The batch fails (the broker refuses every produce) and waits for its retry; meanwhile the group rebalances:
+    the revocation takes the batch's lines away, the assignment gives the partitions back. What the backoff's
+    polling then reads must not leave them paused with nobody to resume them: every line is decided once the
+    broker takes produces again."""
+    cluster = _cluster()
+    send(cluster, "c1", HO, partition=0)
+    send(cluster, "c2", BAD, partition=1)
+    cluster.fail_sends = 1_000_000
+    async with running(cluster, transactional=transactional) as gk:
+        await until(lambda: gk._failures >= 2)  # in the backoff
+        consumer = gk._consumer
+        assert consumer is not None
+        consumer.rejoin()
+        await until(lambda: gk._batch is None)  # the revocation took the batch's lines
+        await asyncio.sleep(0.5)  # the backoff's polling reads the partitions given back
+        cluster.fail_sends = 0
+        send(cluster, "c1", RB, partition=0)
+        await until(lambda: cluster.committed.get(("in", 0)) == 2 and cluster.committed.get(("in", 1)) == 1)
+    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert [origin(r) for r in cluster.records("dlq")] == [(1, 0)]
+
+
 async def test_a_signature_check_that_raises_refuses_the_line_and_the_worker_goes_on() -> None:
     """Verifying never raises on what a record carries; were it to (a bug), the line is refused sender-auth, fail
     closed, and the partition moves on."""
