@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import os
 import random
 import shutil
@@ -666,6 +667,9 @@ async def main() -> int:
     unknown = only - set(SCENARIOS)
     if unknown:
         ap.error(f"unknown scenarios: {', '.join(sorted(unknown))}")
+    # the suite's own clients' reconnect errors while a fault lasts are expected: not on the terminal (the daemons'
+    # logs are theirs, in their folders)
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     say(f"faults: Kafka {e2e.BOOTSTRAP}, Redis {e2e.REDIS_URL}")
     env = Env(PARTITIONS)
     results: list[Result] = []
