@@ -39,7 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.client import AIOKafkaClient
 
@@ -287,29 +287,6 @@ class KraftCluster:
 # ---------------------------------------------------------------- the scenario
 
 
-class Stream(faults.Stream):
-    """``faults.Stream`` with an idempotent producer: a send retried across a leader change writes its line once,
-    so the input topic holds exactly the lines acknowledged."""
-
-    async def _run(self) -> None:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=e2e.BOOTSTRAP, acks="all", linger_ms=20, enable_idempotence=True, request_timeout_ms=60000
-        )
-        await producer.start()
-        try:
-            t0 = time.monotonic()
-            step = max(1, int(self.rate / 20))  # a slice every 50 ms
-            for start in range(0, len(self.lines), step):
-                delay = t0 + start / self.rate - time.monotonic()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                futures = [await producer.send(self.topic, v, key=k) for k, v in self.lines[start : start + step]]
-                await asyncio.gather(*futures)
-                self.sent += len(futures)
-        finally:
-            await producer.stop()
-
-
 async def _input_lines(topic: str, partitions: int) -> int:
     """The lines in the input topic (the sum of its partitions' end offsets)."""
     reader = AIOKafkaConsumer(bootstrap_servers=e2e.BOOTSTRAP, request_timeout_ms=10000)
@@ -407,7 +384,7 @@ async def _run(
         holder["outcomes_snapshot"] = outcomes
         await outcomes.start()
         # the stream lasts about 40 s: the faults (two kills, a restart 10 s after each) fall inside it
-        stream = Stream(topics["in"], t.lines, rate=max(100.0, len(t.lines) / 40.0))
+        stream = faults.Stream(topics["in"], t.lines, rate=max(100.0, len(t.lines) / 40.0))
         t0 = time.monotonic()
         daemon = faults.Daemon(env, name, topics, prefix, group=f"faults-{env.run}-{name}", transactional=transactional)
         stream.start()
@@ -543,7 +520,7 @@ async def _outage(cluster: KraftCluster, env_dir: Path, n: int, seed: int) -> fa
         say(f"  {len(t.lines):,} lines; every broker stopped (SIGTERM) for {OUTAGE_SECONDS:g} s mid-stream")
         outcomes = faults.Outcomes(topics, committed=False)
         await outcomes.start()
-        stream = Stream(topics["in"], t.lines, rate=max(100.0, len(t.lines) / 40.0))
+        stream = faults.Stream(topics["in"], t.lines, rate=max(100.0, len(t.lines) / 40.0))
         t0 = time.monotonic()
         daemon = faults.Daemon(env, name, topics, prefix, group=f"faults-{env.run}-{name}")
         url = await asyncio.to_thread(daemon.metrics_url, 60.0)

@@ -198,7 +198,11 @@ class Stream:
         self.task = asyncio.create_task(self._run())
 
     async def _run(self) -> None:
-        producer = AIOKafkaProducer(bootstrap_servers=e2e.BOOTSTRAP, acks="all", linger_ms=20)
+        # idempotent: a send retried across a broker fault (a leader change, an outage) writes its line once, so the
+        # input topic holds exactly the lines acknowledged
+        producer = AIOKafkaProducer(
+            bootstrap_servers=e2e.BOOTSTRAP, acks="all", linger_ms=20, enable_idempotence=True, request_timeout_ms=60000
+        )
         await producer.start()
         try:
             t0 = time.monotonic()
