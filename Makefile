@@ -6,7 +6,7 @@
 #                   services (the chart, image, rules and dashboard checks included)
 #   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules (cached)
 #   make test-faults  the fault suite (bench/faults.py) on a stack of its own; FAULTS_ARGS=--smoke: about 5 min
-#   make test-redis-cluster  the Redis-facing integration tests against a three-master Redis Cluster
+#   make test-redis-cluster  the integration suite against a three-master Redis Cluster
 #   make venv       create .venv and install the project with its dev extra
 #   make services   start Kafka and Redis (their addresses in .local/stack/stack.env)
 #   make status     what runs;   make stop   stop the services and delete their data
@@ -86,10 +86,9 @@ run: venv services
 FAULTS_STATE_DIR ?= $(CURDIR)/.local/faults
 FAULTS_ARGS ?=
 
-# The files that exercise the store, run against a local Redis Cluster (deploy/local/redis_cluster.sh), Kafka from
+# The integration suite against a local Redis Cluster (deploy/local/redis_cluster.sh, three masters), Kafka from
 # the stack; the cluster is stopped afterwards.
-REDIS_CLUSTER_TESTS := tests/integration/test_redis_store.py tests/integration/test_lifecycle_store.py \
-	tests/integration/test_pipeline.py tests/integration/test_lifecycle.py tests/integration/test_no_loss.py
+REDIS_CLUSTER_TESTS := tests/integration
 test-redis-cluster: venv services
 	@eval "$$(deploy/local/redis_cluster.sh start)"; export GK_TEST_REDIS_CLUSTER_URL; \
 	$(WITH_STACK_ENV) rc=0; $(BIN)/pytest -q $(REDIS_CLUSTER_TESTS) || rc=$$?; \

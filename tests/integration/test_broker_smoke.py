@@ -187,7 +187,7 @@ async def test_redis_round_trip(redis_client: Any, redis_namespace: str) -> None
     # One round trip for a batch, as the gatekeeper loads and writes state; the hash tag keeps a thread's keys
     # on one Redis Cluster slot.
     thread = f"{redis_namespace}{{conv-1}}"
-    async with redis_client.pipeline(transaction=True) as pipe:
+    async with redis_client.pipeline(transaction=False) as pipe:
         pipe.hset(f"{thread}:line:1", mapping={"verdict": "forward", "at": "1700000000"})
         pipe.sadd(f"{thread}:open", "1")
         pipe.expire(f"{thread}:line:1", 60)
