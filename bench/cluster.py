@@ -354,6 +354,36 @@ async def scenario_cluster(env_dir: Path, n: int, seed: int, *, transactional: b
         await asyncio.to_thread(cluster.stop)
 
 
+def _point_at(cluster: KraftCluster, env_dir: Path) -> tuple[e2e.Env, str]:
+    """faults' and e2e's helpers (Daemon, Outcomes, Stream, Env) read the module global ``e2e.BOOTSTRAP`` when they
+    are called: it points at the cluster until ``_unpoint``. The ``Env`` (Redis from ``GK_REDIS_URL``) keeps its
+    daemons' folders in ``env_dir``; the scenario's topics are the cluster's (``_world``). Returns it and the
+    address to restore."""
+    saved = e2e.BOOTSTRAP
+    e2e.BOOTSTRAP = cluster.bootstrap
+    env = e2e.Env(faults.PARTITIONS)
+    shutil.rmtree(env.dir, ignore_errors=True)
+    env.dir = env_dir
+    return env, saved
+
+
+async def _unpoint(env: e2e.Env, saved: str) -> None:
+    env.created = []  # the topics go with the cluster; env.close removes the Redis keys
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(env.close(), 30)
+    e2e.BOOTSTRAP = saved
+
+
+async def _world(cluster: KraftCluster, env: e2e.Env, name: str, n: int, seed: int) -> tuple[Any, dict[str, str], str]:
+    """The scenario's traffic, its topics on the cluster (RF 3) and its Redis prefix, the records loaded."""
+    t = traffic(n, seed=seed, tag=name)
+    topics = {k: f"e2e-{env.run}-{name}.{k}" for k in ("in", "out", "dlq", "alerts")}
+    await cluster.create_topics(topics, faults.PARTITIONS)
+    prefix = env.prefix(name)
+    await env.load_records(prefix, t.records)
+    return t, topics, prefix
+
+
 async def _run(
     cluster: KraftCluster, env_dir: Path, n: int, seed: int, transactional: bool, holder: dict[str, Any]
 ) -> faults.Result:
@@ -363,22 +393,12 @@ async def _run(
     t_start = time.monotonic()
     await cluster.start()
     say(f"  cluster up in {time.monotonic() - t_start:.1f} s: {cluster.bootstrap}")
-    # faults' and e2e's helpers (Daemon, Outcomes, Stream, Env.topics) read the module global e2e.BOOTSTRAP when
-    # they are called: it points at the cluster for the whole scenario and is restored in the finally below.
-    saved = e2e.BOOTSTRAP
-    e2e.BOOTSTRAP = cluster.bootstrap
-    env = e2e.Env(faults.PARTITIONS)  # Redis from GK_REDIS_URL; its topics are made here with RF 3, not by env
-    shutil.rmtree(env.dir, ignore_errors=True)
-    env.dir = env_dir
+    env, saved = _point_at(cluster, env_dir)
     daemon: faults.Daemon | None = None
     outcomes: faults.Outcomes | None = None
     tasks: list[asyncio.Task[None]] = []
     try:
-        t = traffic(n, seed=seed, tag=name)
-        topics = {k: f"e2e-{env.run}-{name}.{k}" for k in ("in", "out", "dlq", "alerts")}
-        await cluster.create_topics(topics, faults.PARTITIONS)
-        prefix = env.prefix(name)
-        await env.load_records(prefix, t.records)
+        t, topics, prefix = await _world(cluster, env, name, n, seed)
         say(f"  {len(t.lines):,} lines; the output's leader and input partition 0's leader SIGKILLed mid-stream")
         outcomes = faults.Outcomes(topics, committed=transactional)
         holder["outcomes_snapshot"] = outcomes
@@ -470,10 +490,7 @@ async def _run(
         if outcomes is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(outcomes.stop(), 20)
-        env.created = []  # the topics go with the cluster; env.close removes the Redis keys
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(env.close(), 30)
-        e2e.BOOTSTRAP = saved
+        await _unpoint(env, saved)
 
 
 OUTAGE_SECONDS = 12.0  # the whole cluster stopped this long (the issue's graceful broker stop: 12.5 s)
@@ -503,20 +520,12 @@ async def _outage(cluster: KraftCluster, env_dir: Path, n: int, seed: int) -> fa
     name = "outage"
     say("kafka-outage (at-least-once): starting a three-node KRaft cluster")
     await cluster.start()
-    saved = e2e.BOOTSTRAP
-    e2e.BOOTSTRAP = cluster.bootstrap  # as in _run: the helpers read it when called
-    env = e2e.Env(faults.PARTITIONS)
-    shutil.rmtree(env.dir, ignore_errors=True)
-    env.dir = env_dir
+    env, saved = _point_at(cluster, env_dir)
     daemon: faults.Daemon | None = None
     outcomes: faults.Outcomes | None = None
     watch: faults.ReadyWatch | None = None
     try:
-        t = traffic(n, seed=seed, tag=name)
-        topics = {k: f"e2e-{env.run}-{name}.{k}" for k in ("in", "out", "dlq", "alerts")}
-        await cluster.create_topics(topics, faults.PARTITIONS)
-        prefix = env.prefix(name)
-        await env.load_records(prefix, t.records)
+        t, topics, prefix = await _world(cluster, env, name, n, seed)
         say(f"  {len(t.lines):,} lines; every broker stopped (SIGTERM) for {OUTAGE_SECONDS:g} s mid-stream")
         outcomes = faults.Outcomes(topics, committed=False)
         await outcomes.start()
@@ -579,10 +588,7 @@ async def _outage(cluster: KraftCluster, env_dir: Path, n: int, seed: int) -> fa
         if outcomes is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(outcomes.stop(), 20)
-        env.created = []
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(env.close(), 30)
-        e2e.BOOTSTRAP = saved
+        await _unpoint(env, saved)
 
 
 def _terminate(cluster: KraftCluster, node: int) -> None:
