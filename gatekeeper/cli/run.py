@@ -11,6 +11,7 @@ Startup errors are one line on stderr: a bad configuration exits 2; Kafka or Red
 from __future__ import annotations
 
 import asyncio
+import gc
 from typing import Annotated
 
 import typer
@@ -30,6 +31,26 @@ EPILOG = """\
 Stop it with SIGTERM or Ctrl-C: intake stops, the batch in flight is finished (up to grace_seconds), its offsets are
 committed, and it exits 0.
 """
+
+
+#: The allocations between two collections of the youngest generation (CPython's default is 700).
+GC_YOUNG_THRESHOLD = 20_000
+
+
+def tune_gc() -> None:
+    """Tune the cyclic garbage collector for the daemon's process, once its modules are imported.
+
+    Measured on the catch-up of ``bench/e2e.py`` (100,000 lines): with CPython's defaults the process ran a full
+    collection about every 1.5 s, each 70-120 ms with the loop stopped (the p99 latency), for about 20% of its CPU.
+    Most of what a full collection walks is what the imports made and what lives until the process ends, and most
+    of what a young collection promotes is a batch's records, alive a few milliseconds longer than 700 allocations.
+    So the objects made so far are frozen (``gc.freeze``: never scanned again) and the youngest generation is
+    collected every 20,000 allocations instead: 180-185 ms of CPU per 1,000 lines instead of 222-239, full
+    collections of a few milliseconds. Only ``gatekeeper run`` does this: it changes the whole process."""
+    gc.collect()
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, middle, oldest)
 
 
 @app.command("run", epilog=EPILOG)
@@ -57,6 +78,7 @@ def run(
         gk = Gatekeeper(settings, install_signals=True, startup_timeout=startup_timeout, on_listening=listening)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
+    tune_gc()
     try:
         asyncio.run(gk.run())
     except ConfigError as exc:
