@@ -5,10 +5,14 @@ the lines come from, which store is behind ``Store`` and where the outcomes go.
 
 Order of writes, and why:
 1. claim the exec bindings the batch made (compare-and-set). If another gatekeeper bound one of those approvals
-   first, the batch is decided again from a fresh load, so "one approval, one act" holds across instances;
+   first, nothing else is written and the batch is decided again from a fresh load, so "one approval, one act"
+   holds across instances;
 2. save the conversation states (with each line's first decision) before any outcome is produced, so a crash
    after this point reprocesses the lines to the same stored verdicts instead of deciding them again later;
 3. the caller produces the outcomes, then commits the offsets.
+
+The first two are one ``Store.save`` (``claims=``): on a single Redis one script call, so a batch costs two round
+trips, its load and its save.
 
 **No line is fatal.** A line whose deciding raises (anything but ``StoreError``: deciding is pure, so any other
 exception is a bug) never reaches the caller: the batch is decided again from a fresh load, line by line, each
@@ -54,7 +58,7 @@ from gatekeeper.policy import (
 from gatekeeper.policy.decide import Prepared, error_text, internal_error, prepare
 from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of, touched
 from gatekeeper.policy.state import line_ids
-from gatekeeper.store import Store, StoreError
+from gatekeeper.store import Store, StoreError, blocking
 from rwcore import Problem
 
 log = logging.getLogger(__name__)
@@ -150,15 +154,17 @@ class Processor:
                 rounds -= 1  # not a claim round: the first one did not get as far as claiming
                 continue
             changes = overlay.changes()
-            conflicts = await self.store.claim(changes) if changes else []
-            claimed.extend(c for c in changes if c not in conflicts)
-            # a release that finds the binding no longer the handoff's has nothing to release: not a conflict
-            if not any(c.after is not None for c in conflicts):
+            if claimed:  # an earlier round claimed: what this round's decisions no longer hold is given back first
                 await self._release_unused(claimed, overlay)
-                states = {c: loaded.states[c] for c in changed}
-                fences = {c: self.epochs[p] for c, p in partitions.items() if p in self.epochs}
-                await self.store.save(self.route.name, states, deadlines, fences or None, now=now)
+            states = {c: loaded.states[c] for c in changed}
+            fences = {c: self.epochs[p] for c, p in partitions.items() if p in self.epochs}
+            conflicts = await self.store.save(
+                self.route.name, states, deadlines, fences or None, now=now, claims=changes
+            )
+            if not blocking(conflicts):
                 return decisions
+            # another handoff bound one of these approvals first: nothing was written; decide again from a fresh load
+            claimed.extend(c for c in changes if c not in conflicts)
         raise StoreError(f"exec bindings kept changing under this batch after {MAX_CLAIM_ROUNDS} rounds")
 
     def _prepare(self, ln: Line) -> Prepared | Exception:
@@ -300,12 +306,10 @@ class Processor:
             },
         )
 
-    async def _release_unused(self, claimed: list[BindingChange], final: Overlay) -> None:
-        """A claim made in an earlier round that the final round's decisions no longer hold is given back."""
-        undo = [
-            BindingChange(c.key, c.after, c.before)
-            for c in claimed
-            if c.after is not None and final.binding(c.key) != c.after
-        ]
-        if undo:
-            await self.store.claim(undo)
+    async def _release_unused(self, claimed: list[BindingChange], current: Overlay) -> None:
+        """A claim made in an earlier round that this round's decisions no longer hold is given back (and dropped
+        from ``claimed``)."""
+        unused = [c for c in claimed if c.after is not None and current.binding(c.key) != c.after]
+        if unused:
+            await self.store.claim([BindingChange(c.key, c.after, c.before) for c in unused])
+            claimed[:] = [c for c in claimed if c not in unused]

@@ -45,19 +45,22 @@ The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partiti
   ``{`` -> ``%7B``, ``}`` -> ``%7D`` (and ``/`` -> ``%2F`` in the route, the separator of the conversation tag).
   The escape is deterministic and reversible, so two different (route, conversation) or items never share a key.
 
-**Conversation state.** A batch loads only the entries its lines name, in one ``EVALSHA`` of ``_LOAD`` per
-conversation on the batch's one pipeline: the header, the four entries of each id the lines name, and the entries
-of the ids those point to (the closure ``policy.state.wanted_fields`` computes in Python, here in Lua, next to the
-data). It writes only the entries that changed, in one ``EVALSHA`` of ``_SAVE`` per conversation (the fields and
-the header, the collection of what is older than the retention, the TTLs). A
-hash that does not exist yet is looked up as a version-1 document in the same script: such a state is converted on
-first touch (decoded whole once, written as fields by that batch's save, and the document deleted), so an upgrade
-needs no migration step and no downtime.
+**Conversation state.** A batch loads only the entries its lines name: the header, the four entries of each id the
+lines name, and the entries of the ids those point to (the closure ``policy.state.wanted_fields`` computes in
+Python, here in Lua, next to the data). It writes only the entries that changed (the fields and the header, the
+collection of what is older than the retention, the TTLs), together with its binding changes and its lifecycle index
+entries. On a single Redis each is **one script call for the whole batch** (``_LOAD_BATCH``, ``_COMMIT_BATCH``):
+two round trips a batch, and the writes atomic. On a Redis Cluster a script may only touch one slot, so the same
+Lua functions run once per conversation, binding and index bucket (``_LOAD``, ``_CAS``, ``_SAVE``, ``_INDEX``) on
+one pipeline, and the binding changes go first in a round trip of their own (the states are written only when no
+claim conflicted). A hash that does not exist yet is looked up as a version-1 document in the same script: such a
+state is converted on first touch (decoded whole once, written as fields by that batch's save, and the document
+deleted), so an upgrade needs no migration step and no downtime.
 
 **Fenced writes.** An instance takes a new epoch for each input partition it is assigned (``take_epochs``: INCR of
 the partition's epoch key, so every assignment's epoch is higher than every earlier one's). Every write of a batch
-carries it: a conversation's hash is written by ``_SAVE`` only if the epoch it was last written under (its ``e``
-field) is not higher, and a partition's indexes by ``_INDEX`` only if the partition's epoch key is not higher (the
+carries it: a conversation's hash is written by ``save_one`` only if the epoch it was last written under (its ``e``
+field) is not higher, and a partition's indexes by ``index_one`` only if the partition's epoch key is not higher (the
 indexes and the epoch key share the partition's slot). An instance that lost its partitions in a rebalance and has
 not noticed yet (a GC pause, a slow network) therefore cannot overwrite what the new owner wrote: its save raises
 ``Fenced``, and it drops the batch as it would on any store error, until the revocation reaches it.
@@ -71,9 +74,9 @@ running right now). If the binding went with the record, re-loading the same app
 bind it and act twice. The binding is released only the protocol's way (UN, FL, an acknowledged CX, a DN with
 ``out=NOOP``).
 
-Exec bindings change by compare-and-set in a small Lua script (``_CAS``), registered once with redis-py's
-``register_script`` and queued as ``EVALSHA`` on the batch's one pipeline: a change applies when the binding still is
-``before`` (or already is ``after``: a retried claim is idempotent). Two gatekeepers racing for one approval: exactly
+Exec bindings change by compare-and-set (``cas_one``; the scripts are registered once with redis-py's
+``register_script`` and queued as ``EVALSHA``): a change applies when the binding still is ``before`` (or already
+is ``after``: a retried claim is idempotent). Two gatekeepers racing for one approval: exactly
 one wins, the other gets its change back as a conflict.
 
 **Redis Cluster** (``redis.cluster: true``, or ``?cluster=true`` on the url: ``client_from_settings`` builds a
@@ -132,84 +135,82 @@ from gatekeeper.store import (
     RecordExists,
     StoreError,
     Wants,
+    blocking,
 )
 
 log = logging.getLogger(__name__)
 
-#: Compare-and-set of one binding. KEYS[1]: the binding key. ARGV: has_before, before, has_after, after
-#: ("1"/"0" flags, so that no holder value has to double as "none"). Returns 1 when applied, 0 on a conflict.
-_CAS = """
-local cur = redis.call('GET', KEYS[1])
-if cur == false then cur = nil end
-local before = nil
-if ARGV[1] == '1' then before = ARGV[2] end
-local after = nil
-if ARGV[3] == '1' then after = ARGV[4] end
-if cur ~= before and cur ~= after then return 0 end
-if after == nil then redis.call('DEL', KEYS[1]) else redis.call('SET', KEYS[1], after) end
-return 1
+# The scripts. Each operation on one key group (a binding, a conversation, an index bucket) is a Lua function of
+# its keys and of its arguments ``A[i..j]``; a script made of one calls it on ``KEYS`` and ``ARGV`` (a Redis Cluster:
+# one slot per script), the batch scripts of a single Redis call it once per group, for a whole batch in one call.
+
+#: Compare-and-set of one binding. ``A[i..i+3]``: has_before, before, has_after, after ("1"/"0" flags, so that no
+#: holder value has to double as "none"). Returns 1 when applied, 0 on a conflict.
+_CAS_FN = """
+local function cas_one(key, A, i)
+  local cur = redis.call('GET', key)
+  if cur == false then cur = nil end
+  local before = nil
+  if A[i] == '1' then before = A[i + 1] end
+  local after = nil
+  if A[i + 2] == '1' then after = A[i + 3] end
+  if cur ~= before and cur ~= after then return 0 end
+  if after == nil then redis.call('DEL', key) else redis.call('SET', key, after) end
+  return 1
+end
 """
 
-#: Load a part of one conversation's state. KEYS[1]: its hash, KEYS[2]: its version-1 document. ARGV: ``*`` for
-#: every field, else the ids the batch's lines name. Returns a flat list of field, value... (the header, the entries
-#: of each id, then the entries of the ids those point to: a line's ``re``, a readback's ``ho``, a handoff's
+#: Load a part of one conversation's state. ``hash``: its hash, ``doc``: its version-1 document. ``A[i..j]``: ``*``
+#: for every field, else the ids the batch's lines name. Returns a flat list of field, value... (the header, the
+#: entries of each id, then the entries of the ids those point to: a line's ``re``, a readback's ``ho``, a handoff's
 #: ``cleared_by`` and ``passed_rb``), ``{}`` for a conversation never seen, or ``{"v1", document}``.
-_LOAD = """
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local old = redis.call('GET', KEYS[2])
-  if old then return {'v1', old} end
-  return {}
-end
-if ARGV[1] == '*' then return redis.call('HGETALL', KEYS[1]) end
-local out, seen, more = {}, {}, {}
+_LOAD_FN = """
 local kinds = {'l:', 'o:', 'r:', 't:'}
-local h = redis.call('HGET', KEYS[1], 'h')
-if h then out[1] = 'h'; out[2] = h end
-local function point(v)
-  if type(v) == 'string' then more[#more + 1] = v end
-end
-local function grab(id, first)
-  if seen[id] then return end
-  seen[id] = true
-  local vals = redis.call('HMGET', KEYS[1], 'l:' .. id, 'o:' .. id, 'r:' .. id, 't:' .. id)
-  for i = 1, 4 do
-    local v = vals[i]
-    if v then
-      out[#out + 1] = kinds[i] .. id
-      out[#out + 1] = v
-      if first and i < 4 then
-        local e = cjson.decode(v)
-        if i == 1 then point(e['re']) elseif i == 2 then point(e['cleared_by']); point(e['passed_rb'])
-        else point(e['ho']) end
+local function load_one(hash, doc, A, i, j)
+  if redis.call('EXISTS', hash) == 0 then
+    local old = redis.call('GET', doc)
+    if old then return {'v1', old} end
+    return {}
+  end
+  if j >= i and A[i] == '*' then return redis.call('HGETALL', hash) end
+  local out, seen, more = {}, {}, {}
+  local h = redis.call('HGET', hash, 'h')
+  if h then out[1] = 'h'; out[2] = h end
+  local function point(v)
+    if type(v) == 'string' then more[#more + 1] = v end
+  end
+  local function grab(id, first)
+    if seen[id] then return end
+    seen[id] = true
+    local vals = redis.call('HMGET', hash, 'l:' .. id, 'o:' .. id, 'r:' .. id, 't:' .. id)
+    for k = 1, 4 do
+      local v = vals[k]
+      if v then
+        out[#out + 1] = kinds[k] .. id
+        out[#out + 1] = v
+        if first and k < 4 then
+          local e = cjson.decode(v)
+          if k == 1 then point(e['re']) elseif k == 2 then point(e['cleared_by']); point(e['passed_rb'])
+          else point(e['ho']) end
+        end
       end
     end
   end
+  for x = i, j do grab(A[x], true) end
+  for x = 1, #more do grab(more[x], false) end
+  return out
 end
-for i = 1, #ARGV do grab(ARGV[i], true) end
-for i = 1, #more do grab(more[i], false) end
-return out
 """
 
 #: Write a batch's changes to one conversation, fenced, and collect what is older than the retention (the rule of
-#: ``policy.state.collectable``). KEYS[1]: its hash, KEYS[2]: its version-1 document, KEYS[3]: its collection queue.
-#: ARGV: the writer's epoch ("" for an unfenced write), the TTL, "1" to delete the document, now, the cutoff (now -
-#: retention), how many queued ids to look at, how many ids to queue, those ids, then field, value...
+#: ``policy.state.collectable``). ``hash``: its hash, ``doc``: its version-1 document, ``queue``: its collection
+#: queue. ``A[i..j]``: the writer's epoch ("" for an unfenced write), the TTL, "1" to delete the document, now, the
+#: cutoff (now - retention), how many queued ids to look at, how many ids to queue, those ids, then field, value...
 #: Returns 1 when written, 0 when a higher epoch wrote the conversation last (nothing written).
-_SAVE = """
-local epoch = tonumber(ARGV[1])
-if epoch then
-  local last = tonumber(redis.call('HGET', KEYS[1], 'e') or '0')
-  if last > epoch then return 0 end
-  redis.call('HSET', KEYS[1], 'e', ARGV[1])
-end
-local n = tonumber(ARGV[7])
-for i = 8 + n, #ARGV, 2000 do
-  redis.call('HSET', KEYS[1], unpack(ARGV, i, math.min(i + 1999, #ARGV)))
-end
-for i = 8, 7 + n do redis.call('ZADD', KEYS[3], ARGV[4], ARGV[i]) end
-local function closed(ho)
-  local t = redis.call('HGET', KEYS[1], 't:' .. ho)
-  local o = redis.call('HGET', KEYS[1], 'o:' .. ho)
+_SAVE_FN = """
+local function closed(hash, ho)
+  local t = redis.call('HGET', hash, 't:' .. ho)
+  local o = redis.call('HGET', hash, 'o:' .. ho)
   if not t or not o then return true end
   local by = cjson.decode(o)['superseded_by']
   if type(by) == 'string' and by ~= '' then return true end
@@ -217,54 +218,132 @@ local function closed(ho)
   if type(rec[8]) == 'table' and #rec[8] > 0 then return true end
   return rec[11] == 1
 end
-local function open_handoff(id)
-  return redis.call('HEXISTS', KEYS[1], 'o:' .. id) == 1 and not closed(id)
+local function open_handoff(hash, id)
+  return redis.call('HEXISTS', hash, 'o:' .. id) == 1 and not closed(hash, id)
 end
-local function collectable(id)
-  if redis.call('HEXISTS', KEYS[1], 'o:' .. id) == 1 then return closed(id) end
-  local l = redis.call('HGET', KEYS[1], 'l:' .. id)
+local function collectable(hash, id)
+  if redis.call('HEXISTS', hash, 'o:' .. id) == 1 then return closed(hash, id) end
+  local l = redis.call('HGET', hash, 'l:' .. id)
   if not l then return true end
   local re = cjson.decode(l)['re']
   if type(re) ~= 'string' then return true end
-  if open_handoff(re) then return false end
-  local r = redis.call('HGET', KEYS[1], 'r:' .. re)
+  if open_handoff(hash, re) then return false end
+  local r = redis.call('HGET', hash, 'r:' .. re)
   if r then
     local ho = cjson.decode(r)['ho']
-    if type(ho) == 'string' and open_handoff(ho) then return false end
+    if type(ho) == 'string' and open_handoff(hash, ho) then return false end
   end
   return true
 end
-local due = redis.call('ZRANGEBYSCORE', KEYS[3], '-inf', ARGV[5], 'LIMIT', 0, tonumber(ARGV[6]))
-for _, id in ipairs(due) do
-  if collectable(id) then
-    redis.call('HDEL', KEYS[1], 'l:' .. id, 'o:' .. id, 'r:' .. id, 't:' .. id)
-    redis.call('ZREM', KEYS[3], id)
-  else
-    redis.call('ZADD', KEYS[3], ARGV[4], id)
+local function save_one(hash, doc, queue, A, i, j)
+  local epoch = tonumber(A[i])
+  if epoch then
+    local last = tonumber(redis.call('HGET', hash, 'e') or '0')
+    if last > epoch then return 0 end
+    redis.call('HSET', hash, 'e', A[i])
   end
+  local n = tonumber(A[i + 6])
+  for x = i + 7 + n, j, 2000 do
+    redis.call('HSET', hash, unpack(A, x, math.min(x + 1999, j)))
+  end
+  for x = i + 7, i + 6 + n do redis.call('ZADD', queue, A[i + 3], A[x]) end
+  local due = redis.call('ZRANGEBYSCORE', queue, '-inf', A[i + 4], 'LIMIT', 0, tonumber(A[i + 5]))
+  for _, id in ipairs(due) do
+    if collectable(hash, id) then
+      redis.call('HDEL', hash, 'l:' .. id, 'o:' .. id, 'r:' .. id, 't:' .. id)
+      redis.call('ZREM', queue, id)
+    else
+      redis.call('ZADD', queue, A[i + 3], id)
+    end
+  end
+  redis.call('EXPIRE', hash, A[i + 1])
+  redis.call('EXPIRE', queue, A[i + 1])
+  if A[i + 2] == '1' then redis.call('DEL', doc) end
+  return 1
 end
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('EXPIRE', KEYS[3], ARGV[2])
-if ARGV[3] == '1' then redis.call('DEL', KEYS[2]) end
-return 1
 """
 
-#: Write a batch's changes to one partition's lifecycle indexes, fenced. KEYS: the partition's epoch key, its due,
-#: open and lapsed indexes. ARGV: the writer's epoch, then triples op, member, score with op ``due``/``open``/
-#: ``lapsed`` (add) or ``-due``/``-open`` (remove; the score is ignored). Returns 1 written, 0 refused.
-_INDEX = """
-if tonumber(redis.call('GET', KEYS[1]) or '0') > tonumber(ARGV[1]) then return 0 end
-local key = {due = KEYS[2], open = KEYS[3], lapsed = KEYS[4]}
-for i = 2, #ARGV, 3 do
-  local op, member = ARGV[i], ARGV[i + 1]
-  if string.sub(op, 1, 1) == '-' then
-    redis.call('ZREM', key[string.sub(op, 2)], member)
-  else
-    redis.call('ZADD', key[op], ARGV[i + 2], member)
+#: Write a batch's changes to one partition's lifecycle indexes, fenced. ``epoch``: the partition's epoch key,
+#: ``due``, ``open``, ``lapsed``: its indexes. ``A[i..j]``: the writer's epoch ("" for an unfenced write), then
+#: triples op, member, score with op ``due``/``open``/``lapsed`` (add) or ``-due``/``-open`` (remove; the score is
+#: ignored). Returns 1 written, 0 refused.
+_INDEX_FN = """
+local function index_one(epoch, due, open, lapsed, A, i, j)
+  if A[i] ~= '' and tonumber(redis.call('GET', epoch) or '0') > tonumber(A[i]) then return 0 end
+  local key = {due = due, open = open, lapsed = lapsed}
+  for x = i + 1, j, 3 do
+    local op, member = A[x], A[x + 1]
+    if string.sub(op, 1, 1) == '-' then
+      redis.call('ZREM', key[string.sub(op, 2)], member)
+    else
+      redis.call('ZADD', key[op], A[x + 2], member)
+    end
   end
+  return 1
 end
-return 1
 """
+
+#: One binding (KEYS[1]), one conversation (KEYS[1..2]), one conversation's write (KEYS[1..3]), one index bucket
+#: (KEYS[1..4]); ARGV as the function's ``A``. A Redis Cluster runs these, each on one slot.
+_CAS = _CAS_FN + "return cas_one(KEYS[1], ARGV, 1)"
+_LOAD = _LOAD_FN + "return load_one(KEYS[1], KEYS[2], ARGV, 1, #ARGV)"
+_SAVE = _SAVE_FN + "return save_one(KEYS[1], KEYS[2], KEYS[3], ARGV, 1, #ARGV)"
+_INDEX = _INDEX_FN + "return index_one(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV, 1, #ARGV)"
+
+#: A batch's load on a single Redis, in one call. KEYS: per conversation its hash and its document, then the
+#: records, then their bindings. ARGV: how many conversations, how many records; then per conversation the count of
+#: its arguments and those (as ``load_one``'s). Returns one list per conversation (as ``load_one``), then the
+#: records' values, then the bindings' (nil where none).
+_LOAD_BATCH = (
+    _LOAD_FN
+    + """
+local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out, a = {}, 3
+for c = 1, n do
+  local count = tonumber(ARGV[a])
+  out[c] = load_one(KEYS[2 * c - 1], KEYS[2 * c], ARGV, a + 1, a + count)
+  a = a + count + 1
+end
+for r = 1, 2 * m do out[n + r] = redis.call('GET', KEYS[2 * n + r]) end
+return out
+"""
+)
+
+#: A batch's writes on a single Redis, in one call (so atomically): the binding changes first; when one that binds
+#: conflicts, nothing else is written; then the lifecycle index buckets, then the conversations. KEYS: the binding
+#: of each change, four per bucket (as ``index_one``), three per conversation (as ``save_one``). ARGV: how many
+#: changes, buckets, conversations; four per change (as ``cas_one``); then per bucket and per conversation the
+#: count of its arguments and those. Returns the changes' results, then (unless a binding conflicted) the buckets'
+#: and the conversations'.
+_COMMIT_BATCH = (
+    _CAS_FN
+    + _SAVE_FN
+    + _INDEX_FN
+    + """
+local nc, nb, nv = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local out, a, blocked = {}, 4, false
+for x = 1, nc do
+  out[x] = cas_one(KEYS[x], ARGV, a)
+  if out[x] == 0 and ARGV[a + 2] == '1' then blocked = true end
+  a = a + 4
+end
+if blocked then return out end
+local k = nc
+for x = 1, nb do
+  local count = tonumber(ARGV[a])
+  out[#out + 1] = index_one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV, a + 1, a + count)
+  a = a + count + 1
+  k = k + 4
+end
+for x = 1, nv do
+  local count = tonumber(ARGV[a])
+  out[#out + 1] = save_one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV, a + 1, a + count)
+  a = a + count + 1
+  k = k + 3
+end
+return out
+"""
+)
 
 #: Write one record and its index entry. KEYS[1]: record key, KEYS[2]: the item's index set.
 #: ARGV: record JSON, ask, supersede ("1"/"0"). Returns 0 refused (exists), 1 written new, 2 replaced an existing one.
@@ -460,11 +539,13 @@ class RedisStore:
         self.keys = Keys(settings.key_prefix)
         self._owns_client = client is None
         self._redis: Any = client if client is not None else client_from_settings(settings)
-        self._cluster = isinstance(self._redis, RedisCluster)
+        self._cluster = settings.cluster or isinstance(self._redis, RedisCluster)
         self._cas = self._redis.register_script(_CAS)
         self._load = self._redis.register_script(_LOAD)
         self._save = self._redis.register_script(_SAVE)
         self._index = self._redis.register_script(_INDEX)
+        self._load_batch = self._redis.register_script(_LOAD_BATCH)
+        self._commit_batch = self._redis.register_script(_COMMIT_BATCH)
         self._put = self._redis.register_script(_PUT)
         self._claim_cancel = self._redis.register_script(_CLAIM)
         self._take_over = self._redis.register_script(_TAKE_OVER)
@@ -695,28 +776,41 @@ class RedisStore:
     # ------------------------------------------------------------ the Store protocol
 
     async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
-        """One pipelined round trip: the part of each conversation's state its ids need (``_LOAD``), the records
-        and the bindings."""
+        """One round trip: the part of each conversation's state its ids need (``load_one``), the records and the
+        bindings. On a single Redis one call of ``_LOAD_BATCH``; on a cluster one ``_LOAD`` per conversation and a
+        GET per key, each on its slot's master."""
         convs = list(wants)
         rkeys = list(keys)
         if not convs and not rkeys:
             return Loaded()
+        segments = [["*"] if wants[conv] is None else sorted(wants[conv] or ()) for conv in convs]
+        states = [(self.keys.state(route, conv), self.keys.conv(route, conv)) for conv in convs]
 
-        def queue(pipe: Any) -> None:
-            for conv in convs:
-                ids = wants[conv]
-                args = ["*"] if ids is None else sorted(ids)
-                _evalsha(pipe, self._load.sha, 2, self.keys.state(route, conv), self.keys.conv(route, conv), *args)
+        def batch(pipe: Any) -> None:
+            kv: list[Any] = [k for pair in states for k in pair]
+            kv += [self.keys.record(k) for k in rkeys]
+            kv += [self.keys.binding(k) for k in rkeys]
+            kv += [len(convs), len(rkeys)]
+            for args in segments:
+                kv += [len(args), *args]
+            _evalsha(pipe, self._load_batch.sha, 2 * len(convs) + 2 * len(rkeys), *kv)
+
+        def per_slot(pipe: Any) -> None:
+            for pair, args in zip(states, segments, strict=True):
+                _evalsha(pipe, self._load.sha, 2, *pair, *args)
             for k in rkeys:
                 pipe.get(self.keys.record(k))
             for k in rkeys:
                 pipe.get(self.keys.binding(k))
 
-        results = await self._scripted("load", queue, [(self._load, _LOAD)])
+        if self._cluster:
+            results = await self._scripted("load", per_slot, [(self._load, _LOAD)])
+        else:
+            results = (await self._scripted("load", batch, [(self._load_batch, _LOAD_BATCH)]))[0]
         loaded = Loaded()
         n = len(convs)
-        for conv, raw in zip(convs, results[:n], strict=True):
-            loaded.states[conv] = self._decode_state(self.keys.state(route, conv), raw)
+        for conv, (key, _), raw in zip(convs, states, results[:n], strict=True):
+            loaded.states[conv] = self._decode_state(key, raw)
         for k, raw in zip(rkeys, results[n : n + len(rkeys)], strict=True):
             if raw is not None:
                 loaded.records[k] = self._decode_record(self.keys.record(k), raw)
@@ -736,21 +830,34 @@ class RedisStore:
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
         now: float | None = None,
-    ) -> None:
-        """One pipelined round trip: the lifecycle index changes (``deadlines``), then per state the fields it
-        changed and its collection at ``now`` (``_SAVE``: HSET, the collection queue, its TTL, longer while a
-        handoff is open; a state converted from a version-1 document deletes the document), each fenced by its
-        writer's epoch when ``fences`` names one. The index goes
-        first: a state written means its index entries were sent before it on the same connection; an entry left
-        behind by a failed write is harmless (the sweeper finds the handoff closed and drops it) and a batch retried
-        after a failure writes its handoffs' entries again. Raises ``Fenced`` naming the conversations refused."""
-        if not states and not deadlines:
-            return
+        claims: Sequence[BindingChange] = (),
+    ) -> list[BindingChange]:
+        """The binding changes ``claims`` (compare-and-set, as ``claim``), then, unless one that binds conflicted,
+        the lifecycle index changes (``deadlines``) and per state the fields it changed and its collection at
+        ``now`` (``save_one``: HSET, the collection queue, its TTL, longer while a handoff is open; a state
+        converted from a version-1 document deletes the document), each fenced by its writer's epoch when
+        ``fences`` names one. Returns the changes that conflicted.
+
+        On a single Redis all of it is one call of ``_COMMIT_BATCH``: one round trip, and atomic. On a cluster the
+        changes are a round trip of their own (a binding and a conversation are on different slots, and the
+        conversations are written only when no claim conflicted), then one pipeline: the index buckets first (so a
+        state written means its index entries were sent before it on that master's connection; an entry left
+        behind by a failed write is harmless: the sweeper finds the handoff closed and drops it, and a batch
+        retried after a failure writes its handoffs' entries again), then the conversations. Raises ``Fenced``
+        naming the conversations refused."""
+        if self._cluster and claims:
+            conflicts = await self.claim(claims)
+            if blocking(conflicts):
+                return conflicts
+            claims = ()
+        else:
+            conflicts = []
+        if not states and not deadlines and not claims:
+            return conflicts
         fences = fences or {}
         at = time.time() if now is None else now
         convs = list(states)
-        fenced_at: list[int] = []
-        calls: list[tuple[tuple[str, str, str], list[Any]]] = []
+        writes: list[tuple[tuple[str, str, str], list[Any]]] = []
         for conv in convs:
             state = states[conv]
             epoch = fences.get(conv)
@@ -767,72 +874,68 @@ class RedisStore:
             ]
             for name, value in state.changed_fields().items():
                 args += (name, value)
-            calls.append(
+            writes.append(
                 ((self.keys.state(route, conv), self.keys.conv(route, conv), self.keys.queue(route, conv)), args)
             )
+        buckets = self._index_buckets(route, deadlines, fences)
 
-        def queue(pipe: Any) -> None:
-            fenced_at[:] = self._queue_index(pipe, route, deadlines, fences)[1]
-            for keys, args in calls:
-                _evalsha(pipe, self._save.sha, 3, *keys, *args)
+        def batch(pipe: Any) -> None:
+            kv: list[Any] = [self.keys.binding(ch.key) for ch in claims]
+            kv += [k for keys, _ in buckets for k in keys]
+            kv += [k for keys, _ in writes for k in keys]
+            kv += [len(claims), len(buckets), len(writes)]
+            for ch in claims:
+                kv += _cas_args(ch)
+            for segment in [*(a for _, a in buckets), *(a for _, a in writes)]:
+                kv += [len(segment), *segment]
+            _evalsha(pipe, self._commit_batch.sha, len(claims) + 4 * len(buckets) + 3 * len(writes), *kv)
 
-        results = await self._scripted("save", queue, [(self._save, _SAVE), (self._index, _INDEX)])
-        refused = [c for c, r in zip(convs, results[len(results) - len(convs) :], strict=True) if int(r) == 0]
-        index_refused = sum(1 for i in fenced_at if int(results[i]) == 0)
+        def per_slot(pipe: Any) -> None:
+            for bucket, segment in buckets:
+                _evalsha(pipe, self._index.sha, 4, *bucket, *segment)
+            for conv, segment in writes:
+                _evalsha(pipe, self._save.sha, 3, *conv, *segment)
+
+        if self._cluster:
+            results = await self._scripted("save", per_slot, [(self._save, _SAVE), (self._index, _INDEX)])
+        else:
+            results = (await self._scripted("save", batch, [(self._commit_batch, _COMMIT_BATCH)]))[0]
+            conflicts = [ch for ch, r in zip(claims, results, strict=False) if int(r) == 0]
+            if blocking(conflicts):
+                return conflicts
+            results = results[len(claims) :]
+        index_refused = sum(1 for r in results[: len(buckets)] if int(r) == 0)
+        refused = [c for c, r in zip(convs, results[len(buckets) :], strict=True) if int(r) == 0]
         if refused or index_refused:
             raise Fenced(
                 f"a newer owner of the partition wrote {len(refused)} conversation(s) of this batch"
                 + (f" and {index_refused} index bucket(s)" if index_refused else ""),
                 refused,
             )
+        return conflicts
 
-    def _queue_index(
-        self, pipe: Any, route: str, entries: Sequence[IndexEntry], fences: Mapping[str, int] | None = None
-    ) -> tuple[int, list[int]]:
-        """The index changes: per partition, one ``_INDEX`` call when the entries' conversations are fenced (its
-        result is 1, or 0 when refused), else ZADD/ZREM per index and kind of change. Returns how many results the
-        index commands add to the pipeline's (they come first), and the positions of the fenced calls among them."""
-        fences = fences or {}
+    def _index_buckets(
+        self, route: str, entries: Sequence[IndexEntry], fences: Mapping[str, int]
+    ) -> list[tuple[list[str], list[Any]]]:
+        """The index changes, per partition: its keys (as ``index_one``: the epoch key, then the due, open and
+        lapsed indexes) and its arguments (the lowest epoch of its entries' conversations, "" when none is
+        fenced, then triples op, member, score)."""
         buckets: dict[int, list[IndexEntry]] = {}
         for e in entries:
             buckets.setdefault(e.partition, []).append(e)
-        queued = 0
-        fenced: list[int] = []
+        out: list[tuple[list[str], list[Any]]] = []
         for partition, group in sorted(buckets.items()):
             epochs = [fences[e.conversation] for e in group if e.conversation in fences]
-            ops: list[tuple[str, str, float | str]] = []
+            args: list[Any] = [min(epochs) if epochs else ""]
             for e in group:
                 member = _member(e.conversation, e.ho)
-                ops.append(
-                    ("due", member, _finite(e.due_at)) if e.open and e.due_at is not None else ("-due", member, 0)
-                )
-                ops.append(("open", member, e.opened_at or 0.0) if e.open else ("-open", member, 0))
+                args += ("due", member, _finite(e.due_at)) if e.open and e.due_at is not None else ("-due", member, 0)
+                args += ("open", member, e.opened_at or 0.0) if e.open else ("-open", member, 0)
                 if e.lapsed_at is not None:
-                    ops.append(("lapsed", member, _finite(e.lapsed_at)))
-            keys = [self.keys.lifecycle(k, route, partition) for k in ("due", "open", "lapsed")]
-            if epochs:
-                args: list[Any] = [min(epochs)]
-                for triple in ops:
-                    args += triple
-                _evalsha(pipe, self._index.sha, 4, self.keys.lifecycle("epoch", route, partition), *keys, *args)
-                fenced.append(queued)
-                queued += 1
-                continue
-            adds: dict[str, dict[str, float | str]] = {}
-            rems: dict[str, list[str]] = {}
-            where = dict(zip(("due", "open", "lapsed"), keys, strict=True))
-            for op, member, score in ops:
-                if op.startswith("-"):
-                    rems.setdefault(where[op[1:]], []).append(member)
-                else:
-                    adds.setdefault(where[op], {})[member] = score
-            for key, members in rems.items():
-                pipe.zrem(key, *members)
-                queued += 1
-            for key, scores in adds.items():
-                pipe.zadd(key, scores)
-                queued += 1
-        return queued, fenced
+                    args += ("lapsed", member, _finite(e.lapsed_at))
+            keys = [self.keys.lifecycle(k, route, partition) for k in ("epoch", "due", "open", "lapsed")]
+            out.append((keys, args))
+        return out
 
     # ------------------------------------------------------------ the lifecycle (LifecycleStore)
 

@@ -81,7 +81,7 @@ from gatekeeper.policy import (
 from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.policy.state import wanted_fields
 from gatekeeper.processor import Line, Processor
-from gatekeeper.store import Loaded, Store, StoreError, Wants, claim_in_memory, pick
+from gatekeeper.store import Loaded, Store, StoreError, Wants, blocking, claim_in_memory, pick
 from gatekeeper.verdicts import signer_for
 from rwcore import Problem
 
@@ -282,9 +282,14 @@ class DryRunStore:
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
         now: float | None = None,
-    ) -> None:
+        claims: Sequence[BindingChange] = (),
+    ) -> list[BindingChange]:
+        conflicts = claim_in_memory(self._bindings, claims)
+        if blocking(conflicts):
+            return conflicts
         for conv, state in states.items():  # kept whole: a dry run collects nothing
             self._states.setdefault((route, conv), {}).update(state.changed_fields())
+        return conflicts
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:
         raise StoreError("a dry run does not load records")

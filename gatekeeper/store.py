@@ -166,16 +166,22 @@ class Store(Protocol):
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
         now: float | None = None,
-    ) -> None:
-        """One round trip: write the entries the batch changed in these conversations (``changed_fields``), renew
-        their retention, collect what is older than the retention (``policy.state.collect``, at ``now``: the
-        decisions' time; the store's clock when None), and write the lifecycle index entries
-        of their handoffs (``deadlines``: an open entry is added or moved, a closed one leaves the open and deadline
+        claims: Sequence[BindingChange] = (),
+    ) -> list[BindingChange]:
+        """One round trip on a single Redis (two on a cluster when ``claims`` is not empty): apply the batch's
+        binding changes ``claims`` as ``claim`` does and, unless one that binds conflicted (``blocking``: then
+        nothing else is written, and the batch must be decided again), write the entries the batch changed in
+        these conversations (``changed_fields``), renew their retention, collect what is older than the retention
+        (``policy.state.collect``, at ``now``: the decisions' time; the store's clock when None), and write the
+        lifecycle index entries of their handoffs (``deadlines``: an open entry is added or moved, a closed one
+        leaves the open and deadline
         indexes; an entry with ``lapsed_at`` is in the lapsed index).
 
         ``fences``: per conversation, the writer's epoch on its input partition (``take_epochs``). A conversation
         last written under a higher epoch is not written, and ``Fenced`` is raised naming it (the other
-        conversations of the call are written: their writer still owns them)."""
+        conversations of the call are written: their writer still owns them).
+
+        Returns the changes of ``claims`` that did not apply."""
         ...
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:
@@ -231,6 +237,12 @@ class LifecycleStore(Store, Protocol):
 def pick(stored: Mapping[str, str], names: Collection[str]) -> dict[str, str]:
     """The fields among ``names`` that ``stored`` has (the in-memory stores' ``HMGET``)."""
     return {n: stored[n] for n in names if n in stored}
+
+
+def blocking(conflicts: Sequence[BindingChange]) -> bool:
+    """Whether conflicts of a batch's binding changes stop its writes: one that binds does (another handoff bound
+    that approval first); a release that finds the binding no longer the handoff's has nothing to release."""
+    return any(c.after is not None for c in conflicts)
 
 
 def claim_in_memory(
@@ -324,8 +336,12 @@ class MemoryStore:
         deadlines: Sequence[IndexEntry] = (),
         fences: Mapping[str, int] | None = None,
         now: float | None = None,
-    ) -> None:
+        claims: Sequence[BindingChange] = (),
+    ) -> list[BindingChange]:
         self._check()
+        conflicts = claim_in_memory(self._bindings, claims)
+        if blocking(conflicts):
+            return conflicts
         at = time.time() if now is None else now
         refused = []
         for conv, state in states.items():
@@ -360,6 +376,7 @@ class MemoryStore:
                 self._index.setdefault((route, e.partition, "lapsed"), {})[member] = e.lapsed_at
         if refused or index_refused:
             raise Fenced(f"a newer owner wrote {len(refused)} conversation(s) of this batch", refused)
+        return conflicts
 
     async def due_view(
         self, route: str, partitions: Collection[int], now: float, limit: int, *, forget_lapsed_before: float | None

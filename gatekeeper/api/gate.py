@@ -330,8 +330,8 @@ class ReadOnlyStore:
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
         return []
 
-    async def save(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    async def save(self, *args: Any, **kwargs: Any) -> list[BindingChange]:
+        return []
 
 
 # ------------------------------------------------------------------------------------------------ the gate

@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from gatekeeper.cli import app
 from gatekeeper.config import RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey, RoutePolicy, Verdict
+from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import Keys, RedisStore, escape_tag
 from gatekeeper.store import DataLost, MemoryStore, RecordExists, StoreError
@@ -243,6 +244,43 @@ async def test_load_save_and_claim_are_one_round_trip_each(redis_url: str, redis
         counting.round_trips = 0
         await call
         assert counting.round_trips == 1, what
+
+
+async def test_a_batch_s_claims_and_its_save_are_one_round_trip(redis_url: str, redis_client: Any, prefix: str) -> None:
+    counting = _CountingClient(redis_client)
+    s = RedisStore(_settings(redis_url, prefix), client=counting)
+    await s.save(
+        "agents.pay", {"warm": ConversationState()}, claims=[BindingChange(RecordKey("w", "PAY"), None, "w/0")]
+    )
+    keys = [RecordKey(f"inv:{i}", "PAY") for i in range(5)]
+    states = {f"c{i}": ConversationState() for i in range(5)}
+    entries = [IndexEntry(i % 2, f"c{i}", "x-1", True, opened_at=NOW, due_at=NOW + 60) for i in range(5)]
+    counting.round_trips = 0
+    conflicts = await s.save(
+        "agents.pay", states, entries, claims=[BindingChange(k, None, f"c/{k.item}") for k in keys]
+    )
+    assert conflicts == []
+    assert counting.round_trips == (2 if s._cluster else 1)  # a cluster claims first: other slots
+    assert [await s.binding(k) for k in keys] == [f"c/{k.item}" for k in keys]
+    assert await redis_client.zcard(s.keys.lifecycle("open", "agents.pay", 0)) == 3
+
+
+async def test_a_claim_that_conflicts_writes_nothing_else_of_the_batch(store: RedisStore, redis_client: Any) -> None:
+    taken, free = RecordKey("inv:taken", "PAY"), RecordKey("inv:free", "PAY")
+    assert await store.claim([BindingChange(taken, None, "other/scheduler-1")]) == []
+    state = ConversationState()  # its header is written by any save
+    entry = IndexEntry(0, "c1", "scheduler-1", True, opened_at=NOW, due_at=NOW + 60)
+    bind_taken, bind_free = BindingChange(taken, None, "c1/scheduler-1"), BindingChange(free, None, "c1/x-2")
+    conflicts = await store.save("agents.pay", {"c1": state}, [entry], claims=[bind_free, bind_taken])
+    assert conflicts == [bind_taken]
+    assert not await redis_client.exists(store.keys.state("agents.pay", "c1"))
+    assert not await redis_client.exists(store.keys.lifecycle("open", "agents.pay", 0))
+    assert await store.binding(free) == "c1/x-2"  # applied, as ``claim`` would: the batch gives it back or keeps it
+    # a release that finds the binding another's has nothing to release: not a conflict that stops the writes
+    release = BindingChange(taken, "c1/scheduler-1", None)
+    assert await store.save("agents.pay", {"c1": state}, [entry], claims=[release]) == [release]
+    assert await redis_client.exists(store.keys.state("agents.pay", "c1"))
+    assert await store.binding(taken) == "other/scheduler-1"
 
 
 # ---------------------------------------------------------------- compare-and-set of bindings
@@ -500,7 +538,6 @@ async def test_a_zombie_s_late_write_is_refused_by_redis(store: RedisStore, redi
 
 
 async def test_the_lifecycle_index_is_fenced_by_the_partition_s_epoch(store: RedisStore, redis_client: Any) -> None:
-    from gatekeeper.policy.lifecycle import IndexEntry
     from gatekeeper.store import Fenced
 
     old = (await store.take_epochs("agents.pay", [3]))[3]

@@ -39,11 +39,11 @@ class PausedSave:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def save(self, *args: Any, **kw: Any) -> None:
+    async def save(self, *args: Any, **kw: Any) -> Any:
         if self.pause:
             self.paused.set()
             await self.resume.wait()
-        await self.inner.save(*args, **kw)
+        return await self.inner.save(*args, **kw)
 
 
 async def zombie_scenario(store: Store) -> tuple[type[BaseException] | None, list[Any]]:
@@ -86,8 +86,10 @@ async def test_without_a_fence_the_refusal_would_vanish() -> None:
     """The scenario the fence exists for, shown by turning it off: the zombie's write lands over the new owner's."""
 
     class Unfenced(MemoryStore):
-        async def save(self, route: str, states: Any, deadlines: Any = (), fences: Any = None, now: Any = None) -> None:
-            await super().save(route, states, deadlines, None, now=now)
+        async def save(
+            self, route: str, states: Any, deadlines: Any = (), fences: Any = None, now: Any = None, claims: Any = ()
+        ) -> Any:
+            return await super().save(route, states, deadlines, None, now=now, claims=claims)
 
     store = Unfenced()
     raised, (clearance,) = await zombie_scenario(store)
