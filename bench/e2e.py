@@ -734,6 +734,12 @@ async def main() -> None:
     ap.add_argument("--growth-lines", type=int, default=20_000)
     ap.add_argument("--open", default="10000,100000", help="open handoffs to measure with, comma-separated")
     ap.add_argument("--latency-seconds", type=float, default=20.0)
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=None,
+        help="the latency section's full load, lines/s (default: the throughput section's rate, or 3,000 without it)",
+    )
     ap.add_argument("--partitions", type=int, default=6)
     ap.add_argument("--only", default="throughput,latency,growth,open,pair")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes: checks the benchmark runs, figures mean nothing")
@@ -753,10 +759,11 @@ async def main() -> None:
     if args.smoke:
         args.lines, args.growth_lines, args.open, args.latency_seconds = 3000, 2000, "500", 3.0
     env = Env(args.partitions)
-    rate = 3000.0
+    rate = 3000.0 if args.rate is None else args.rate
     try:
         if "throughput" in only:
-            rate = await section_throughput(env, args.lines, args.profile, args.exactly_once)
+            measured = await section_throughput(env, args.lines, args.profile, args.exactly_once)
+            rate = measured if args.rate is None else rate
         if "latency" in only:
             await section_latency(env, rate, args.latency_seconds)
         if "growth" in only:

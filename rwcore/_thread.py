@@ -398,6 +398,15 @@ class ThreadTracker:
         hs = self._by_id.get(id)
         return _view(hs[-1]) if hs else None
 
+    def flags(self, id: str) -> tuple[bool, bool] | None:
+        """``(closed, cancelled)`` of the HO with this id (the latest), or None: two fields of ``handoff(id)``
+        without building the view, for a caller that asks them for every line."""
+        hs = self._by_id.get(id)
+        if not hs:
+            return None
+        h = hs[-1]
+        return h.closed, bool(h.cancels)
+
     def handoffs(self) -> Iterator[HandoffView]:
         """Every HO, in line order."""
         return (_view(h) for h in self._hos)

@@ -759,8 +759,8 @@ class _Decider:
     def _open(self, entry: HandoffEntry) -> bool:
         if entry.superseded_by is not None:
             return False
-        view = self.state.tracker.handoff(entry.id)
-        return view is None or not (view.closed or view.cancelled)
+        flags = self.state.tracker.flags(entry.id)
+        return flags is None or not (flags[0] or flags[1])
 
     def _plan_readback(self, entry: HandoffEntry) -> Message | None:
         rb_id = entry.cleared_by or entry.passed_rb

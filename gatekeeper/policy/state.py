@@ -393,8 +393,8 @@ class ConversationState:
         h = self.handoffs.get(ho)
         if h is None or h.superseded_by is not None:
             return False
-        view = self.tracker.handoff(ho)
-        return view is not None and not view.closed
+        flags = self.tracker.flags(ho)
+        return flags is not None and not flags[0]
 
     def open_delta(self) -> int:
         """How the conversation's open count moved since the load: the loaded handoffs open now, less those open

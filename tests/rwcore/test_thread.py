@@ -383,6 +383,10 @@ def test_tracker_equals_reference(lines: list[str], now: str) -> None:
     assert {p.code for p in streamed} <= report_codes
     # open_handoffs agrees with the notes and problems about open handoffs
     assert {v.id for v in t.open_handoffs()} == {v.id for v in t.handoffs() if not v.closed}
+    # flags() is the latest view's closed and cancelled, for every id the lines use and one they do not
+    for id in {v.id for v in t.handoffs()} | {"no-such-ho"}:
+        view = t.handoff(id)
+        assert t.flags(id) == (None if view is None else (view.closed, view.cancelled))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
