@@ -117,6 +117,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
 from redis import exceptions as redis_exc
 from redis.asyncio import Redis, RedisCluster
 
@@ -311,34 +312,30 @@ return out
 
 #: A batch's writes on a single Redis, in one call (so atomically): the binding changes first; when one that binds
 #: conflicts, nothing else is written; then the lifecycle index buckets, then the conversations. KEYS: the binding
-#: of each change, four per bucket (as ``index_one``), three per conversation (as ``save_one``). ARGV: how many
-#: changes, buckets, conversations; four per change (as ``cas_one``); then per bucket and per conversation the
-#: count of its arguments and those. Returns the changes' results, then (unless a binding conflicted) the buckets'
-#: and the conversations'.
+#: of each change, four per bucket (as ``index_one``), three per conversation (as ``save_one``). ARGV[1]: JSON
+#: ``[changes, buckets, conversations]``, each a list of the arguments of one call (as ``cas_one``, ``index_one``,
+#: ``save_one``): one argument to pack instead of thousands, decoded by Redis's cjson. Returns the changes'
+#: results, then (unless a binding conflicted) the buckets' and the conversations'.
 _COMMIT_BATCH = (
     _CAS_FN
     + _SAVE_FN
     + _INDEX_FN
     + """
-local nc, nb, nv = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local out, a, blocked = {}, 4, false
-for x = 1, nc do
-  out[x] = cas_one(KEYS[x], ARGV, a)
-  if out[x] == 0 and ARGV[a + 2] == '1' then blocked = true end
-  a = a + 4
+local batch = cjson.decode(ARGV[1])
+local changes, buckets, convs = batch[1], batch[2], batch[3]
+local out, blocked = {}, false
+for x = 1, #changes do
+  out[x] = cas_one(KEYS[x], changes[x], 1)
+  if out[x] == 0 and changes[x][3] == '1' then blocked = true end
 end
 if blocked then return out end
-local k = nc
-for x = 1, nb do
-  local count = tonumber(ARGV[a])
-  out[#out + 1] = index_one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], ARGV, a + 1, a + count)
-  a = a + count + 1
+local k = #changes
+for _, A in ipairs(buckets) do
+  out[#out + 1] = index_one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], A, 1, #A)
   k = k + 4
 end
-for x = 1, nv do
-  local count = tonumber(ARGV[a])
-  out[#out + 1] = save_one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], ARGV, a + 1, a + count)
-  a = a + count + 1
+for _, A in ipairs(convs) do
+  out[#out + 1] = save_one(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], A, 1, #A)
   k = k + 3
 end
 return out
@@ -866,8 +863,8 @@ class RedisStore:
                 "" if epoch is None else epoch,
                 self.ttl_for(state),
                 "1" if state.legacy else "0",
-                at,
-                at - self.settings.retention_seconds,
+                _score(at),
+                _score(at - self.settings.retention_seconds),
                 COLLECT_PER_SAVE + 2 * len(queued),
                 len(queued),
                 *queued,
@@ -883,12 +880,8 @@ class RedisStore:
             kv: list[Any] = [self.keys.binding(ch.key) for ch in claims]
             kv += [k for keys, _ in buckets for k in keys]
             kv += [k for keys, _ in writes for k in keys]
-            kv += [len(claims), len(buckets), len(writes)]
-            for ch in claims:
-                kv += _cas_args(ch)
-            for segment in [*(a for _, a in buckets), *(a for _, a in writes)]:
-                kv += [len(segment), *segment]
-            _evalsha(pipe, self._commit_batch.sha, len(claims) + 4 * len(buckets) + 3 * len(writes), *kv)
+            blob = orjson.dumps([[_cas_args(ch) for ch in claims], [a for _, a in buckets], [a for _, a in writes]])
+            _evalsha(pipe, self._commit_batch.sha, len(kv), *kv, blob)
 
         def per_slot(pipe: Any) -> None:
             for bucket, segment in buckets:
@@ -929,10 +922,10 @@ class RedisStore:
             args: list[Any] = [min(epochs) if epochs else ""]
             for e in group:
                 member = _member(e.conversation, e.ho)
-                args += ("due", member, _finite(e.due_at)) if e.open and e.due_at is not None else ("-due", member, 0)
-                args += ("open", member, e.opened_at or 0.0) if e.open else ("-open", member, 0)
+                args += ("due", member, _score(e.due_at)) if e.open and e.due_at is not None else ("-due", member, 0)
+                args += ("open", member, _score(e.opened_at or 0.0)) if e.open else ("-open", member, 0)
                 if e.lapsed_at is not None:
-                    args += ("lapsed", member, _finite(e.lapsed_at))
+                    args += ("lapsed", member, _score(e.lapsed_at))
             keys = [self.keys.lifecycle(k, route, partition) for k in ("epoch", "due", "open", "lapsed")]
             out.append((keys, args))
         return out
@@ -1164,11 +1157,13 @@ def _evalsha(pipe: Any, sha: str, numkeys: int, *keys_and_args: Any) -> None:
     pipe.execute_command("EVALSHA", sha, numkeys, *keys_and_args)
 
 
-def _finite(t: float) -> float | str:
-    """A score Redis accepts: ``inf`` is written as ``+inf``."""
+def _score(t: float) -> str:
+    """A time as Redis reads a score: the text redis-py sends for a float (``repr``, the shortest that reads back
+    the same; ``inf`` as ``+inf``). Text inside the JSON of ``_COMMIT_BATCH`` too, so the score never depends on
+    how Lua turns a number back into a command's argument."""
     if t == float("inf"):
         return "+inf"
-    return t
+    return repr(t)
 
 
 def _text(raw: bytes | str) -> str:

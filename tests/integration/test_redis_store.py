@@ -265,6 +265,14 @@ async def test_a_batch_s_claims_and_its_save_are_one_round_trip(redis_url: str, 
     assert await redis_client.zcard(s.keys.lifecycle("open", "agents.pay", 0)) == 3
 
 
+async def test_index_scores_keep_every_digit_of_the_time(store: RedisStore, redis_client: Any) -> None:
+    due = NOW + 0.123456789  # 19 significant digits: the score is the float, not a rounding of it
+    await store.save("agents.pay", {}, [IndexEntry(0, "c1", "x-1", True, opened_at=NOW + 1e-6, due_at=due)])
+    member = json.dumps(["c1", "x-1"], separators=(",", ":"))
+    assert await redis_client.zscore(store.keys.lifecycle("due", "agents.pay", 0), member) == due
+    assert await redis_client.zscore(store.keys.lifecycle("open", "agents.pay", 0), member) == NOW + 1e-6
+
+
 async def test_a_claim_that_conflicts_writes_nothing_else_of_the_batch(store: RedisStore, redis_client: Any) -> None:
     taken, free = RecordKey("inv:taken", "PAY"), RecordKey("inv:free", "PAY")
     assert await store.claim([BindingChange(taken, None, "other/scheduler-1")]) == []
