@@ -7,6 +7,7 @@ applied top to bottom and the first that matches decides (see the README's verdi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 from collections.abc import Iterable
@@ -67,8 +68,9 @@ def line_digest(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()[:16]
 
 
+@functools.lru_cache(maxsize=256)
 def rw_time(epoch: float) -> str:
-    """An epoch time as RW1's ``YYYYMMDDTHHMMZ``."""
+    """An epoch time as RW1's ``YYYYMMDDTHHMMZ``. Memoised: a batch's lines share their decision time."""
     return time.strftime("%Y%m%dT%H%MZ", time.gmtime(epoch))
 
 
@@ -109,15 +111,21 @@ _STORED_MAX = 20_000
 
 
 def _stored_message(text: str, route: RoutePolicy) -> Message:
-    """A line the state kept (an HO, a checked RB), parsed once per process: later replies need it again."""
+    """A line the state kept (an HO, a checked RB), parsed once per process: later replies need it again. A line
+    kept by this process is here from its own decision (``_keep``), not parsed a second time."""
     key = (route.profile.name, text)
     msg = _STORED.get(key)
     if msg is None:
         parsed = parse_line(text, route.profile)
         assert parsed.message is not None, "a stored line no longer parses"
-        if len(_STORED) >= _STORED_MAX:
-            _STORED.clear()
-        msg = _STORED[key] = parsed.message
+        msg = _keep(key, parsed.message)
+    return msg
+
+
+def _keep(key: tuple[str | None, str], msg: Message) -> Message:
+    if len(_STORED) >= _STORED_MAX:
+        _STORED.clear()
+    _STORED[key] = msg
     return msg
 
 
@@ -182,6 +190,8 @@ class _Decider:
                 problems=problems,
                 text=self.text if keep_text else None,
             )
+            if keep_text and self.text is not None:  # its replies will need it: parsed already (a frozen Message)
+                _keep((self.route.profile.name, self.text), msg)
             effects.insert(0, RememberLine(msg.id, entry))
             if verdict is not Verdict.DEAD_LETTER:
                 effects.append(FeedThread(msg))

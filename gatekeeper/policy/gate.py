@@ -20,6 +20,7 @@ with a date that never comes would never expire, or expire at a time nobody wrot
 from __future__ import annotations
 
 import calendar
+import functools
 import re
 import unicodedata
 
@@ -93,7 +94,9 @@ _DATE_FIELDS = re.compile(r"(\d{4})(\d{2})(\d{2})")
 _TIME_FIELDS = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})Z")
 
 
+@functools.lru_cache(maxsize=4096)
 def _real_instant(value: str, kind: str) -> bool:
+    """Memoised: lines carry the same few dates and expiry times (a batch's flows share them)."""
     m = (_DATE_FIELDS if kind == "date" else _TIME_FIELDS).fullmatch(value)
     if m is None:
         return True  # not of the shape at all: the parser already refused it (or the slot is empty)
