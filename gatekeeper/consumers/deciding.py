@@ -107,6 +107,7 @@ class Batch:
     done: list[tuple[Pending, Decision]] = field(default_factory=list)
     attempts: int = 0
     generation: int = 0  # exactly-once: the worker's open-generation when its lines were read (see the loop)
+    holds_taken: bool = False  # its held lines are in the hold buffer (once: a batch sent again keeps them there)
 
     def only(self, partitions: Collection[TP]) -> Batch:
         """The part of the batch read from these input partitions, as far as it got (its decisions, records and
@@ -117,6 +118,7 @@ class Batch:
             decided_routes=set(self.decided_routes),
             attempts=self.attempts,
             generation=self.generation,
+            holds_taken=self.holds_taken,
         )
         part.decisions = {n: self.decisions[i] for n, i in enumerate(keep) if i in self.decisions}
         if self.sends is not None:

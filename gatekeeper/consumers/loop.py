@@ -215,6 +215,8 @@ class Gatekeeper:
         self._watermarks = self._committer.watermarks
         self._lock = asyncio.Lock()
         self._batch: Batch | None = None
+        # at-least-once: the batch before, its records sent and not all acknowledged yet (see ``_settle``)
+        self._unacked: Batch | None = None
         self._consumer: Consumer | None = None
         self._work: asyncio.Task[None] | None = None
         self._failures = 0
@@ -466,7 +468,13 @@ class Gatekeeper:
                     continue
                 await self._housekeeping()
                 now = self._clock()
-                records = self._held_only(await self._fetch(self._fetch_timeout(now)))
+                # records already read go first, the batch before settles while they are decided; none: it settles
+                # now (its accounting and commit never wait for a fetch's timeout)
+                records = await self._fetch(0) if self._unacked is not None else {}
+                if not records:
+                    await self._settle_between()
+                    records = await self._fetch(self._fetch_timeout(now))
+                records = self._held_only(records)
                 now = self._clock()
                 lines = self._holds.plan(take_in(records, self._conversation_headers, self._watermarks, now), now)
                 if lines:
@@ -533,7 +541,8 @@ class Gatekeeper:
                 if self.settings.kafka.transactional:
                     done, rest, error = await self._transact(b)
                 else:
-                    await self._sender.produce(b.sends)
+                    await self._settle()  # the batch before first: its records are on their way before these
+                    await self._sender.send(b.sends)
                     done, rest, error = b, None, None
                 self._health.kafka_error = None
             except DataLost as exc:
@@ -554,7 +563,14 @@ class Gatekeeper:
                 self._kafka_failed("produce", exc)
                 self._failed("kafka", exc)
                 return
-            self._finish(done)
+            if not self.settings.kafka.transactional:
+                # sent, not acknowledged: its held lines are held now (later lines queue behind them), its accounting
+                # and commit wait for its acknowledgements (``_settle``), while the next batch is decided
+                self._hold(b)
+                self._unacked, self._batch = b, None
+                return
+            self._hold(done)
+            self._account(done)
             self._batch = rest
             if error is not None:  # exactly-once: the partitions whose transaction was aborted are retried
                 self.metrics.kafka_errors.labels(operation="transaction").inc()
@@ -562,8 +578,37 @@ class Gatekeeper:
                 self._failed("kafka", error)
                 return
             self._recovered()
-            if not self.settings.kafka.transactional:
-                await self._commit()
+
+    async def _settle(self) -> None:
+        """At-least-once: wait for the acknowledgements of the batch sent last (sending again what failed, as
+        ``OutcomeSender.produce`` does), then count it and commit. Raises ``KafkaError`` or ``ProduceTimeout``: it
+        stays unacknowledged, and the batch after it waits too (its records never overtake these)."""
+        b = self._unacked
+        if b is None:
+            return
+        assert b.sends is not None
+        await self._sender.produce(b.sends)
+        self._unacked = None
+        if self._batch is None:  # a batch still waiting (decided, not sent: it may have failed) recovers itself
+            self._recovered()
+        self._account(b)
+        await self._commit()
+
+    async def _settle_between(self) -> None:
+        """``_settle`` between batches, under the batch lock; a failure is a produce failure like any other (the
+        batch waits for the next attempt, after the backoff)."""
+        if self._unacked is None:
+            return
+        async with self._lock:
+            try:
+                await self._settle()
+                self._health.kafka_error = None
+            except (KafkaError, ProduceTimeout) as exc:
+                self.metrics.kafka_errors.labels(operation="produce").inc()
+                self._kafka_failed("produce", exc)
+                self._failed("kafka", exc)
+                # the next turn of the loop retries it: as the current batch, with nothing new behind it
+                self._batch, self._unacked = self._unacked, None
 
     async def _transact(self, b: Batch) -> tuple[Batch, Batch | None, BaseException | None]:
         """Exactly-once: each input partition's outcomes and offset in a transaction of its own. Returns the part
@@ -593,17 +638,27 @@ class Gatekeeper:
             return set()
         return {(tp.topic, tp.partition) for tp in self._consumer.assignment()}
 
-    def _finish(self, b: Batch) -> None:
-        now = self._clock()
+    def _hold(self, b: Batch) -> None:
+        """The batch's held lines into the hold buffer, once."""
+        if b.holds_taken:
+            return
+        b.holds_taken = True
         # a partition revoked meanwhile (the revocation did not wait for this batch) keeps no held line here
-        self._holds.hold([(p, a) for p, a in b.held if p.tp in self._assigned], now, self._hold_seconds)
+        self._holds.hold([(p, a) for p, a in b.held if p.tp in self._assigned], self._clock(), self._hold_seconds)
+        self._gauge_held()
+
+    def _account(self, b: Batch) -> None:
+        """Count and log the finished batch; the dead-letter breaker hears of it."""
+        now = self._clock()
         for name, (n, dead_reasons) in account(b, self._routes, self.metrics, self._child, now).items():
             self._breaker_changed(name, self._routes[name].breaker.record(now, n, dead_reasons), now)
-        self._gauge_held()
 
     async def _commit(self, tps: Iterable[TP] | None = None, *, force: bool = False) -> bool:
         """Commit the watermarks that moved (see ``committing``); the in-flight batch and the held lines are open."""
-        in_flight = lowest_offsets(self._batch.lines) if self._batch is not None else {}
+        in_flight = merge_lowest(
+            lowest_offsets(self._batch.lines) if self._batch is not None else {},
+            lowest_offsets(self._unacked.lines) if self._unacked is not None else {},
+        )
         open_lowest = merge_lowest(self._holds.lowest(), in_flight)
         return await self._committer.commit(self._consumer, open_lowest, tps, force=force)
 
@@ -621,17 +676,26 @@ class Gatekeeper:
             log.warning("partitions revoked while a batch is stuck: not committing them", extra={"n": len(tps)})
         try:
             if locked:
+                try:
+                    await self._settle()  # what was sent is committed with the partitions it came from
+                except (KafkaError, ProduceTimeout) as exc:
+                    self._kafka_failed("produce", exc)
                 await self._commit(tps, force=True)
+                waiting = self._batch is not None or self._unacked is not None
+                u = self._unacked  # not acknowledged: the new owner reads those lines again
+                if u is not None and any(p.tp in tps for p in u.lines):
+                    part = u.only({p.tp for p in u.lines} - tps)
+                    self._unacked = part if part.lines else None
                 b = self._batch  # a batch waiting for its retry: the revoked partitions' lines are not ours now
                 if b is not None and any(p.tp in tps for p in b.lines):
                     keep = [p for p in b.lines if p.tp not in tps]
                     self._batch = Batch(keep) if keep else None
-                    if self._batch is None:
-                        # nothing left to retry (a fenced batch ends here: the revocation it waited for came), so
-                        # nothing may stay paused for it; a service still down is found by the next batch
-                        self._failures = 0
-                        self._health.fenced = None
-                        self._resume("backoff")
+                if waiting and self._batch is None and self._unacked is None:
+                    # nothing left to retry (a fenced batch ends here: the revocation it waited for came), so
+                    # nothing may stay paused for it; a service still down is found by the next batch
+                    self._failures = 0
+                    self._health.fenced = None
+                    self._resume("backoff")
             dropped = self._holds.drop(tps)
             self._watermarks.forget(tps)
             for topic, partition in tps:
@@ -1114,6 +1178,8 @@ class Gatekeeper:
         try:
             if self._consumer is not None and self._health.started:
                 async with self._lock:
+                    with contextlib.suppress(KafkaError, ProduceTimeout):
+                        await self._settle()  # what was sent and acknowledged is committed
                     await self._commit(force=True)
         except Exception as exc:
             log.warning("final commit failed", extra={"error": describe(exc)})

@@ -335,7 +335,7 @@ class OutcomeSender:
         todo = [s for s in sends if not s.acked]
         group = [s for s in todo if not s.solo]
         for s in group:
-            if s.fut is None or (s.fut.done() and _failure(s.fut) is not None):
+            if s.fut is None:  # one sent before that failed is a failure below: the producer is replaced first
                 await self._send(s, producer)
         futs = [s.fut for s in group if s.fut is not None]
         if futs:
@@ -365,6 +365,15 @@ class OutcomeSender:
                 break
             self._ack(s)
         return failures
+
+    async def send(self, sends: Sequence[Send]) -> None:
+        """Hand the records to the idempotent producer without waiting for their acknowledgements: ``produce``
+        waits for them (and sends again what failed). A record to be sent alone (after a size refusal) is left to
+        ``produce``, which sends those one at a time."""
+        producer = await self.producer()
+        for s in sends:
+            if not s.acked and not s.solo and s.fut is None:
+                await self._send(s, producer)
 
     async def produce(self, sends: Sequence[Send]) -> None:
         """Send until every one is acknowledged (size refusals trimmed and sent again at once); raises

@@ -129,11 +129,28 @@ async def test_acknowledgements_that_do_not_come_are_waited_for_never_sent_twice
     send(cluster, "c1", HO, RB)
     async with running(cluster) as gk:
         await until(lambda: not gk.readiness()[0] and "produce" in str(gk.readiness()[1].get("error")), timeout=5)
-        assert cluster.committed == {}
+        assert cluster.committed.get(("in", 0), 0) == 0  # nothing past the records not acknowledged
         cluster.hold_acks.set()  # the answers come, after the request timeout
         await until(lambda: cluster.committed.get(("in", 0)) == 2)
         await until(lambda: gk.readiness()[0])
     assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]  # once each
+
+
+async def test_the_next_batch_is_decided_while_the_last_one_waits_for_its_acknowledgements() -> None:
+    """At-least-once, the batch after a batch sent and not acknowledged yet is decided (its state saved) meanwhile;
+    its records go out only once those before them are acknowledged, and nothing is committed past either."""
+    cluster = _cluster()
+    cluster.hold_acks = asyncio.Event()
+    send(cluster, "c1", HO, RB)
+    async with running(cluster, max_batch=1) as gk:  # one line a batch: the HO's, then the RB's
+        store = gk.store
+        assert isinstance(store, MemoryStore)
+        await until(lambda: (st := store.state("in", "c1")) is not None and "payer-1" in st.lines)  # RB decided
+        assert cluster.records("out") == [] and cluster.committed.get(("in", 0), 0) == 0
+        cluster.hold_acks.set()
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert_commits_follow_acks(cluster)
 
 
 async def test_an_outcome_is_trimmed_before_it_is_sent_when_its_topic_limit_is_known() -> None:
@@ -318,7 +335,8 @@ async def test_a_rebalance_during_the_backoff_leaves_no_partition_paused(transac
         consumer = gk._consumer
         assert consumer is not None
         consumer.rejoin()
-        await until(lambda: gk._batch is None)  # the revocation took the batch's lines
+        # the revocation took the batch's lines; the assignment gave the partitions back
+        await until(lambda: consumer._rejoining is not None and consumer._rejoining.done())
         await asyncio.sleep(0.5)  # the backoff's polling reads the partitions given back
         cluster.fail_sends = 0
         send(cluster, "c1", RB, partition=0)
