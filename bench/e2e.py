@@ -258,8 +258,32 @@ async def produce(topic: str, lines: Sequence[tuple[bytes, bytes]]) -> None:
 
 
 async def outcome_count(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> int:
+    """The records on the outcome partitions, as their end offsets (exactly-once, each transaction's commit marker
+    takes an offset too: ``committed_outcomes`` counts the records)."""
     ends = await consumer.end_offsets(tps)
     return sum(ends.values())
+
+
+async def committed_outcomes(topics: dict[str, str], timeout: float = 120.0) -> int:
+    """The outcome records a ``read_committed`` consumer reads: what downstream sees of an exactly-once run."""
+    reader = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed", enable_auto_commit=False)
+    await reader.start()
+    tps = [TopicPartition(topics["out"], 0), TopicPartition(topics["dlq"], 0)]
+    reader.assign(tps)
+    await reader.seek_to_beginning(*tps)
+    n = 0
+    try:
+        ends = await reader.end_offsets(tps)  # read_committed: the last stable offsets
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            positions = [await reader.position(tp) for tp in tps]
+            if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
+                break
+            batch = await reader.getmany(timeout_ms=500)
+            n += sum(len(recs) for recs in batch.values())
+    finally:
+        await reader.stop()
+    return n
 
 
 def gatekeeper_config(
@@ -514,11 +538,14 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
         ["gatekeeper", gk.rate, gk.rate / base.rate, gk.cpu_ms_per_1000, _per(trips, batches), gk.outcomes],
     ]
     if exactly_once:  # the same traffic, kafka.transactional: a transaction per input partition and batch
-        eos, procs, _, _ = await gatekeeper_run(env, "gkeos", t.lines, t.records, keep=True, transactional=True)
+        eos, procs, eos_topics, _ = await gatekeeper_run(
+            env, "gkeos", t.lines, t.records, keep=True, transactional=True
+        )
         batches = procs[0].metric("gatekeeper_batch_size_count")
         trips = procs[0].metric("gatekeeper_redis_round_trips_total")
         for p in procs:
             p.stop()
+        eos.outcomes = await committed_outcomes(eos_topics)  # the end offsets also counted the commit markers
         rows.append(
             [
                 "gatekeeper, exactly-once",

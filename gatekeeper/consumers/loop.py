@@ -9,6 +9,14 @@ outcomes go out through an idempotent producer (``acks=all``), keyed by the orig
 the batch is acknowledged are the offsets committed (the next offset to read, per partition). Checkpoint order, as
 quix-streams does it: flush the producer, then commit.
 
+**Two batches overlap** (at-least-once): a batch's records are handed to the producer and the worker goes on to
+decide the next batch (records already read) while their acknowledgements come; before the next batch's records
+are sent, the last batch's are waited for (``_settle``: failures sent again, then it is counted and committed), so a
+batch's records never overtake the batch's before, and the commit never passes a line whose outcome is not
+acknowledged (the unacknowledged batch's lines count as in flight). With nothing read ahead it settles at once. A
+revocation and the stop settle it before committing; a revocation drops what of it could not be acknowledged (the
+new owner reads those lines again). Exactly-once, a batch's transactions end before the next batch is decided.
+
 **Nothing is lost.** A partition's committed offset never passes a record whose outcome is not acknowledged: not one
 in flight, not one held (``holds.py``: a reply whose handoff is not known yet is held, the partition moves on, the
 commit watermark stays at the held offset). Offsets are committed at most every ``kafka.commit_interval_ms`` (100 ms;
@@ -1178,8 +1186,9 @@ class Gatekeeper:
         try:
             if self._consumer is not None and self._health.started:
                 async with self._lock:
-                    with contextlib.suppress(KafkaError, ProduceTimeout):
-                        await self._settle()  # what was sent and acknowledged is committed
+                    # what was sent and is acknowledged within the grace period is committed
+                    with contextlib.suppress(KafkaError, ProduceTimeout, TimeoutError):
+                        await asyncio.wait_for(self._settle(), timeout=self.settings.grace_seconds)
                     await self._commit(force=True)
         except Exception as exc:
             log.warning("final commit failed", extra={"error": describe(exc)})
