@@ -174,8 +174,7 @@ class Store(Protocol):
         these conversations (``changed_fields``), renew their retention, collect what is older than the retention
         (``policy.state.collect``, at ``now``: the decisions' time; the store's clock when None), and write the
         lifecycle index entries of their handoffs (``deadlines``: an open entry is added or moved, a closed one
-        leaves the open and deadline
-        indexes; an entry with ``lapsed_at`` is in the lapsed index).
+        leaves the open and deadline indexes; an entry with ``lapsed_at`` is in the lapsed index).
 
         ``fences``: per conversation, the writer's epoch on its input partition (``take_epochs``). A conversation
         last written under a higher epoch is not written, and ``Fenced`` is raised naming it (the other
