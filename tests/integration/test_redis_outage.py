@@ -144,9 +144,11 @@ async def test_every_round_trip_of_a_batch_checks_the_generation_marker(redis_ur
         marker = await store.ensure_generation()
         assert await other.ensure_generation() == marker  # SET NX: the second instance finds the first's
         assert await store.ping() and await store.load("r", {"c": None}, [RECORD.key]) is not None
+        change = BindingChange(RECORD.key, None, "c/HO-1")
+        # the compare-and-set script loaded (a claim and its release): the claim below is then not a NOSCRIPT
+        assert await store.claim([change, BindingChange(RECORD.key, "c/HO-1", None)]) == []
         await store._redis.delete(store.keys.generation())  # as a Redis restarted empty (only this test's key)
         calls = [store.ping(), store.load("r", {"c": None}, []), store.save("r", {"c": ConversationState()})]
-        change = BindingChange(RECORD.key, None, "c/HO-1")
         for call in [*calls, store.claim([change])]:
             with pytest.raises(DataLost, match=r"generation marker .* is missing"):
                 await call
