@@ -2,8 +2,9 @@
 
 **Ready** (``/readyz``) means Kafka and Redis answer, no write of this instance was fenced, the consumer group
 is joined, and Redis still holds the data this instance started on (its generation marker; "redis lost its data"
-otherwise, until an operator acts). The probe runs in a task of its own every 2 s, each service bounded (a Redis
-PING 2 s, a Kafka metadata request 3 s), so a stuck batch does not hide a paused Redis or a stopped broker.
+otherwise, until an operator acts). The probe (``probe``) runs in a task of its own every second, each service
+bounded (a Redis PING 2 s, a Kafka metadata request 3 s), so a stuck batch does not hide a paused Redis or a
+stopped broker.
 Not ready takes the instance out of a load balancer's rotation; nothing restarts.
 
 **Alive** (``/healthz``) means the work loop turns: it fails when the loop has not turned for
@@ -15,16 +16,24 @@ bring the service back, and ``/readyz`` already says why.
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
-from gatekeeper.consumers.client import Consumer
+from gatekeeper.consumers.client import Consumer, Kafka, Producer
 from gatekeeper.consumers.holds import TP, Watermarks
+from gatekeeper.consumers.sending import describe
 from gatekeeper.metrics import Metrics
+from gatekeeper.store import DataLost, StoreError
+
+PROBE_INTERVAL = 1.0  # how often the probe task checks that Kafka and Redis still answer (readiness)
+REDIS_PROBE_TIMEOUT = 2.0  # a PING (and the generation marker) not answered within this: not ready
+KAFKA_PROBE_TIMEOUT = 3.0  # a metadata request not answered within this: not ready
 
 
 @dataclass(slots=True)
@@ -78,6 +87,48 @@ class Health:
         }
 
 
+async def probe(
+    health: Health,
+    ping: Callable[[], Awaitable[bool]],
+    kafka: Kafka,
+    producer: Producer | None,
+    metrics: Metrics,
+    *,
+    keep_redis_error: bool,
+    keep_kafka_error: bool,
+) -> DataLost | None:
+    """Probe Redis (``ping``: a PING that also reads the generation marker) and Kafka (a metadata request on the
+    running ``producer``), each bounded, and set ``health``'s errors; an error the worker's batch met stands while
+    that batch is retried (``keep_*_error``: an answered probe does not clear it). Returns the ``DataLost`` the ping
+    raised, for the worker to act on."""
+    lost = None
+    try:
+        await asyncio.wait_for(ping(), timeout=REDIS_PROBE_TIMEOUT)
+        if not keep_redis_error:
+            health.redis_error = None
+        metrics.last_success.labels(service="redis").set(time.time())
+    except DataLost as exc:
+        lost = exc
+    except (StoreError, TimeoutError) as exc:
+        metrics.redis_errors.inc()
+        if isinstance(exc, TimeoutError):
+            exc = StoreError(f"redis did not answer a PING within {REDIS_PROBE_TIMEOUT:g}s")
+        health.redis_error = describe(exc)
+    if producer is not None:
+        try:
+            await asyncio.wait_for(kafka.probe(producer), timeout=KAFKA_PROBE_TIMEOUT)
+            metrics.last_success.labels(service="kafka").set(time.time())
+            if health.kafka_error is not None and not keep_kafka_error:
+                health.kafka_error = None
+        except (KafkaError, TimeoutError) as exc:
+            metrics.kafka_errors.labels(operation="metadata").inc()
+            if isinstance(exc, TimeoutError):
+                health.kafka_error = f"metadata: no answer within {KAFKA_PROBE_TIMEOUT:g}s"
+            else:
+                health.kafka_error = f"metadata: {describe(exc)}"
+    return lost
+
+
 def lagging(consumer: Consumer | None, assigned: Iterable[TP], watermarks: Watermarks) -> list[str]:
     """The assigned partitions whose committed offset is behind the high watermark (records not consumed yet, or
     consumed and not finished: in flight or held), as ``topic/partition``."""
@@ -107,4 +158,4 @@ def gauge_lag(consumer: Consumer | None, watermarks: Watermarks, metrics: Metric
             metrics.lag.labels(topic=tp.topic, partition=str(tp.partition)).set(max(0, hw - pos))
 
 
-__all__ = ["Health", "gauge_lag", "lagging"]
+__all__ = ["KAFKA_PROBE_TIMEOUT", "PROBE_INTERVAL", "REDIS_PROBE_TIMEOUT", "Health", "gauge_lag", "lagging", "probe"]

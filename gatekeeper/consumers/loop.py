@@ -90,6 +90,8 @@ The worker's parts, each in a module of its own:
 ``accounting``             a finished batch counted and logged
 ``health``                 readiness, liveness, the lag gauges
 ``breaker``                the dead-letter flood breaker
+``alerting``               the worker's own alerts (a dead-letter flood, Redis's lost data), published at least once
+``pausing``                which partitions are read, and why the others wait
 ``loop`` (this module)     the ``Gatekeeper``: startup, the work loop, rebalances, backoff, the sweeper, shutdown
 =========================  ==========================================================================================
 """
@@ -98,7 +100,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import signal
@@ -110,34 +111,29 @@ from aiokafka import TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
-from gatekeeper import __version__
 from gatekeeper.config import Settings
 from gatekeeper.consumers.accounting import Children, account
+from gatekeeper.consumers.alerting import Alerts, data_lost_alert, flood_alert
 from gatekeeper.consumers.breaker import Change
 from gatekeeper.consumers.client import AioKafka, Consumer, Kafka
 from gatekeeper.consumers.committing import Committer
 from gatekeeper.consumers.deciding import Batch, RouteRuntime, build_sends, decide, route_policy
-from gatekeeper.consumers.health import Health, gauge_lag, lagging
+from gatekeeper.consumers.health import KAFKA_PROBE_TIMEOUT, PROBE_INTERVAL, Health, gauge_lag, lagging, probe
 from gatekeeper.consumers.holds import TP, HoldBuffer, HoldLimits, lowest_offsets, merge_lowest
 from gatekeeper.consumers.intake import conversation_of, take_in
-from gatekeeper.consumers.outcomes import iso
+from gatekeeper.consumers.pausing import Pauses
 from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, describe
 from gatekeeper.errors import ConfigError, FatalError, GatekeeperError, Unavailable
 from gatekeeper.http import HttpServer
 from gatekeeper.metrics import Metrics
 from gatekeeper.store import DataLost, Fenced, LifecycleStore, Store, StoreError
-from gatekeeper.sweeper import KafkaPublisher, OutRecord, Sweeper, SweepReport, SweepRoute
+from gatekeeper.sweeper import KafkaPublisher, Sweeper, SweepReport, SweepRoute
 
 log = logging.getLogger(__name__)
 
 BACKOFF_MIN = 0.2  # seconds, the first retry after an infrastructure error
 BACKOFF_MAX = 10.0  # the cap of the exponential backoff
-PROBE_INTERVAL = 1.0  # how often the probe task checks that Kafka and Redis still answer (readiness)
-REDIS_PROBE_TIMEOUT = 2.0  # a PING (and the generation marker) not answered within this: not ready
-KAFKA_PROBE_TIMEOUT = 3.0  # a metadata request not answered within this: not ready
 LAG_INTERVAL = 2.0  # how often the consumer lag gauges are refreshed
-FLOOD_ALERT = "dead-letter-flood"  # the alert a tripped dead-letter breaker raises
-DATA_LOST_ALERT = "redis-data-lost"  # the alert raised when Redis lost its data (the generation marker)
 
 
 class ServiceStore(Store, Protocol):
@@ -228,15 +224,10 @@ class Gatekeeper:
         self._consumer: Consumer | None = None
         self._work: asyncio.Task[None] | None = None
         self._failures = 0
-        self._paused_for: set[str] = set()  # why every partition is paused (infrastructure backoff)
-        self._routes_paused: set[str] = set()  # routes paused alone (a tripped dead-letter breaker)
+        self._pauses = Pauses()  # why partitions wait: a backoff, a tripped breaker, no transactional producer yet
         self._child = Children()
         self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
         self._assigned: set[TP] = set()
-        # exactly-once: assigned partitions without their transactional producer, kept paused: not started yet
-        # (retried between batches), or broken (fenced: started again only at the next assignment, after a rejoin)
-        self._unopened: set[TP] = set()
-        self._broken_partitions: set[TP] = set()
         # exactly-once: lines read before their partition's producer started and its offset was read again may come
         # from a stale offset (the fenced owner's last transaction may have moved it): a batch read before that
         # open-generation drops them (they are read again)
@@ -257,7 +248,7 @@ class Gatekeeper:
         self._probe_task: asyncio.Task[None] | None = None
         # the records the gatekeeper writes in its own name: the sweeper's cancels and alerts, the breaker's alerts
         self._publisher = KafkaPublisher(self.settings.kafka, self._sender)
-        self._pending_alerts: list[OutRecord] = []
+        self._alerts = Alerts(self._publisher, self.metrics)  # the breaker's, a data loss's: between batches
         self._sweeper = self._make_sweeper()
 
     # ------------------------------------------------------------------------------------------------ public
@@ -296,9 +287,9 @@ class Gatekeeper:
         tripped = sorted(name for name, rt in self._routes.items() if rt.breaker.open)
         if tripped:
             detail["dead_letter_breaker_open"] = tripped
-        if self._routes_paused:
-            detail["routes_paused"] = sorted(self._routes_paused)
-        waiting = self._unopened | self._broken_partitions
+        if self._pauses.routes:
+            detail["routes_paused"] = sorted(self._pauses.routes)
+        waiting = self._pauses.without_producer
         if waiting:  # exactly-once: paused until their producer starts (or, fenced, until the next assignment)
             detail["partitions_without_producer"] = sorted(f"{t}-{p}" for t, p in waiting)
         return True, detail
@@ -471,7 +462,7 @@ class Gatekeeper:
                     await self._backoff_wait()
                     if self._stop.is_set():
                         break
-                    await self._publish_alerts()  # e.g. redis-data-lost: raised while the batch waits
+                    await self._alerts.publish()  # e.g. redis-data-lost: raised while the batch waits
                     await self._attempt()
                     continue
                 await self._housekeeping()
@@ -710,8 +701,8 @@ class Gatekeeper:
                 if topic in self._routes:
                     self._routes[topic].processor.epochs.pop(partition, None)
             await self._sender.release(tps)
-            self._unopened -= tps
-            self._broken_partitions -= tps
+            self._pauses.unopened -= tps
+            self._pauses.broken -= tps
             for topic, partition in tps:
                 self.metrics.forget_partition(topic, partition)
             self._assigned -= tps
@@ -761,8 +752,8 @@ class Gatekeeper:
         except (StoreError, TimeoutError) as exc:  # taken before the first batch of those partitions instead
             log.warning("owner epochs not taken at assignment; retried", extra={"error": describe(exc)})
         if self.settings.kafka.transactional:
-            self._broken_partitions -= self._assigned
-            self._unopened = self._assigned - self._sender.opened
+            self._pauses.broken -= self._assigned
+            self._pauses.unopened = self._assigned - self._sender.opened
             self._apply_pauses()  # none read before its producer fenced the old owner and its offset was read again
             try:  # no batch meanwhile: a batch's lines read before the open are dropped by it (generation)
                 await asyncio.wait_for(self._lock.acquire(), timeout=max(1.0, self.settings.grace_seconds))
@@ -786,7 +777,7 @@ class Gatekeeper:
         read the partition again from its committed offset, which the fenced owner can no longer move; then it is
         resumed. What does not get there within ``timeout`` stays paused and is tried again between batches. The
         caller holds the batch lock."""
-        todo = sorted(self._unopened & self._assigned)
+        todo = sorted(self._pauses.unopened & self._assigned)
         if not todo or self._consumer is None:
             return
         try:
@@ -797,7 +788,7 @@ class Gatekeeper:
                     self._consumer.seek_to_committed(*(TopicPartition(t, p) for t, p in ready)), timeout=timeout
                 )
                 self._watermarks.forget(ready)
-                self._unopened -= set(ready)
+                self._pauses.unopened -= set(ready)
                 self._generation += 1
                 for tp in ready:
                     self._reopened[tp] = self._generation
@@ -820,7 +811,7 @@ class Gatekeeper:
         self.metrics.kafka_errors.labels(operation="fenced").inc(len(tps))
         self._holds.drop(tps)
         self._watermarks.forget(tps)
-        self._broken_partitions |= tps
+        self._pauses.broken |= tps
         self._apply_pauses()
         if self._consumer is not None:
             self._consumer.rejoin()
@@ -862,18 +853,7 @@ class Gatekeeper:
         )
         now = self._clock()
         for name, rt in self._routes.items():
-            doc = {
-                "alert": DATA_LOST_ALERT,
-                "author": "gatekeeper",
-                "action": "paused",
-                "route": name,
-                "error": describe(exc),
-                "expected_generation": exc.expected,
-                "found_generation": exc.found,
-                "at": iso(now),
-                "version": __version__,
-            }
-            self._alert(rt, doc)
+            self._alerts.queue(rt.config, data_lost_alert(name, exc, now=now))
 
     def _kafka_failed(self, operation: str, exc: BaseException) -> None:
         self._health.kafka_error = f"{operation}: {describe(exc)}"
@@ -888,32 +868,15 @@ class Gatekeeper:
         self._update_ready()
 
     def _pause(self, why: str) -> None:
-        self._paused_for.add(why)
+        self._pauses.pause(why)
         self._apply_pauses()
 
     def _resume(self, why: str) -> None:
-        if why not in self._paused_for:
-            return
-        self._paused_for.discard(why)
-        self._apply_pauses()
+        if self._pauses.resume(why):
+            self._apply_pauses()
 
     def _apply_pauses(self) -> None:
-        """Pause every partition while an infrastructure reason holds, else only those of the routes paused alone;
-        resume the rest."""
-        if self._consumer is None:
-            return
-        assigned = self._consumer.assignment()
-        closed = self._unopened | self._broken_partitions
-        stop = (
-            set(assigned)
-            if self._paused_for
-            else {tp for tp in assigned if tp.topic in self._routes_paused or (tp.topic, tp.partition) in closed}
-        )
-        if stop:
-            self._consumer.pause(*stop)
-        go = [tp for tp in self._consumer.paused() if tp not in stop]
-        if go:
-            self._consumer.resume(*go)
+        self._pauses.apply(self._consumer)
 
     async def _backoff_wait(self) -> None:
         """Wait before retrying the current batch, polling the (paused) consumer so the group keeps this member."""
@@ -964,55 +927,16 @@ class Gatekeeper:
                 extra={"route": name, "ratio": round(w.ratio, 3), "lines": w.lines, "action": action},
             )
             if pause:
-                self._routes_paused.add(name)
+                self._pauses.routes.add(name)
                 self._apply_pauses()
-            doc = {
-                "alert": FLOOD_ALERT,
-                "author": "gatekeeper",
-                "action": action,
-                "route": name,
-                "ratio": round(w.ratio, 4),
-                "threshold": s.ratio,
-                "window_seconds": s.window_seconds,
-                "lines": w.lines,
-                "dead_letters": w.dead,
-                "reasons": dict(sorted(w.reasons.items(), key=lambda kv: -kv[1])),
-                "pause_seconds": s.pause_seconds if pause else None,
-                "dry_run": rt.targets.dry_run,
-                "at": iso(now),
-                "version": __version__,
-            }
-            self._alert(rt, doc)
+            self._alerts.queue(rt.config, flood_alert(name, w, s, action=action, dry_run=rt.targets.dry_run, now=now))
         else:
             self.metrics.breaker_open.labels(route=name).set(0)
             log.warning("dead-letter flood over: the breaker closed", extra={"route": name, "ratio": w.ratio})
-            if name in self._routes_paused:
-                self._routes_paused.discard(name)
+            if name in self._pauses.routes:
+                self._pauses.routes.discard(name)
                 self._apply_pauses()
         self._update_ready()
-
-    def _alert(self, rt: RouteRuntime, doc: dict[str, Any]) -> None:
-        """Queue an alert in the gatekeeper's own name on the route's alerts topic (published by ``_publish_alerts``
-        at the next housekeeping, at least once)."""
-        self._pending_alerts.append(
-            OutRecord(
-                rt.config.alerts,
-                rt.config.input.encode("utf-8"),
-                json.dumps(doc, separators=(",", ":")).encode("utf-8"),
-                (("gk.author", b"gatekeeper"), ("gk.version", __version__.encode())),
-            )
-        )
-
-    async def _publish_alerts(self) -> None:
-        """Publish the breaker's alerts (at least once: one that fails is tried again at the next housekeeping)."""
-        if not self._pending_alerts:
-            return
-        try:
-            await self._publisher.publish(self._pending_alerts)
-            self._pending_alerts.clear()
-        except (KafkaError, TimeoutError) as exc:
-            self.metrics.kafka_errors.labels(operation="produce").inc()
-            log.warning("an alert could not be published; tried again later", extra={"error": describe(exc)})
 
     # ------------------------------------------------------------------------------------------------ housekeeping
 
@@ -1020,14 +944,14 @@ class Gatekeeper:
         """Between batches: retry a failed commit, let a tripped breaker's pause end (and publish its alert), probe
         the services now and then, refresh the lag gauges."""
         await self._commit()
-        if self._unopened:
+        if self._pauses.unopened:
             async with self._lock:
                 await self._open_partitions(timeout=KAFKA_PROBE_TIMEOUT)
         wall = self._clock()
         for name, rt in self._routes.items():
             if rt.breaker.open:
                 self._breaker_changed(name, rt.breaker.evaluate(wall), wall)
-        await self._publish_alerts()
+        await self._alerts.publish()
         now = time.monotonic()
         if now >= self._next_lag:
             self._next_lag = now + LAG_INTERVAL
@@ -1053,31 +977,17 @@ class Gatekeeper:
                 await task
 
     async def _probe(self) -> None:
-        try:
-            await asyncio.wait_for(self.store.ping(), timeout=REDIS_PROBE_TIMEOUT)
-            if self._failures == 0:  # a batch failing on Redis keeps saying so until it gets through
-                self._health.redis_error = None
-            self.metrics.last_success.labels(service="redis").set(time.time())
-        except DataLost as exc:
-            self._data_lost(exc)
-        except (StoreError, TimeoutError) as exc:
-            self.metrics.redis_errors.inc()
-            if isinstance(exc, TimeoutError):
-                exc = StoreError(f"redis did not answer a PING within {REDIS_PROBE_TIMEOUT:g}s")
-            self._health.redis_error = describe(exc)
-        producer = self._sender.started
-        if producer is not None:
-            try:
-                await asyncio.wait_for(self._kafka.probe(producer), timeout=KAFKA_PROBE_TIMEOUT)
-                self.metrics.last_success.labels(service="kafka").set(time.time())
-                if self._health.kafka_error is not None and self._batch is None:
-                    self._health.kafka_error = None
-            except (KafkaError, TimeoutError) as exc:
-                self.metrics.kafka_errors.labels(operation="metadata").inc()
-                if isinstance(exc, TimeoutError):
-                    self._health.kafka_error = f"metadata: no answer within {KAFKA_PROBE_TIMEOUT:g}s"
-                else:
-                    self._health.kafka_error = f"metadata: {describe(exc)}"
+        lost = await probe(
+            self._health,
+            self.store.ping,
+            self._kafka,
+            self._sender.started,
+            self.metrics,
+            keep_redis_error=self._failures > 0,  # a batch failing on Redis keeps saying so until it gets through
+            keep_kafka_error=self._batch is not None,
+        )
+        if lost is not None:
+            self._data_lost(lost)
         self._update_ready()
 
     def _gauge_held(self) -> None:

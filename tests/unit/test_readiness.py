@@ -9,7 +9,8 @@ from typing import Any
 
 from aiokafka.errors import KafkaConnectionError
 
-from gatekeeper.consumers.loop import KAFKA_PROBE_TIMEOUT, PROBE_INTERVAL, Gatekeeper
+from gatekeeper.consumers.health import KAFKA_PROBE_TIMEOUT, PROBE_INTERVAL
+from gatekeeper.consumers.loop import Gatekeeper
 from gatekeeper.store import MemoryStore
 from tests.policy.world import HO, RB, RECORD
 from tests.unit.fake_kafka import FakeKafka

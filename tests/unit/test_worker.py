@@ -287,7 +287,7 @@ async def test_a_partition_whose_producer_did_not_start_stays_paused_until_it_do
             await until(lambda: cluster.committed.get(("in", 0)) == 1)
             assert seen == [0, 0, 0]  # nothing read from in-0 before its producer started
             await until(lambda: cluster.committed.get(("in", 0)) == 1)
-            assert gk._unopened == set()
+            assert gk._pauses.unopened == set()
     finally:
         fake_kafka.FakeProducer.start = real_start  # type: ignore[method-assign]
     assert [r.value for r in cluster.records("out")] == [HO.encode()]
