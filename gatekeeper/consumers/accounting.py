@@ -40,9 +40,15 @@ def account(
     dead-lettered (the breaker's window)."""
     m = metrics
     decided: dict[str, tuple[int, list[str]]] = {}
+    tally: dict[tuple[Any, tuple[str, ...]], int] = {}  # counted per batch, added once per label set
+
+    def count(metric: Any, *labels: str) -> None:
+        key = (metric, labels)
+        tally[key] = tally.get(key, 0) + 1
+
     for s in b.sends or ():
         if s.acked:
-            child(m.outcomes, s.route, s.outcome.kind.value).inc()
+            count(m.outcomes, s.route, s.outcome.kind.value)
     for p, d in b.done:
         rt = routes[p.route]
         name = p.route
@@ -50,31 +56,33 @@ def account(
         dry = rt.targets.dry_run
         dead = d.verdict is Verdict.DEAD_LETTER
         verdict = Verdict.FORWARD.value if dead and dry else d.verdict.value
-        child(m.lines, name, typ, verdict).inc()
+        count(m.lines, name, typ, verdict)
         child(m.line_seconds, name).observe(max(0.0, now - p.first_seen))
         reason = d.reason.value if d.reason is not None else "none"
         if d.repeated:
-            child(m.repeated, name).inc()
+            count(m.repeated, name)
         if dead and dry:
-            child(m.would_dead_letter, name, reason).inc()
+            count(m.would_dead_letter, name, reason)
         elif dead:
-            child(m.dead_letters, name, reason).inc()
+            count(m.dead_letters, name, reason)
         if d.alerts:
-            child(m.alerts, name, reason).inc()
+            count(m.alerts, name, reason)
         if not d.repeated:
             for pr in d.problems:
                 if pr.code in HANDOFF_PROBLEM_CODES:
-                    m.handoff_problems.labels(route=name, code=pr.code).inc()
+                    count(m.handoff_problems, name, pr.code)
             if d.reason is Reason.INTERNAL_ERROR:
-                m.internal_errors.labels(route=name, stage="decide").inc()
+                count(m.internal_errors, name, "decide")
             n, reasons = decided.get(name, (0, []))
             if dead:
                 reasons.append(reason)
             decided[name] = (n + 1, reasons)
         if p.forced is not None:
-            m.holds_forced.labels(route=name, bound=p.forced).inc()
+            count(m.holds_forced, name, p.forced)
         if dead or d.alerts:
             log_decision(p, d, rt, dry)
+    for (metric, labels), n in tally.items():
+        child(metric, *labels).inc(n)
     return decided
 
 
