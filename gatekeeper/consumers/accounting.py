@@ -40,15 +40,9 @@ def account(
     dead-lettered (the breaker's window)."""
     m = metrics
     decided: dict[str, tuple[int, list[str]]] = {}
-    tally: dict[tuple[Any, tuple[str, ...]], int] = {}  # counted per batch, added once per label set
-
-    def count(metric: Any, *labels: str) -> None:
-        key = (metric, labels)
-        tally[key] = tally.get(key, 0) + 1
-
     for s in b.sends or ():
         if s.acked:
-            count(m.outcomes, s.route, s.outcome.kind.value)
+            child(m.outcomes, s.route, s.outcome.kind.value).inc()
     for p, d in b.done:
         rt = routes[p.route]
         name = p.route
@@ -56,33 +50,31 @@ def account(
         dry = rt.targets.dry_run
         dead = d.verdict is Verdict.DEAD_LETTER
         verdict = Verdict.FORWARD.value if dead and dry else d.verdict.value
-        count(m.lines, name, typ, verdict)
+        child(m.lines, name, typ, verdict).inc()
         child(m.line_seconds, name).observe(max(0.0, now - p.first_seen))
         reason = d.reason.value if d.reason is not None else "none"
         if d.repeated:
-            count(m.repeated, name)
+            child(m.repeated, name).inc()
         if dead and dry:
-            count(m.would_dead_letter, name, reason)
+            child(m.would_dead_letter, name, reason).inc()
         elif dead:
-            count(m.dead_letters, name, reason)
+            child(m.dead_letters, name, reason).inc()
         if d.alerts:
-            count(m.alerts, name, reason)
+            child(m.alerts, name, reason).inc()
         if not d.repeated:
             for pr in d.problems:
                 if pr.code in HANDOFF_PROBLEM_CODES:
-                    count(m.handoff_problems, name, pr.code)
+                    m.handoff_problems.labels(route=name, code=pr.code).inc()
             if d.reason is Reason.INTERNAL_ERROR:
-                count(m.internal_errors, name, "decide")
+                m.internal_errors.labels(route=name, stage="decide").inc()
             n, reasons = decided.get(name, (0, []))
             if dead:
                 reasons.append(reason)
             decided[name] = (n + 1, reasons)
         if p.forced is not None:
-            count(m.holds_forced, name, p.forced)
+            m.holds_forced.labels(route=name, bound=p.forced).inc()
         if dead or d.alerts:
             log_decision(p, d, rt, dry)
-    for (metric, labels), n in tally.items():
-        child(metric, *labels).inc(n)
     return decided
 
 
