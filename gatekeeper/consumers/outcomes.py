@@ -172,11 +172,14 @@ class Outcome:
     @property
     def size(self) -> int:
         """An upper estimate of the record's size in a batch (what ``max.message.bytes`` limits)."""
+        hs = self.headers
         return (
             RECORD_OVERHEAD
             + len(self.key or b"")
             + len(self.value)
-            + sum(len(k.encode()) + len(v) + 10 for k, v in self.headers)
+            + 10 * len(hs)
+            + sum([len(k) if k.isascii() else len(k.encode()) for k, _ in hs])
+            + sum([len(v) for _, v in hs])
         )
 
     def header(self, name: str) -> bytes | None:
@@ -203,6 +206,11 @@ def _h(name: str, value: object) -> tuple[str, bytes]:
     return name, str(value).encode("utf-8")
 
 
+#: ``_h`` for a header whose values repeat (a verdict, a reason, a batch's decision time, an attempt): each is
+#: encoded once. Not for values of a line's own (its conversation, its timestamp), which would only churn the cache.
+_hc = functools.lru_cache(maxsize=1024)(_h)
+
+
 _VERSION = ("gk.version", __version__.encode())
 
 
@@ -220,6 +228,8 @@ def _origin(source: Source) -> Headers:
 
 
 def _masked_problems(decision: Decision, masker: Masker) -> list[dict[str, Any]]:
+    if not decision.problems:
+        return []
     return [p.to_dict() for p in masker.problems(decision.problems)]
 
 
@@ -245,15 +255,15 @@ def build(
     common_optional: Headers = (
         _h("gk.original.timestamp", source.timestamp if source.timestamp is not None else -1),
         *((_h("gk.conversation", conversation),) if conversation is not None else ()),
-        *((_h("gk.repeated", "true"),) if decision.repeated else ()),
+        *((_hc("gk.repeated", "true"),) if decision.repeated else ()),
     )
     reason = decision.reason.value if decision.reason is not None else None
     dead = decision.verdict is Verdict.DEAD_LETTER
     dlq_required: Headers = (
         *_origin(source),
         _VERSION,
-        _h("gk.attempt", source.attempt),
-        _h("gk.decided.at", iso(decision.decided_at)),
+        _hc("gk.attempt", source.attempt),
+        _hc("gk.decided.at", iso(decision.decided_at)),
     )
     out: list[Outcome] = []
     if dead and not targets.dry_run:
@@ -271,11 +281,11 @@ def build(
             dead_letter=targets.dead_letter,
             key=source.key,
             value=source.value,
-            required=(*dlq_required[:3], _h("gk.reason", reason or ""), *dlq_required[3:], *error_h),
+            required=(*dlq_required[:3], _hc("gk.reason", reason or ""), *dlq_required[3:], *error_h),
             problems=problems_h or (_h("gk.problems", "[]"),),
             optional=(
-                *((_h("gk.check", decision.check),) if decision.check else ()),
-                *((_h("gk.tier", tier),) if tier else ()),
+                *((_hc("gk.check", decision.check),) if decision.check else ()),
+                *((_hc("gk.tier", tier),) if tier else ()),
                 *common_optional,
                 *source.passthrough(),
             ),
@@ -283,16 +293,16 @@ def build(
     else:
         verdict = Verdict.ALERT.value if decision.verdict is Verdict.ALERT else Verdict.FORWARD.value
         required: list[tuple[str, bytes]] = [
-            _h("gk.verdict", verdict),
-            _h("gk.checked.at", iso(decision.decided_at)),
+            _hc("gk.verdict", verdict),
+            _hc("gk.checked.at", iso(decision.decided_at)),
             _VERSION,
             *_origin(source),
         ]
         flagged = decision.verdict is Verdict.ALERT or dead
         if decision.verdict is Verdict.ALERT and reason is not None:
-            required.append(_h("gk.reason", reason))
+            required.append(_hc("gk.reason", reason))
         if targets.dry_run:
-            required.append(_h("gk.dry-run", "true"))
+            required.append(_hc("gk.dry-run", "true"))
             if dead:
                 required.append(_h("gk.would.verdict", Verdict.DEAD_LETTER.value))
                 required.append(_h("gk.would.reason", reason or ""))
@@ -309,7 +319,7 @@ def build(
             required=tuple(required),
             problems=problems_h if flagged else (),
             optional=(*common_optional, *source.passthrough()),
-            dlq_required=(*dlq_required[:3], _h("gk.reason", OUTCOME_TOO_LARGE), *dlq_required[3:]),
+            dlq_required=(*dlq_required[:3], _hc("gk.reason", OUTCOME_TOO_LARGE), *dlq_required[3:]),
         )
     out.append(_render(draft, source, 0))  # type: ignore[arg-type]  # level 0 always renders
     if decision.alerts:

@@ -338,8 +338,9 @@ class OutcomeSender:
             if s.fut is None:  # one sent before that failed is a failure below: the producer is replaced first
                 await self._send(s, producer)
         futs = [s.fut for s in group if s.fut is not None]
-        if futs:
-            _, pending = await asyncio.wait(futs, timeout=self.timeout)
+        waiting = [f for f in futs if not f.done()]  # most are, when the batch after was decided meanwhile
+        if waiting:
+            _, pending = await asyncio.wait(waiting, timeout=self.timeout)
             if pending:
                 raise ProduceTimeout(
                     f"{len(pending)} of {len(futs)} produce requests not acknowledged in {self.timeout}s"
