@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from gatekeeper.masking import mask_line
 from gatekeeper.policy import (
@@ -66,8 +67,7 @@ log = logging.getLogger(__name__)
 MAX_CLAIM_ROUNDS = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Line:
+class Line(msgspec.Struct, frozen=True, gc=False):
     """One consumed value and what the decision needs besides it."""
 
     conversation: str | None

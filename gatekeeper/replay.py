@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
+import msgspec
+
 from gatekeeper.admin import DEFAULT_TIMEOUT, KafkaUnavailable, TopicError, plain_consumer, topic_partitions
 from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.config import ConfigError, Route, Settings
@@ -704,7 +706,7 @@ class Replayer:
                     fitted = (sender or self._fitter).fit(o, headroom=512)
                     if fitted is not None:
                         if fitted.level:
-                            fitted = dataclasses.replace(fitted, headers=fitted.headers + _replayed(it, now))
+                            fitted = msgspec.structs.replace(fitted, headers=fitted.headers + _replayed(it, now))
                         sends.append((len(results) - 1, Send(fitted, route.input)))
             if sender is not None and sends:
                 await self._produce(sender, [s for _, s in sends])
@@ -766,7 +768,7 @@ class Replayer:
             if not requeue:
                 return line, []
             built = build(
-                dataclasses.replace(d, raise_alert=False),
+                msgspec.structs.replace(d, raise_alert=False),
                 source,
                 targets,
                 conversation=it.conversation,
@@ -857,7 +859,7 @@ def _with_replayed(o: Outcome, it: _Item, now: float) -> Outcome:
     extra = _replayed(it, now)
     if o.kind is OutcomeKind.OUTPUT:
         extra = (*extra, ("gk.attempt", str(next_attempt(tuple(it.headers.items()))).encode()))
-    return dataclasses.replace(o, headers=o.headers + extra)
+    return msgspec.structs.replace(o, headers=o.headers + extra)
 
 
 def summary_rows(report: ReplayReport) -> list[tuple[str, int]]:

@@ -35,6 +35,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+
 from gatekeeper.consumers.outcomes import Source
 
 TP = tuple[str, int]  # (topic, partition)
@@ -54,8 +56,7 @@ def line_id(value: bytes) -> str | None:
     return token if token and token.isprintable() else None
 
 
-@dataclass(slots=True, eq=False)
-class Pending:
+class Pending(msgspec.Struct, eq=False):
     """One consumed record on its way to an outcome."""
 
     source: Source

@@ -68,10 +68,11 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import orjson
 
 from gatekeeper import __version__
@@ -94,8 +95,7 @@ class OutcomeKind(enum.StrEnum):
 Headers = tuple[tuple[str, bytes], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class Source:
+class Source(msgspec.Struct, frozen=True, gc=False):
     """The consumed record an outcome answers for: its coordinates, key, value and headers."""
 
     topic: str
@@ -140,8 +140,7 @@ class Targets:
     signer: Signer | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class _Draft:
+class _Draft(msgspec.Struct, frozen=True, gc=False):
     """Everything an outcome may carry, by trim level."""
 
     kind: OutcomeKind
@@ -156,8 +155,7 @@ class _Draft:
     dlq_required: Headers = ()  # the required headers of a forwarded record moved to the dead-letter topic
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True, gc=False):
     """One record to produce. ``level`` is how far it was trimmed; ``trimmed()`` gives the next level."""
 
     kind: OutcomeKind
@@ -167,7 +165,7 @@ class Outcome:
     headers: Headers
     source: Source
     level: int = 0
-    draft: _Draft | None = field(default=None, repr=False, compare=False)
+    draft: _Draft | None = None  # what the next trim level is made from
 
     @property
     def size(self) -> int:

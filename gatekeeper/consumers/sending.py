@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, Protocol
 
+import msgspec
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced, RecordTooLargeError
 
@@ -66,8 +67,7 @@ class ProduceTimeout(Exception):
     """Produce acknowledgements did not arrive within the request timeout (the broker is unavailable)."""
 
 
-@dataclass(slots=True, eq=False)
-class Send:
+class Send(msgspec.Struct, eq=False):
     """One outcome on its way: acknowledged (``acked``, ``meta``: the broker's record metadata) or not yet."""
 
     outcome: Outcome

@@ -9,7 +9,9 @@ two gatekeepers can never bind one approval to two handoffs).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+
+import msgspec
 
 from gatekeeper.policy.model import (
     Bind,
@@ -92,14 +94,14 @@ def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> Non
                 state.lines[line_id] = entry
                 state.mark(f"l:{line_id}")
             case OpenHandoff(entry=entry):
-                state.handoffs[entry.id] = replace(entry)  # the state owns its entries
+                state.handoffs[entry.id] = msgspec.structs.replace(entry)  # the state owns its entries
                 state.mark(f"o:{entry.id}")
             case Supersede(ho=ho, by=by):
                 state.handoffs[ho].superseded_by = by
                 state.handoffs[ho].bound = False
                 state.mark(f"o:{ho}")
             case RecordReadback(entry=entry):
-                state.readbacks[entry.id] = replace(entry)
+                state.readbacks[entry.id] = msgspec.structs.replace(entry)
                 state.mark(f"r:{entry.id}")
             case PassReadback(ho=ho, rb=rb):
                 state.handoffs[ho].passed_rb = rb

@@ -11,8 +11,9 @@ import functools
 import hashlib
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from gatekeeper.policy.gate import impossible_dates, screen
 from gatekeeper.policy.model import (
@@ -89,8 +90,7 @@ def _expired(exp: object, now_rw: str) -> bool:
     return isinstance(exp, str) and len(exp) == 14 and now_rw >= exp
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
+class Prepared(msgspec.Struct, frozen=True, gc=False):
     """A value screened by the gate and parsed under the route's profile: computed once per line, so the batch
     driver can read an HO's (item, ask) before the batch and ``decide`` does not parse the line again."""
 

@@ -57,7 +57,8 @@ import enum
 import functools
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+
+import msgspec
 
 from gatekeeper.policy.decide import line_digest, rw_time
 from gatekeeper.policy.model import (
@@ -108,8 +109,7 @@ class DeadlineKind(enum.StrEnum):
 _ORDER = {DeadlineKind.EXP: 0, DeadlineKind.DUE: 1, DeadlineKind.READBACK: 2}
 
 
-@dataclass(frozen=True, slots=True)
-class Deadline:
+class Deadline(msgspec.Struct, frozen=True, gc=False):
     """One deadline of one handoff: overdue from ``at`` (epoch seconds) on. ``value`` is the slot's value as
     written (``exp=``, ``due=``), or the readback timeout (``300s``)."""
 
@@ -134,8 +134,7 @@ class Action(enum.StrEnum):
     ORPHANED = "orphaned"  # cancelled already, still not closed: alert only
 
 
-@dataclass(frozen=True, slots=True)
-class Overdue:
+class Overdue(msgspec.Struct, frozen=True, gc=False):
     """A deadline that passed, and what the gatekeeper does about it."""
 
     deadline: Deadline
@@ -158,8 +157,7 @@ class Overdue:
         return CLEARED_NOT_DONE if self.action is Action.CLEARED_NOT_DONE else ORPHANED
 
 
-@dataclass(frozen=True, slots=True)
-class IndexEntry:
+class IndexEntry(msgspec.Struct, frozen=True, gc=False):
     """One handoff's place in the deadline indexes the store keeps (see ``gatekeeper.redis_store``).
 
     ``open``: the handoff is open (in the open index, by ``opened_at``); ``due_at``: its earliest pending deadline

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from gatekeeper.policy.state import HandoffEntry, LineEntry, ReadbackEntry, Record, RecordKey
 from rwcore import Message, Problem, Profile
@@ -115,8 +117,7 @@ class RoutePolicy:
     sender_auth: bool = False  # every line must carry a valid signature of its from= agent's key (SenderProof)
 
 
-@dataclass(frozen=True, slots=True)
-class SenderProof:
+class SenderProof(msgspec.Struct, frozen=True, gc=False):
     """What verifying a record's signature found (``gatekeeper.auth.verify``, run where the record's headers are
     known): the ``agent`` whose key ``key_id`` signed the record's conversation and line, or, ``agent`` None, the
     problem code of what failed (``failure``: ``sender-auth-missing``, ``-malformed``, ``-unknown-key``,
@@ -139,52 +140,43 @@ class RecordView(Protocol):
 # ---------------------------------------------------------------- effects: the only way a decision changes state
 
 
-@dataclass(frozen=True, slots=True)
-class RememberLine:
+class RememberLine(msgspec.Struct, frozen=True, gc=False):
     id: str
     entry: LineEntry
 
 
-@dataclass(frozen=True, slots=True)
-class OpenHandoff:
+class OpenHandoff(msgspec.Struct, frozen=True, gc=False):
     entry: HandoffEntry
 
 
-@dataclass(frozen=True, slots=True)
-class Supersede:
+class Supersede(msgspec.Struct, frozen=True, gc=False):
     ho: str
     by: str
 
 
-@dataclass(frozen=True, slots=True)
-class RecordReadback:
+class RecordReadback(msgspec.Struct, frozen=True, gc=False):
     entry: ReadbackEntry
 
 
-@dataclass(frozen=True, slots=True)
-class PassReadback:
+class PassReadback(msgspec.Struct, frozen=True, gc=False):
     ho: str
     rb: str
 
 
-@dataclass(frozen=True, slots=True)
-class RefuseReadback:
+class RefuseReadback(msgspec.Struct, frozen=True, gc=False):
     rb: str
 
 
-@dataclass(frozen=True, slots=True)
-class Clear:
+class Clear(msgspec.Struct, frozen=True, gc=False):
     ho: str
     rb: str
 
 
-@dataclass(frozen=True, slots=True)
-class FeedThread:
+class FeedThread(msgspec.Struct, frozen=True, gc=False):
     message: Message
 
 
-@dataclass(frozen=True, slots=True)
-class Bind:
+class Bind(msgspec.Struct, frozen=True, gc=False):
     """Claim an exec record for a handoff: ``holder`` is ``<conversation>/<HO id>``."""
 
     key: RecordKey
@@ -192,8 +184,7 @@ class Bind:
     ho: str
 
 
-@dataclass(frozen=True, slots=True)
-class Release:
+class Release(msgspec.Struct, frozen=True, gc=False):
     """The handoff ended without the act: its record may be used by another handoff."""
 
     key: RecordKey
@@ -201,8 +192,7 @@ class Release:
     ho: str
 
 
-@dataclass(frozen=True, slots=True)
-class GatekeeperCancel:
+class GatekeeperCancel(msgspec.Struct, frozen=True, gc=False):
     """The gatekeeper cancelled the handoff on its sender's behalf (``policy.lifecycle``): its CX ``cx`` with
     ``why`` (``EXPIRED`` or ``TIMEOUT``), written at ``at``."""
 
@@ -212,8 +202,7 @@ class GatekeeperCancel:
     at: float
 
 
-@dataclass(frozen=True, slots=True)
-class MarkOverdue:
+class MarkOverdue(msgspec.Struct, frozen=True, gc=False):
     """The handoff's expiry (``exp=``/``due=``) passed while it was open and the gatekeeper acted on it at ``at``:
     ``kind`` is the alert it raised (``thread-orphaned`` or ``cleared-not-done``)."""
 
@@ -227,8 +216,7 @@ Effect = (
 ) | (Release | GatekeeperCancel | MarkOverdue)
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True, gc=False):
     """What to do with one line, why, and what it changes."""
 
     verdict: Verdict
@@ -239,7 +227,7 @@ class Decision:
     decided_at: float = 0.0
     repeated: bool = False  # the stored first decision, returned on reprocessing
     raise_alert: bool = False  # an alert in addition to a dead-letter (a done report for a refused handoff)
-    effects: tuple[Effect, ...] = field(default=())
+    effects: tuple[Effect, ...] = ()
 
     @property
     def check(self) -> str | None:

@@ -51,6 +51,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
 import orjson
 
 from rwcore import Message, Problem, ThreadTracker
@@ -72,8 +73,7 @@ def _problem_from(d: Mapping[str, Any]) -> Problem:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class RecordKey:
+class RecordKey(msgspec.Struct, frozen=True, gc=False):
     """Records are keyed by (item, ask): one approval per act."""
 
     item: str
@@ -123,8 +123,7 @@ class Record:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class LineEntry:
+class LineEntry(msgspec.Struct, frozen=True, gc=False):
     """The first decision about a line, by its message id."""
 
     digest: str
@@ -163,8 +162,7 @@ class LineEntry:
         )
 
 
-@dataclass(slots=True)
-class HandoffEntry:
+class HandoffEntry(msgspec.Struct):
     """A forwarded HO and what the gatekeeper knows about it beyond the thread tracker."""
 
     id: str
@@ -229,8 +227,7 @@ class HandoffEntry:
         )
 
 
-@dataclass(slots=True)
-class ReadbackEntry:
+class ReadbackEntry(msgspec.Struct):
     id: str
     ho: str
     passed: bool

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import json
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -582,7 +582,7 @@ class Harness:
             if ln.conversation is not None:
                 self.conversations.add(ln.conversation)
             if d.verdict is Verdict.HOLD:  # kept, with when it was first consumed (its hold window)
-                held.append(ln if ln.first_seen is not None else dataclasses.replace(ln, first_seen=now))
+                held.append(ln if ln.first_seen is not None else msgspec.structs.replace(ln, first_seen=now))
                 continue
             self.offset += 1
             source = Source(
