@@ -252,8 +252,8 @@ def _dumps(obj: Any) -> str:
 
 
 def entry_fields(line_id: str) -> tuple[str, ...]:
-    """The four fields an id may have."""
-    return tuple(k + line_id for k in _KINDS)
+    """The four fields an id may have (``_KINDS``, in its order)."""
+    return ("l:" + line_id, "o:" + line_id, "r:" + line_id, "t:" + line_id)
 
 
 def _pointers(name: str, value: Mapping[str, Any]) -> Iterable[str]:
