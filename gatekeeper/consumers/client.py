@@ -2,7 +2,7 @@
 
     kafka = AioKafka(settings.kafka)                  # the real clients (aiokafka); tests use an in-memory fake
     consumer = kafka.consumer(topics, listener)       # a group member: fetch, pause/resume, seek, commit
-    producer = kafka.producer(max_batch_size=16384)   # idempotent: send (transactional_id=...: transactions too)
+    producer = kafka.producer(max_batch_size=16384)   # idempotent: send, send_batch (transactional_id=...: txns)
     limits = await kafka.topic_limits(topics)         # each topic's max.message.bytes, as far as it is known
     await kafka.probe(producer)                       # raises KafkaError when the cluster does not answer
 
@@ -67,6 +67,17 @@ class Consumer(Protocol):
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
 
 
+class RecordBatch(Protocol):
+    """A batch of records for one partition, built by the caller (aiokafka's ``BatchBuilder``)."""
+
+    def append(
+        self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
+    ) -> Any:
+        """Add a record; None when the batch is full (its first record always goes in, whatever its size)."""
+
+    def close(self) -> None: ...
+
+
 class Producer(Protocol):
     """An idempotent (``acks=all``) or transactional producer."""
 
@@ -83,6 +94,11 @@ class Producer(Protocol):
         timestamp_ms: int | None = None,
         headers: list[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]: ...
+
+    def create_batch(self) -> RecordBatch: ...
+
+    async def send_batch(self, batch: RecordBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        """Queue a batch built by ``create_batch`` (one future for all of its records: the metadata of its first)."""
 
     async def partitions_for(self, topic: str) -> set[int]: ...
 
@@ -137,4 +153,4 @@ class AioKafka:
         await producer.client.fetch_all_metadata()  # type: ignore[attr-defined]  # aiokafka's own client
 
 
-__all__ = ["AioKafka", "Consumer", "Kafka", "Producer", "Record"]
+__all__ = ["AioKafka", "Consumer", "Kafka", "Producer", "Record", "RecordBatch"]

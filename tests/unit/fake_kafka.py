@@ -63,6 +63,7 @@ class Cluster:
     hold_acks: asyncio.Event | None = None  # set: acknowledgements flow; unset: they wait
     transactional: dict[str, FakeProducer] = field(default_factory=dict)  # transactional id -> its producer
     refused_batches: int = 0
+    batch_bytes: int = 16384  # a producer's record batch, as max_batch_size
 
     def create(self, topic: str, partitions: int = 1, max_message_bytes: int | None = None) -> None:
         self.partitions[topic] = partitions
@@ -173,9 +174,34 @@ class FakeConsumer:
             self.cluster.events.append(("commit", tp.topic, tp.partition, off))
 
 
+class FakeBatch:
+    """aiokafka's ``BatchBuilder`` in memory: records up to ``Cluster.batch_bytes`` (the first always fits)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.records: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]] = []
+        self.bytes = 0
+        self.closed = False
+
+    def append(
+        self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any = ()
+    ) -> object | None:
+        assert isinstance(headers, list), "aiokafka's C batch builder takes headers as a list only"
+        size = self.cluster.size(key, value, headers)
+        if self.closed or (self.records and self.bytes + size > self.cluster.batch_bytes):
+            return None
+        self.records.append((key, value, tuple(headers)))
+        self.bytes += size
+        return object()
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class FakeProducer:
     def __init__(self, cluster: Cluster, transactional_id: str | None) -> None:
         self.cluster = cluster
+        self.batches_sent = 0
         self.transactional_id = transactional_id
         self.started = False
         self.stopped = False
@@ -223,6 +249,33 @@ class FakeProducer:
         if self._flush is None:
             self._flush = asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._deliver()))
         return fut
+
+    def create_batch(self) -> FakeBatch:
+        return FakeBatch(self.cluster)
+
+    async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
+        """The batch's records as ``send`` takes them (delivered, refused or failed together with what else is
+        pending for the partition); its future is the first record's metadata, as aiokafka's is."""
+        assert partition in range(self.cluster.partitions[topic]), "send_batch to a partition the topic lacks"
+        self.batches_sent += 1
+        futs = [
+            await self.send(topic, value, key=key, partition=partition, headers=list(headers))
+            for key, value, headers in batch.records
+        ]
+        whole: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def settle(_: asyncio.Future[Any]) -> None:
+            if whole.done() or not all(f.done() for f in futs):
+                return
+            failed = next((f for f in futs if f.cancelled() or f.exception() is not None), None)
+            if failed is None:
+                whole.set_result(futs[0].result())
+            else:
+                whole.set_exception(failed.exception() or asyncio.CancelledError())
+
+        for f in futs:
+            f.add_done_callback(settle)
+        return whole
 
     async def _deliver(self) -> None:
         self._flush = None
