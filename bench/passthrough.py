@@ -19,6 +19,7 @@ import sys
 
 from gatekeeper.config import load_settings
 from gatekeeper.consumers.kafka import make_consumer, make_producer
+from gatekeeper.consumers.sending import BATCH_BYTES
 
 
 async def main(path: str) -> None:
@@ -26,7 +27,7 @@ async def main(path: str) -> None:
     route = settings.routes[0]
     routes = {route.input: route}
     consumer = make_consumer(settings.kafka, routes)
-    producer = make_producer(settings.kafka, max_batch_size=16384)
+    producer = make_producer(settings.kafka, max_batch_size=BATCH_BYTES)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)

@@ -65,6 +65,13 @@ from gatekeeper.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
+#: The largest record batch the producers build (less when a topic's ``max.message.bytes`` is smaller): a batch's
+#: outcomes for one partition fit in one (500 outcomes of about 600 bytes), so ``send`` never waits for an earlier
+#: batch of the partition to leave, and a batch is one produce request, not a request per 16 KB (aiokafka sends one
+#: request at a time per broker).
+BATCH_BYTES = 512 * 1024
+
+
 class ProduceTimeout(Exception):
     """Produce acknowledgements did not arrive within the request timeout (the broker is unavailable)."""
 
@@ -174,7 +181,7 @@ class OutcomeSender:
         self.settings = settings
         self.metrics = metrics
         self.limits: dict[str, int] = {}
-        self.max_batch_size = 16384
+        self.max_batch_size = BATCH_BYTES
         self.timeout = settings.request_timeout_ms / 1000
         self._producer: Producer | None = None
         self._transactional: dict[TP, Producer] = {}  # exactly-once: each held input partition's own producer
@@ -191,7 +198,7 @@ class OutcomeSender:
         if missing:
             log.warning("output topics not described (missing?)", extra={"topics": missing})
         smallest = min([*self.limits.values(), DEFAULT_MAX_MESSAGE_BYTES])
-        self.max_batch_size = max(1024, min(16384, smallest - 128))
+        self.max_batch_size = max(1024, min(BATCH_BYTES, smallest - 128))
         await self.producer()
 
     async def producer(self) -> Producer:
@@ -543,4 +550,14 @@ class OutcomeSender:
         return [int(m.offset) for m in metas]
 
 
-__all__ = ["OutcomeSender", "ProduceTimeout", "Publishable", "Send", "Transactions", "Written", "describe", "too_large"]
+__all__ = [
+    "BATCH_BYTES",
+    "OutcomeSender",
+    "ProduceTimeout",
+    "Publishable",
+    "Send",
+    "Transactions",
+    "Written",
+    "describe",
+    "too_large",
+]
