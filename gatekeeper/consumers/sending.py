@@ -4,7 +4,8 @@
     await sender.start(output_topics)                          # reads the topics' max.message.bytes, starts
     fitted = sender.fit(outcome)                               # trimmed to fit its topic (None: it never fits)
     sends = [Send(fitted, route)]
-    await sender.produce(sends)                                # every one acknowledged, or raises
+    await sender.send(sends)                                   # handed over as record batches, not waited for
+    await sender.produce(sends)                                # every one acknowledged (sent now if not yet), or raises
     await sender.publish(records)                              # the sweeper's cancels and the alerts, in order
     await sender.close()
 
@@ -12,6 +13,11 @@
     await sender.open(partitions)                              # at assignment: fences the partitions' old owners
     result = await sender.produce_transactions(sends, offsets, group_id)   # per partition: outcomes + offset, one txn
     await sender.release(partitions)                           # at revocation
+
+**Record batches.** ``send`` builds the records into batches itself, one per output partition (more when one fills
+``BATCH_BYTES``, or the smallest output topic's limit), placed as the producer's partitioner would place their key,
+with one future per batch; the worker hands a batch's outcomes over this way and decides the next batch while they
+are acknowledged. ``produce`` sends what was not handed over (and what failed) record by record.
 
 **Acknowledged or raised.** ``produce`` returns when every send is acknowledged (``Send.acked``, ``Send.meta``). A
 send still in flight from an earlier attempt is waited for, not repeated. Acknowledgements that do not come within
