@@ -705,12 +705,11 @@ class KafkaPublisher:
         return self._consumer
 
     async def partition_for(self, topic: str, key: bytes) -> int:
-        from aiokafka.partitioner import DefaultPartitioner
+        from gatekeeper.consumers.sending import partition_of  # the worker's package imports this module
 
         producer = await self._sender.producer()
         parts = await asyncio.wait_for(producer.partitions_for(topic), self._timeout)
-        ordered = sorted(parts)
-        return int(DefaultPartitioner()(key, ordered, ordered))
+        return partition_of(key, tuple(sorted(parts)))
 
     async def end_offset(self, topic: str, partition: int) -> int:
         from aiokafka import TopicPartition

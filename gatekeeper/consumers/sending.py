@@ -59,7 +59,7 @@ from typing import Any, NamedTuple, NoReturn, Protocol
 import msgspec
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced, RecordTooLargeError
-from aiokafka.partitioner import murmur2
+from aiokafka.partitioner import DefaultPartitioner
 
 from gatekeeper.config import KafkaSettings
 from gatekeeper.consumers.client import Kafka, Producer, RecordBatch
@@ -104,10 +104,14 @@ class Written(NamedTuple):
 
 
 @functools.lru_cache(maxsize=65536)
-def _partition_of(key: bytes, partitions: tuple[int, ...]) -> int:
-    """The partition the producer's default partitioner gives ``key`` (murmur2, as Kafka's Java client): remembered,
-    since a conversation's outcomes share its key."""
-    return partitions[(int(murmur2(key)) & 0x7FFFFFFF) % len(partitions)]
+def partition_of(key: bytes, partitions: tuple[int, ...]) -> int:
+    """The partition the producer's default partitioner (murmur2, as Kafka's Java client) gives ``key`` among a
+    topic's ``partitions`` (sorted): remembered, since a conversation's outcomes share its key. The sender places
+    its record batches with it, and the sweeper finds where its cancels went."""
+    return int(_PARTITIONER(key, partitions, partitions))
+
+
+_PARTITIONER = DefaultPartitioner()
 
 
 class Publishable(Protocol):
@@ -420,7 +424,7 @@ class OutcomeSender:
             known = partitions.get(o.topic)
             if known is None:
                 known = partitions[o.topic] = tuple(sorted(await producer.partitions_for(o.topic)))
-            by_partition.setdefault((o.topic, _partition_of(o.key, known)), []).append(s)
+            by_partition.setdefault((o.topic, partition_of(o.key, known)), []).append(s)
         for (topic, partition), group in by_partition.items():
             batch, members = producer.create_batch(), list[Send]()
             for s in group:
@@ -565,5 +569,6 @@ __all__ = [
     "Transactions",
     "Written",
     "describe",
+    "partition_of",
     "too_large",
 ]

@@ -64,7 +64,7 @@ async def test_alerts_are_published_in_order_and_kept_until_the_broker_takes_the
     alerts.queue(route, {"alert": "b", "n": 2})
     await alerts.publish()  # refused: kept
     assert publisher.published == [] and len(alerts.pending) == 2
-    assert metrics.kafka_errors.labels(operation="produce")._value.get() == 1
+    assert metrics.registry.get_sample_value("gatekeeper_kafka_errors_total", {"operation": "produce"}) == 1
     await alerts.publish()
     assert [orjson.loads(r.value)["alert"] for r in publisher.published] == ["a", "b"]
     assert {r.topic for r in publisher.published} == {"agents.alerts"} and publisher.published[0].key == b"agents.pay"
