@@ -106,13 +106,17 @@ def prepare(raw: bytes, route: RoutePolicy) -> Prepared:
     return Prepared(text, (), parse_line(text, route.profile))
 
 
+#: The stored lines (HOs, checked RBs) parsed last, for the replies that need them again: a bounded FIFO. Small on
+#: purpose: replies mostly follow their handoff within moments, a miss costs one parse, and every message kept here
+#: outlives the young collections (at 20,000 entries the cache was most of what the daemon's middle and oldest
+#: generations held: 50 ms collections, the p99 latency at half load).
 _STORED: dict[tuple[str | None, str], Message] = {}
-_STORED_MAX = 20_000
+_STORED_MAX = 2_048
 
 
 def _stored_message(text: str, route: RoutePolicy) -> Message:
-    """A line the state kept (an HO, a checked RB), parsed once per process: later replies need it again. A line
-    kept by this process is here from its own decision (``_keep``), not parsed a second time."""
+    """A line the state kept (an HO, a checked RB), parsed once while it is recent: later replies need it again. A
+    line kept by this process is here from its own decision (``_keep``), not parsed a second time."""
     key = (route.profile.name, text)
     msg = _STORED.get(key)
     if msg is None:
@@ -124,7 +128,7 @@ def _stored_message(text: str, route: RoutePolicy) -> Message:
 
 def _keep(key: tuple[str | None, str], msg: Message) -> Message:
     if len(_STORED) >= _STORED_MAX:
-        _STORED.clear()
+        del _STORED[next(iter(_STORED))]  # the oldest
     _STORED[key] = msg
     return msg
 
