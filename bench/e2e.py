@@ -320,6 +320,7 @@ class Process:
         group: str,
         passthrough: bool,
         transactional: bool = False,
+        stamp: bool = False,
     ):
         kafka: dict[str, Any] = {"bootstrap_servers": BOOTSTRAP, "group_id": group}
         if transactional:
@@ -330,7 +331,7 @@ class Process:
         (self.dir / "gk.yaml").write_text(yaml.safe_dump(config))
         self.log = self.dir / "process.log"
         cmd = (
-            [sys.executable, str(ROOT / "bench" / "passthrough.py"), "gk.yaml"]
+            [sys.executable, str(ROOT / "bench" / "passthrough.py"), "gk.yaml", *(["--stamp"] if stamp else [])]
             if passthrough
             else [
                 sys.executable,
@@ -575,22 +576,38 @@ def _per(count: float, batches: float) -> float:
 
 
 async def section_latency(env: Env, rate: float, seconds: float) -> None:
+    """The gatekeeper at 90% and 50% of its rate, and the passthrough (stamping each output with the input's
+    timestamp as the gatekeeper's outcomes carry it) on the same traffic at the same rate: what the broker, the
+    clients and this benchmark's own producer and reader add on this machine, with no work done."""
     rows = []
     for share in (0.9, 0.5):
         target = max(100.0, rate * share)
         n = int(target * seconds)
         t = traffic(n, seed=11, tag=f"l{int(share * 100)}")
-        topics = await env.topics(f"lat{int(share * 100)}")
-        prefix = env.prefix(f"lat{int(share * 100)}")
-        await env.load_records(prefix, t.records)
-        proc = Process(env, "lat", topics, prefix, group=f"e2e-{env.run}-lat{share}", passthrough=False)
-        try:
-            await asyncio.sleep(4.0)  # joined
-            lat = await paced(topics, t.lines, target)
-        finally:
-            proc.stop()
-        rows.append([f"{share:.0%} of throughput", target, len(lat), _pct(lat, 50), _pct(lat, 99)])
-    table("latency: producer timestamp to outcome timestamp (ms)", ["load", "lines/s", "lines", "p50", "p99"], rows)
+        measured = []
+        for passthrough in (False, True):
+            name = f"lat{int(share * 100)}{'p' if passthrough else ''}"
+            topics = await env.topics(name)
+            prefix = env.prefix(name)
+            if not passthrough:
+                await env.load_records(prefix, t.records)
+            proc = Process(
+                env, "lat", topics, prefix, group=f"e2e-{env.run}-{name}", passthrough=passthrough, stamp=passthrough
+            )
+            try:
+                await asyncio.sleep(4.0)  # joined
+                measured.append(await paced(topics, t.lines, target))
+            finally:
+                proc.stop()
+        gk, base = measured
+        rows.append(
+            [f"{share:.0%} of throughput", target, len(gk), _pct(gk, 50), _pct(gk, 99), _pct(base, 50), _pct(base, 99)]
+        )
+    table(
+        "latency: producer timestamp to outcome timestamp (ms)",
+        ["load", "lines/s", "lines", "p50", "p99", "passthrough p50", "passthrough p99"],
+        rows,
+    )
 
 
 def _pct(values: list[float], q: int) -> float:

@@ -6,9 +6,12 @@ A raw aiokafka consume -> produce the same bytes -> commit loop, with the gateke
 topic, keyed as it came, the batch's acknowledgements are awaited, then the offsets are committed. Run as its own
 process, as the gatekeeper is, so both pay for one interpreter and one event loop:
 
-    python bench/passthrough.py CONFIG.yaml      # the gatekeeper's config: its kafka section and first route
+    python bench/passthrough.py CONFIG.yaml           # the gatekeeper's config: its kafka section and first route
+    python bench/passthrough.py CONFIG.yaml --stamp   # each output also carries gk.original.timestamp
 
-It stops on SIGTERM.
+``--stamp`` is for the latency section's baseline: the input record's timestamp in the header the gatekeeper's
+outcomes carry it in, so the benchmark measures both the same way (the throughput baseline runs without it: its
+cost is not what Kafka gives). It stops on SIGTERM.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from gatekeeper.consumers.kafka import make_consumer, make_producer
 from gatekeeper.consumers.sending import BATCH_BYTES
 
 
-async def main(path: str) -> None:
+async def main(path: str, stamp: bool) -> None:
     settings = load_settings(path)
     route = settings.routes[0]
     routes = {route.input: route}
@@ -41,7 +44,14 @@ async def main(path: str) -> None:
             if not batch:
                 continue
             futures = [
-                await producer.send(route.output, r.value, key=r.key) for records in batch.values() for r in records
+                await producer.send(
+                    route.output,
+                    r.value,
+                    key=r.key,
+                    headers=[("gk.original.timestamp", str(r.timestamp).encode())] if stamp else None,
+                )
+                for records in batch.values()
+                for r in records
             ]
             await asyncio.gather(*futures)
             await consumer.commit({tp: records[-1].offset + 1 for tp, records in batch.items()})
@@ -51,4 +61,4 @@ async def main(path: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1]))
+    asyncio.run(main(sys.argv[1], "--stamp" in sys.argv[2:]))
