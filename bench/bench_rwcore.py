@@ -299,6 +299,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="small batches and threads: a smoke run")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is missed")
     a = ap.parse_args(argv)
+    sizes: tuple[int, ...]
+    ref_sizes: tuple[int, ...]
     if a.quick:
         rounds, budget_s, repeats, sizes, ref_sizes = 15, 0.002, 5, (1000, 10_000), (1000,)
     else:

@@ -499,7 +499,7 @@ async def scenario_redis(
         await outcomes.wait(lambda o: o.covered >= len(lines) // 5, timeout=120)
         fault_at = time.monotonic()
         if own is None:
-            await env.redis.execute_command("CLIENT", "PAUSE", "10000", "ALL")
+            await env.redis.execute_command("CLIENT", "PAUSE", "10000", "ALL")  # type: ignore[no-untyped-call]
             await asyncio.sleep(10.0)
         else:
             own.kill()

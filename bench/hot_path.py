@@ -79,7 +79,8 @@ async def one_round(n: int, prof: cProfile.Profile | None) -> float:
             "sweeper": {"interval_seconds": 0},
         }
     )
-    gk = Gatekeeper(settings, store=store, kafka=FakeKafka(cluster), http=False, startup_timeout=5)
+    # the unit tests' fakes: the seams' behaviour, not their exact types (no close on MemoryStore, FakeProducer)
+    gk = Gatekeeper(settings, store=store, kafka=FakeKafka(cluster), http=False, startup_timeout=5)  # type: ignore[arg-type]
     total = len(t.lines)
 
     def decided() -> int:
