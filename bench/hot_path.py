@@ -3,14 +3,15 @@
     .venv/bin/python bench/hot_path.py                      # 100,000 lines of the e2e traffic, three rounds
     .venv/bin/python bench/hot_path.py --lines 20000 --rounds 5
     .venv/bin/python bench/hot_path.py --profile 25         # and cProfile's top 25 functions (by own time)
+    .venv/bin/python bench/hot_path.py --batch 72           # batches as small as live traffic's
 
 The whole ``Gatekeeper`` runs (intake, holds, deciding, building and sending the outcomes, settling, counting,
 committing) on the in-memory Kafka of the unit tests (``tests/unit/fake_kafka.py``) and the in-memory store, fed the
 same traffic as ``bench/e2e.py``'s throughput section (payment and drafting flows, cancels, a few faulty lines; 6
-input partitions, batches of 500). What it leaves out is the I/O: aiokafka's clients, redis-py, the Redis store's
-encoding and the event loop's sockets, which ``bench/e2e.py`` measures with the rest. Its figure is the process's
-CPU time between the first and the last outcome, per line; the best of the rounds is printed with the others
-beside it (a shared machine only ever adds time). Run it on two checkouts (``--code``) to compare them.
+input partitions, batches of 500 unless ``--batch``). What it leaves out is the I/O: aiokafka's clients, redis-py,
+the Redis store's encoding and the event loop's sockets, which ``bench/e2e.py`` measures with the rest. Its figure is
+the process's CPU time between the first and the last outcome, per line; the best of the rounds is printed with the
+others beside it (a shared machine only ever adds time). Run it on two checkouts (``--code``) to compare them.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lines", type=int, default=100_000, help="lines per round (default 100,000)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds, each on a fresh worker and store (default 3)")
+    ap.add_argument(
+        "--batch", type=int, default=500, help="kafka.max_batch (default 500, as in a catch-up; live traffic: fewer)"
+    )
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="profile the last round; print the top N")
     ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose gatekeeper runs (default this one)")
     args = ap.parse_args()
@@ -46,7 +50,7 @@ def main() -> None:
     results = []
     for r in range(args.rounds):
         prof = cProfile.Profile() if args.profile and r == args.rounds - 1 else None
-        results.append(asyncio.run(one_round(args.lines, prof)))
+        results.append(asyncio.run(one_round(args.lines, prof, args.batch)))
         print(f"round {r + 1}: {results[-1]:.1f} µs of CPU per line", file=sys.stderr)
         if prof is not None:
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
@@ -54,7 +58,7 @@ def main() -> None:
     print(f"hot path ({args.code}): {min(results):.1f} µs of CPU per line (best of {args.rounds}; others {others})")
 
 
-async def one_round(n: int, prof: cProfile.Profile | None) -> float:
+async def one_round(n: int, prof: cProfile.Profile | None, batch: int = 500) -> float:
     from e2e import traffic
 
     from gatekeeper.config import Settings
@@ -74,7 +78,7 @@ async def one_round(n: int, prof: cProfile.Profile | None) -> float:
         await store.put_record(rec)
     settings = Settings.model_validate(
         {
-            "kafka": {"batch_timeout_ms": 10, "max_batch": 500},
+            "kafka": {"batch_timeout_ms": 10, "max_batch": batch},
             "routes": [{"input": "in", "output": "out", "dead_letter": "dlq", "alerts": "alerts", "profile": "pay"}],
             "sweeper": {"interval_seconds": 0},
         }
