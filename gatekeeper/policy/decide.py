@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
@@ -109,8 +110,9 @@ def prepare(raw: bytes, route: RoutePolicy) -> Prepared:
 #: The stored lines (HOs, checked RBs) parsed last, for the replies that need them again: a bounded FIFO. Small on
 #: purpose: replies mostly follow their handoff within moments, a miss costs one parse, and every message kept here
 #: outlives the young collections (at 20,000 entries the cache was most of what the daemon's middle and oldest
-#: generations held: 50 ms collections, the p99 latency at half load).
-_STORED: dict[tuple[str | None, str], Message] = {}
+#: generations held: 50 ms collections, the p99 latency at half load). An ``OrderedDict``: a plain dict's oldest
+#: entry is found by scanning past the slots of every entry deleted before it (1.4 µs an insert at 2,048, 0.3 here).
+_STORED: OrderedDict[tuple[str | None, str], Message] = OrderedDict()
 _STORED_MAX = 2_048
 
 
@@ -128,7 +130,7 @@ def _stored_message(text: str, route: RoutePolicy) -> Message:
 
 def _keep(key: tuple[str | None, str], msg: Message) -> Message:
     if len(_STORED) >= _STORED_MAX:
-        del _STORED[next(iter(_STORED))]  # the oldest
+        _STORED.popitem(last=False)  # the oldest
     _STORED[key] = msg
     return msg
 
