@@ -3,18 +3,25 @@ holds only the agents' public keys, verifies the signature before the line is de
 
 The signature is a record header (``sender_auth.header``, ``rw-sig`` by default) whose value is ASCII::
 
-    v1 <key id> <signature>
+    v2 <key id> <signature>
 
 ``<key id>`` names a configured key (``sender_auth.keys[].id``: 1-64 of ``A-Z a-z 0-9 . _ : -``), ``<signature>`` is
 the 64-byte Ed25519 signature in base64url without padding (86 characters). The signed bytes bind the record's
-conversation and its line::
+route, its conversation and its line::
 
-    b"rw-sig-v1\\x00" + conversation (UTF-8) + b"\\x00" + value
+    b"rw-sig-v2\x00" + route (the route's input topic, ASCII) + b"\x00" + conversation (UTF-8) + b"\x00" + value
 
-``conversation`` is the conversation the gatekeeper reads from the record: its key (UTF-8), else the route's
-``conversation_header``; ``value`` is the record's value, byte for byte. A line moved to another conversation, or
-changed by one byte, no longer verifies. A conversation containing NUL is refused (the encoding would be
-ambiguous).
+``route`` is the input topic the record was produced to; ``conversation`` is the conversation the gatekeeper reads
+from the record: its key (UTF-8), else the route's ``conversation_header``; ``value`` is the record's value, byte for
+byte. A line copied to another route or another conversation, or changed by one byte, no longer verifies. A
+conversation containing NUL is refused (the encoding would be ambiguous); a topic name has no NUL.
+
+A key may be limited to routes (``sender_auth.keys[].routes``): a signature by that key on any other route is
+refused (``sender-auth-wrong-route``), even a valid one.
+
+Version 1 (``v1 <key id> <signature>`` over ``b"rw-sig-v1\x00" + conversation + b"\x00" + value``) did not cover the
+route: a signed thread copied byte for byte onto a second route verified there too. It is refused
+(``sender-auth-version``) with a message saying what to change: agents sign with ``sign(..., route=...)``.
 
 ``verify`` is pure (no I/O, no clock): it returns a ``SenderProof``, the agent whose key signed the record or the
 code of what failed; the decision (``policy.decide``) compares that agent with the line's ``from=``. It never
@@ -24,7 +31,7 @@ For agents and tests, ``sign`` makes the header value::
 
     from gatekeeper.auth import sign, private_key_from_text
     key = private_key_from_text(open("payer.key").read())
-    headers = [("rw-sig", sign(key, "payer-1", "c-17", line.encode()).encode())]
+    headers = [("rw-sig", sign(key, "payer-1", "c-17", line.encode(), route="agents.pay").encode())]
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ from gatekeeper.config import ConfigError, SenderAuthSettings, SenderKey, load_e
 from gatekeeper.policy.model import SenderProof
 from gatekeeper.verdicts import b64url, private_key_from, private_key_pem
 
-VERSION = "v1"
-DOMAIN = b"rw-sig-v1\x00"
+VERSION = "v2"
+DOMAIN = b"rw-sig-v2\x00"
+OLD_VERSIONS = frozenset({"v1"})
 KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
 SIGNATURE_CHARS = 86  # 64 bytes, base64url without padding
 _SIGNATURE = re.compile(r"[A-Za-z0-9_-]+")
@@ -54,22 +62,28 @@ MISSING = "sender-auth-missing"
 MALFORMED = "sender-auth-malformed"
 UNKNOWN_KEY = "sender-auth-unknown-key"
 BAD_SIGNATURE = "sender-auth-bad-signature"
+OLD_VERSION = "sender-auth-version"
+WRONG_ROUTE = "sender-auth-wrong-route"
 
 
-def signed_bytes(conversation: str, value: bytes) -> bytes:
-    """The exact bytes an agent signs for a record of ``conversation`` whose value is ``value``."""
-    return DOMAIN + conversation.encode("utf-8") + b"\x00" + value
+def signed_bytes(route: str, conversation: str, value: bytes) -> bytes:
+    """The exact bytes an agent signs for a record produced to ``route`` (the route's input topic) in
+    ``conversation`` whose value is ``value``."""
+    return DOMAIN + route.encode("utf-8") + b"\x00" + conversation.encode("utf-8") + b"\x00" + value
 
 
-def sign(private_key: Ed25519PrivateKey, key_id: str, conversation: str, value: bytes | str) -> str:
-    """The signature header's value (``v1 <key id> <signature>``) for a record of ``conversation`` with ``value``
-    (a ``str`` is encoded UTF-8): what an agent puts in the ``rw-sig`` header of the record it produces."""
+def sign(private_key: Ed25519PrivateKey, key_id: str, conversation: str, value: bytes | str, *, route: str) -> str:
+    """The signature header's value (``v2 <key id> <signature>``) for a record of ``conversation`` with ``value``
+    (a ``str`` is encoded UTF-8) produced to the input topic ``route``: what an agent puts in the ``rw-sig`` header
+    of the record it produces."""
     if not KEY_ID.fullmatch(key_id):
         raise ValueError(f"key id {key_id!r}: 1-64 of A-Z a-z 0-9 . _ : -")
     if "\x00" in conversation:
         raise ValueError("a conversation id cannot contain NUL")
+    if not route or "\x00" in route:
+        raise ValueError("route: the route's input topic, not empty, no NUL")
     raw = value.encode("utf-8") if isinstance(value, str) else value
-    return f"{VERSION} {key_id} {b64url(private_key.sign(signed_bytes(conversation, raw)))}"
+    return f"{VERSION} {key_id} {b64url(private_key.sign(signed_bytes(route, conversation, raw)))}"
 
 
 # ---------------------------------------------------------------- keys
@@ -107,6 +121,7 @@ def parse_public_key(text: str) -> Ed25519PublicKey:
 class _Key:
     agent: str
     public: Ed25519PublicKey
+    routes: frozenset[str] | None = None  # the routes (input topics) it signs for; None: every route
 
 
 class KeyRing:
@@ -117,7 +132,8 @@ class KeyRing:
         for k in keys:
             if k.id in self._keys:
                 raise ConfigError(f"sender_auth: key id {k.id} is configured twice")
-            self._keys[k.id] = _Key(k.agent, parse_public_key(k.public_key))
+            routes = None if k.routes is None else frozenset(k.routes)
+            self._keys[k.id] = _Key(k.agent, parse_public_key(k.public_key), routes)
 
     @classmethod
     def from_settings(cls, settings: SenderAuthSettings) -> KeyRing:
@@ -132,8 +148,10 @@ class KeyRing:
     def key(self, key_id: str) -> _Key | None:
         return self._keys.get(key_id)
 
-    def check(self, headers: Iterable[tuple[str, bytes]], name: str, conversation: str, value: bytes) -> SenderProof:
-        return check_record(self, headers, name, conversation, value)
+    def check(
+        self, headers: Iterable[tuple[str, bytes]], name: str, route: str, conversation: str, value: bytes
+    ) -> SenderProof:
+        return check_record(self, headers, name, route, conversation, value)
 
 
 def load_keys_file(path: Path) -> list[SenderKey]:
@@ -149,11 +167,12 @@ def _refused(code: str, detail: str) -> SenderProof:
     return SenderProof(failure=code, detail=detail)
 
 
-def verify(keys: KeyRing, header: bytes | str | None, conversation: str, value: bytes) -> SenderProof:
+def verify(keys: KeyRing, header: bytes | str | None, route: str, conversation: str, value: bytes) -> SenderProof:
     """Who signed a record: ``SenderProof(agent=..., key_id=...)`` when ``header`` (the signature header's value)
-    is a valid signature of a configured key over ``conversation`` and ``value``, else ``SenderProof(failure=code,
-    detail=...)`` with ``code`` one of ``sender-auth-missing``, ``-malformed``, ``-unknown-key``,
-    ``-bad-signature``. Pure; never raises on what the record carries."""
+    is a valid signature of a configured key, allowed on ``route``, over ``route``, ``conversation`` and ``value``,
+    else ``SenderProof(failure=code, detail=...)`` with ``code`` one of ``sender-auth-missing``, ``-malformed``,
+    ``-version``, ``-unknown-key``, ``-wrong-route``, ``-bad-signature``. Pure; never raises on what the record
+    carries."""
     if header is None:
         return _refused(MISSING, "the record has no signature header: this route takes signed lines only")
     if isinstance(header, (bytes, bytearray, memoryview)):
@@ -164,6 +183,12 @@ def verify(keys: KeyRing, header: bytes | str | None, conversation: str, value: 
     if not isinstance(header, str) or not header.isascii():
         return _refused(MALFORMED, "the signature header is not ASCII")
     parts = header.split(" ")
+    if len(parts) == 3 and parts[0] in OLD_VERSIONS:
+        return _refused(
+            OLD_VERSION,
+            f"the signature is format {parts[0]}, which does not cover the route; sign with {VERSION} "
+            "(gatekeeper.auth.sign with route=, over the route, the conversation and the line)",
+        )
     if len(parts) != 3 or parts[0] != VERSION:
         return _refused(MALFORMED, f"the signature header is not '{VERSION} <key id> <signature>'")
     _, key_id, sig_text = parts
@@ -176,10 +201,15 @@ def verify(keys: KeyRing, header: bytes | str | None, conversation: str, value: 
     if found is None:
         return _refused(UNKNOWN_KEY, f"key id {key_id} is not a configured sender key")
     agent, public = found.agent, found.public
-    if "\x00" in conversation:
+    if found.routes is not None and route not in found.routes:
+        return _refused(
+            WRONG_ROUTE,
+            f"key {key_id} (agent {agent}) may sign on {', '.join(sorted(found.routes))} only, not on {route}",
+        )
+    if "\x00" in conversation or "\x00" in route:
         return _refused(MALFORMED, "the conversation id contains NUL: it cannot be signed unambiguously")
     try:
-        message = signed_bytes(conversation, value)
+        message = signed_bytes(route, conversation, value)
     except UnicodeEncodeError:
         return _refused(MALFORMED, "the conversation id is not valid Unicode: it cannot be signed")
     try:
@@ -187,13 +217,14 @@ def verify(keys: KeyRing, header: bytes | str | None, conversation: str, value: 
     except InvalidSignature:
         return _refused(
             BAD_SIGNATURE,
-            f"the signature of key {key_id} (agent {agent}) does not verify over this record's conversation and line",
+            f"the signature of key {key_id} (agent {agent}) does not verify over this record's route, conversation "
+            "and line",
         )
     return SenderProof(agent=agent, key_id=key_id)
 
 
 def check_record(
-    keys: KeyRing, headers: Iterable[tuple[str, bytes]], name: str, conversation: str, value: bytes
+    keys: KeyRing, headers: Iterable[tuple[str, bytes]], name: str, route: str, conversation: str, value: bytes
 ) -> SenderProof:
     """``verify`` on a record's headers: the one ``name`` header (two or more are refused as malformed)."""
     found = [v for k, v in headers if k == name]
@@ -201,7 +232,7 @@ def check_record(
         return _refused(MALFORMED, f"the record has {len(found)} {name} headers; a signed record has one")
     if found and found[0] is None:  # a Kafka header may carry no value at all
         return _refused(MALFORMED, f"the record's {name} header has no value")
-    return verify(keys, found[0] if found else None, conversation, value)
+    return verify(keys, found[0] if found else None, route, conversation, value)
 
 
 def generate() -> Ed25519PrivateKey:
@@ -214,7 +245,9 @@ __all__ = [
     "DOMAIN",
     "MALFORMED",
     "MISSING",
+    "OLD_VERSION",
     "UNKNOWN_KEY",
+    "WRONG_ROUTE",
     "KeyRing",
     "check_record",
     "generate",

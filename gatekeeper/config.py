@@ -242,6 +242,12 @@ class SenderKey(_Strict):
     id: str = Field(pattern=r"^[A-Za-z0-9._:-]{1,64}$", description="the key id a signature header names")
     agent: str = Field(pattern=r"^[!-~]{1,128}$", description="the from= agent whose key it is")
     public_key: str = Field(description="base64 of the raw 32-byte Ed25519 public key")
+    routes: list[str] | None = Field(
+        None,
+        min_length=1,
+        description="the routes (input topics) this key may sign for; none: every route. A signature by this key "
+        "on another route is refused (sender-auth-wrong-route)",
+    )
 
     @field_validator("public_key")
     @classmethod

@@ -796,7 +796,7 @@ class Replayer:
             self._keys = KeyRing.from_settings(self.settings.sender_auth)
         headers = [(str(k), bytes(v) if v is not None else b"") for k, v in (it.record.headers or ())]
         header = self.settings.sender_auth.header
-        return check_record(self._keys, headers, header, it.conversation, it.record.value or b"")
+        return check_record(self._keys, headers, header, it.route.input, it.conversation, it.record.value or b"")
 
     @staticmethod
     def _source(it: _Item) -> Source:

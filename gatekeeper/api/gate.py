@@ -563,7 +563,7 @@ class Gate:
         sender = None
         if route.sender_auth and self._keys is not None:
             sender = check_record(
-                self._keys, self._headers(req), self.settings.sender_auth.header, req.conversation, value
+                self._keys, self._headers(req), self.settings.sender_auth.header, route.input, req.conversation, value
             )
         (decision,) = await processor.process([Line(req.conversation, value, first_seen=now, sender=sender)], now)
         return self._dry_answer(req, route, processor, decision, value, now)

@@ -65,7 +65,7 @@ skipped. A file whose first non-blank character is [cyan]{[/cyan] is read as JSO
 the daemon checks it: every line's signature is verified against the configured keys, never assumed. A plain
 line has no headers, so it is dead-lettered [cyan]sender-auth[/cyan] (sender-auth-missing); give JSON lines with the
 record's headers to check signed lines:
-[cyan]{"key": "c-17", "line": "RW1 ...", "headers": {"rw-sig": "v1 scheduler-1 ..."}}[/cyan].
+[cyan]{"key": "c-17", "line": "RW1 ...", "headers": {"rw-sig": "v2 scheduler-1 ..."}}[/cyan].
 
 Sensitive values (acct, prev, addr, and those the profile lists) are masked in what is printed, the lines
 included, as in the gatekeeper's headers and logs ([cyan]acct=****2938[/cyan]); [cyan]--unmasked[/cyan] prints
@@ -171,7 +171,7 @@ async def decide_lines(
         conversation = ln.conversation if _utf8(ln.conversation) else None
         sender = None
         if route.sender_auth and conversation is not None:
-            sender = check_record(keys or KeyRing(()), ln.headers, header, conversation, value)
+            sender = check_record(keys or KeyRing(()), ln.headers, header, route.name, conversation, value)
         (d,) = await processor.process([Line(conversation, value, sender=sender)], now)
         decisions.append(d)
     return decisions
@@ -318,7 +318,7 @@ def check(
             typer.echo(
                 f"note: route {policy.name} takes signed lines only (sender_auth) and some lines of {file} carry no "
                 f"headers: they are refused sender-auth, as the daemon would refuse them (JSON lines with "
-                f'"headers": {{"{settings.sender_auth.header}": "v1 ..."}} carry the signature)',
+                f'"headers": {{"{settings.sender_auth.header}": "v2 ..."}} carry the signature)',
                 err=True,
             )
     decisions = run(decide_lines(lines, approved, policy, at, keys, settings.sender_auth.header))

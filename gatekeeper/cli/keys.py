@@ -42,11 +42,12 @@ agent only. The public key entry goes to stdout, for [cyan]sender_auth.keys[/cya
 SIGN_EPILOG = """\
 [bold]Examples[/bold]
 
-  [cyan]gatekeeper keys sign --key payer.key --id payer-1 --conversation c-17 "RW1 RB payer-1 ..."[/cyan]
+  [cyan]gatekeeper keys sign -k payer.key --id payer-1 -r agents.pay --conversation c-17 "RW1 RB payer-1 ..."[/cyan]
 
-Prints the value of the record's [cyan]rw-sig[/cyan] header ([cyan]v1 <key id> <signature>[/cyan]) for that line in
-that conversation: for a test, [cyan]gatekeeper check[/cyan]'s JSON lines or the [cyan]signature[/cyan] of
-POST /v1/gate. Agents sign in their own code with [cyan]gatekeeper.auth.sign[/cyan].
+Prints the value of the record's [cyan]rw-sig[/cyan] header ([cyan]v2 <key id> <signature>[/cyan]) for that line in
+that conversation on that route (the route's input topic): the signature covers all three, so a copy on another
+route or in another conversation does not verify. For a test, [cyan]gatekeeper check[/cyan]'s JSON lines or the
+[cyan]signature[/cyan] of POST /v1/gate. Agents sign in their own code with [cyan]gatekeeper.auth.sign[/cyan].
 """
 
 
@@ -88,13 +89,16 @@ def sign_cmd(
     conversation: Annotated[
         str, typer.Option("--conversation", metavar="ID", help="The conversation id: the record's key.")
     ],
+    route: Annotated[
+        str, typer.Option("--route", "-r", metavar="TOPIC", help="The route's input topic the record goes to.")
+    ],
 ) -> None:
-    """Print the signature header value of LINE in a conversation, signed with the agent's private key."""
+    """Print the signature header value of LINE in a conversation on a route, signed with the agent's private key."""
     try:
         private = private_key_from_text(key.read_text(encoding="ascii"))
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
         fail(f"--key {key}: not a readable Ed25519 private key ({type(exc).__name__})", EXIT_USAGE)
     try:
-        typer.echo(sign(private, key_id, conversation, line.encode("utf-8")))
+        typer.echo(sign(private, key_id, conversation, line.encode("utf-8"), route=route))
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)

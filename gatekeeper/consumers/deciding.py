@@ -65,7 +65,9 @@ class RouteRuntime:
         if self.keys is None or p.conversation is None:
             return None
         try:
-            return self.keys.check(p.source.headers, self.signature_header, p.conversation, p.source.value)
+            return self.keys.check(
+                p.source.headers, self.signature_header, self.policy.name, p.conversation, p.source.value
+            )
         except Exception as exc:  # verifying never raises on what a record carries; were it to, fail closed
             log.error("verifying a record's signature raised: refused sender-auth", exc_info=exc)
             return SenderProof(

@@ -34,22 +34,30 @@ async def test_the_gate_passes_the_signature_and_refuses_a_request_without_one(
             assert r.status_code == 422 and r.json()["code"] == "signature-required", r.text
 
             dry = await gate(
-                client, "scheduler", name, "c1", HO, dry_run=True, signature=sign(SCHEDULER, "s-1", "c1", HO)
+                client,
+                "scheduler",
+                name,
+                "c1",
+                HO,
+                dry_run=True,
+                signature=sign(SCHEDULER, "s-1", "c1", HO, route=name),
             )
             assert dry.status_code == 200 and dry.json()["verdict"] == "forward", dry.text
             forged = await gate(
-                client, "scheduler", name, "c1", HO, dry_run=True, signature=sign(PAYER, "p-1", "c1", HO)
+                client, "scheduler", name, "c1", HO, dry_run=True, signature=sign(PAYER, "p-1", "c1", HO, route=name)
             )
             assert forged.json()["reason"] == "sender-auth"
 
-            ok = await gate(client, "scheduler", name, "c1", HO, signature=sign(SCHEDULER, "s-1", "c1", HO))
+            ok = await gate(client, "scheduler", name, "c1", HO, signature=sign(SCHEDULER, "s-1", "c1", HO, route=name))
             assert ok.status_code == 200 and ok.json()["verdict"] == "forward", ok.text
-            ok = await gate(client, "payer", name, "c1", RB, signature=sign(PAYER, "p-1", "c1", RB))
+            ok = await gate(client, "payer", name, "c1", RB, signature=sign(PAYER, "p-1", "c1", RB, route=name))
             assert ok.json()["verdict"] == "forward", ok.text
             # even with the scheduler's token, the payer's key cannot sign the scheduler's clearance
-            bad = await gate(client, "scheduler", name, "c1", AN, signature=sign(PAYER, "p-1", "c1", AN))
+            bad = await gate(client, "scheduler", name, "c1", AN, signature=sign(PAYER, "p-1", "c1", AN, route=name))
             assert (bad.status_code, bad.json()["verdict"], bad.json()["reason"]) == (200, "dead-letter", "sender-auth")
-            good = await gate(client, "scheduler", name, "c1", AN, signature=sign(SCHEDULER, "s-1", "c1", AN))
+            good = await gate(
+                client, "scheduler", name, "c1", AN, signature=sign(SCHEDULER, "s-1", "c1", AN, route=name)
+            )
             assert good.json()["verdict"] == "forward", good.text
         got = await p.collector.settle()
         assert len(got.of("output", "c1")) == 3 and len(got.of("dead", "c1")) == 1  # the 422 produced nothing

@@ -31,8 +31,8 @@ DN_AS_SCHEDULER = DN.replace("DN payer-2", "DN scheduler-9").replace(
 )
 
 
-def signed(key: Any, key_id: str, conversation: str, line: str) -> list[tuple[str, bytes]]:
-    return [("rw-sig", sign(key, key_id, conversation, line).encode()), ("traceparent", b"00-1-01")]
+def signed(key: Any, key_id: str, conversation: str, line: str, route: str) -> list[tuple[str, bytes]]:
+    return [("rw-sig", sign(key, key_id, conversation, line, route=route).encode()), ("traceparent", b"00-1-01")]
 
 
 def n(conversation: str, count: int) -> Any:
@@ -45,15 +45,15 @@ async def test_the_payer_cannot_clear_its_own_payment(
     routes = [await make_route(topic_factory, sender_auth=True)]
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, routes, sender_auth=KEYS) as p:
         await p.store.put_record(RECORD)
-        c = "attack"
-        await p.send(c, HO, headers=signed(SCHEDULER, "scheduler-k1", c, HO))
-        await p.send(c, RB, headers=signed(PAYER, "payer-k1", c, RB))
-        await p.send(c, AN, headers=signed(PAYER, "payer-k1", c, AN))  # the forged clearance
-        await p.send(c, DN_AS_SCHEDULER, headers=signed(PAYER, "payer-k1", c, DN_AS_SCHEDULER))
+        c, r = "attack", p.route().input
+        await p.send(c, HO, headers=signed(SCHEDULER, "scheduler-k1", c, HO, r))
+        await p.send(c, RB, headers=signed(PAYER, "payer-k1", c, RB, r))
+        await p.send(c, AN, headers=signed(PAYER, "payer-k1", c, AN, r))  # the forged clearance
+        await p.send(c, DN_AS_SCHEDULER, headers=signed(PAYER, "payer-k1", c, DN_AS_SCHEDULER, r))
         await p.send(c, AN, headers=[("traceparent", b"00-1-01")])  # unsigned
-        await p.send(c, AN, headers=signed(SCHEDULER, "scheduler-k1", "another", AN))  # moved from elsewhere
-        await p.send(c, AN, headers=signed(SCHEDULER, "scheduler-k1", c, AN))  # the real clearance
-        await p.send(c, DN, headers=signed(PAYER, "payer-k1", c, DN))  # the real done report
+        await p.send(c, AN, headers=signed(SCHEDULER, "scheduler-k1", "another", AN, r))  # moved from elsewhere
+        await p.send(c, AN, headers=signed(SCHEDULER, "scheduler-k1", c, AN, r))  # the real clearance
+        await p.send(c, DN, headers=signed(PAYER, "payer-k1", c, DN, r))  # the real done report
         got = await p.collect(n(c, 8))
         await p.collector.settle()
         assert [r.text for r in got.of("output", c)] == [HO, RB, AN, DN]
@@ -90,10 +90,10 @@ async def test_replay_verifies_the_signature_again(
     routes = [await make_route(topic_factory, sender_auth=True)]
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, routes, sender_auth=KEYS) as p:
         route = p.route()
-        c = "late"
-        await p.send(c, HO, headers=signed(SCHEDULER, "scheduler-k1", c, HO))  # no record yet: no-record
+        c, r = "late", route.input
+        await p.send(c, HO, headers=signed(SCHEDULER, "scheduler-k1", c, HO, r))  # no record yet: no-record
         forged = "RW1 HO scheduler-5" + HO.removeprefix("RW1 HO scheduler-1")
-        await p.send(c, forged, headers=signed(PAYER, "payer-k1", c, forged))  # sender-auth
+        await p.send(c, forged, headers=signed(PAYER, "payer-k1", c, forged, r))  # sender-auth
         got = await p.collect(n(c, 2))
         assert [r.h("gk.reason") for r in got.of("dead", c)] == ["no-record", "sender-auth"]
         assert got.of("dead", c)[0].h("rw-sig") is not None

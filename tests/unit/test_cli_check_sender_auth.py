@@ -56,7 +56,7 @@ def _check(tmp_path: Path, text: str, name: str) -> Result:
 def _jl(conversation: str, line: str, key: object = None, key_id: str = "") -> str:
     obj: dict[str, object] = {"key": conversation, "line": line}
     if key is not None:
-        obj["headers"] = {"rw-sig": sign(key, key_id, conversation, line)}  # type: ignore[arg-type]
+        obj["headers"] = {"rw-sig": sign(key, key_id, conversation, line, route="agents.pay")}  # type: ignore[arg-type]
     return json.dumps(obj)
 
 

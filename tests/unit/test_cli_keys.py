@@ -25,11 +25,14 @@ def test_generate_then_sign_verifies(tmp_path: Path) -> None:
     assert "PRIVATE" not in r.stdout
     ring = KeyRing.from_settings(SenderAuthSettings.model_validate({"keys": entries}))
 
-    s = CliRunner().invoke(app, ["keys", "sign", "--key", str(key), "--id", "payer-1", "--conversation", "c-17", RB])
+    s = CliRunner().invoke(
+        app,
+        ["keys", "sign", "--key", str(key), "--id", "payer-1", "--route", "agents.pay", "--conversation", "c-17", RB],
+    )
     assert s.exit_code == 0, s.output
     header = s.stdout.strip()
-    assert verify(ring, header, "c-17", RB.encode()).agent == "payer"
-    assert verify(ring, header, "c-18", RB.encode()).failure == "sender-auth-bad-signature"
+    assert verify(ring, header, "agents.pay", "c-17", RB.encode()).agent == "payer"
+    assert verify(ring, header, "agents.pay", "c-18", RB.encode()).failure == "sender-auth-bad-signature"
 
 
 def test_an_existing_key_file_is_never_overwritten(tmp_path: Path) -> None:
