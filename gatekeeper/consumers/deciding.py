@@ -43,6 +43,7 @@ def route_policy(route: Route, settings: Settings) -> RoutePolicy:
         max_line_bytes=route.max_line_bytes,
         readback_timeout_seconds=route.readback_timeout_seconds,
         sender_auth=route.sender_auth,
+        state_ttl_seconds=float(min(settings.redis.retention_seconds, settings.redis.open_retention_seconds)),
     )
 
 

@@ -4,7 +4,7 @@ Sans-I/O: no Kafka, no Redis, no clock. The daemon, ``gatekeeper check`` and ``g
 """
 
 from gatekeeper.policy.apply import BindingChange, Overlay, apply
-from gatekeeper.policy.decide import Prepared, decide, holder_of, line_digest, prepare, rw_time
+from gatekeeper.policy.decide import Prepared, bound_handoff, decide, holder_of, line_digest, prepare, rw_time
 from gatekeeper.policy.model import (
     AFFIRMATIVE,
     CHECK_OF_REASON,
@@ -44,6 +44,7 @@ __all__ = [
     "SenderProof",
     "Verdict",
     "apply",
+    "bound_handoff",
     "decide",
     "holder_of",
     "line_digest",

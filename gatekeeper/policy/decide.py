@@ -135,8 +135,36 @@ def _keep(key: tuple[str | None, str], msg: Message) -> Message:
     return msg
 
 
-def holder_of(conversation: str, ho_id: str) -> str:
+def holder_of(route: str, conversation: str, ho_id: str, digest: str, at: float) -> str:
+    """The value of an exec binding: which handoff holds the approval, ``<route>/<conversation>/<HO id>#<digest>``
+    (its identity: route, conversation, id and the line's digest), then ``@<epoch seconds>`` when it was bound.
+
+    A route (a topic name) has no ``/``; an id no ``#`` or ``@``; the digest is 16 hex: read from the right, the
+    value has one meaning whatever the conversation holds. A copy of the handoff on another route or in another
+    conversation is another identity, so it can never "already hold" the approval."""
+    return f"{route}/{conversation}/{ho_id}#{digest}@{int(at)}"
+
+
+def legacy_holder(conversation: str, ho_id: str) -> str:
+    """The binding value of a handoff bound by an earlier release (``<conversation>/<HO id>``): released as it was
+    written."""
     return f"{conversation}/{ho_id}"
+
+
+def holder_identity(holder: str) -> str:
+    """A binding's handoff without the time it was bound."""
+    return holder.rpartition("@")[0] or holder
+
+
+def bound_at(holder: str) -> float | None:
+    """When a binding was made (None: a binding of an earlier release, or not one of ours)."""
+    stamp = holder.rpartition("@")[2]
+    return float(stamp) if stamp.isascii() and stamp.isdigit() and "@" in holder else None
+
+
+def bound_handoff(holder: str) -> str:
+    """A binding's handoff as a problem shows it: route, conversation and id (not the digest, not the time)."""
+    return holder_identity(holder).rpartition("#")[0] or holder
 
 
 class _Decider:
@@ -441,25 +469,19 @@ class _Decider:
             notes = result.notes
         effects: list[Effect] = []
         supersedes = self._superseded_handoff(ho)
+        holder: str | None = None
         if exec_ask:
-            holder = holder_of(self.conversation or "", ho.id)
+            holder = holder_of(self.route.name, self.conversation or "", ho.id, self.digest, self.now)
             bound = self.records.binding(key)
-            prior = supersedes.id if supersedes is not None and supersedes.bound else None
-            if bound is not None and bound != holder and bound != holder_of(self.conversation or "", prior or ""):
-                return self._dead(
-                    Reason.RECORD_USED,
-                    _p(
-                        "record-used",
-                        f"the approval for item {item} ask {ask} is bound to another handoff ({bound}); "
-                        "one approval, one act",
-                        "record",
-                        "item",
-                        None,
-                        bound,
-                    ),
-                )
-            if prior is not None:
-                effects.append(Release(key, holder_of(self.conversation or "", prior), prior))
+            prior = supersedes if supersedes is not None and supersedes.bound else None
+            prior_holder = None if prior is None else self._holder(prior)
+            if bound is not None and bound != prior_holder:
+                refused = self._bound_elsewhere(bound, holder, item, ask)
+                if refused is not None:
+                    return refused
+                holder = bound  # this very handoff, redelivered after its binding landed and before its state did
+            if prior is not None and prior_holder is not None:
+                effects.append(Release(key, prior_holder, prior.id))
             effects.append(Bind(key, holder, ho.id))
         if ask == "UNDO":
             ctx = ho.slots.get("ctx") or ()
@@ -481,9 +503,37 @@ class _Decider:
                 )
         if supersedes is not None:
             effects.append(Supersede(supersedes.id, ho.id))
-        entry = HandoffEntry(id=ho.id, item=item, ask=ask, exec_ask=exec_ask, record=record, bound=exec_ask)
+        entry = HandoffEntry(
+            id=ho.id, item=item, ask=ask, exec_ask=exec_ask, record=record, bound=exec_ask, holder=holder
+        )
         effects.insert(0, OpenHandoff(entry))
         return self._decision(Verdict.FORWARD, None, notes=notes, effects=effects, keep_text=True)
+
+    def _bound_elsewhere(self, bound: str, holder: str, item: str, ask: str) -> Decision | None:
+        """The refusal of a handoff whose approval is bound (``bound``) and not to the handoff it supersedes. None
+        when ``bound`` is this very handoff (its identity: route, conversation, id, digest) bound less than the
+        state's shortest retention ago: a redelivery whose binding landed and whose state write did not (a crash
+        between the two on a Redis Cluster). Bound longer ago, its state is gone: this is a copy of a spent
+        approval's handoff, decided as new only because the conversation forgot it; refused."""
+        if holder_identity(bound) == holder_identity(holder):
+            at = bound_at(bound)
+            if at is not None and self.now - at < self.route.state_ttl_seconds:
+                return None
+            why = (
+                f"the approval for item {item} ask {ask} was spent by this very handoff ({bound_handoff(bound)}), "
+                "whose state is gone (kept for its retention, then expired): a copy is not a new approval; "
+                "one approval, one act"
+            )
+        else:
+            why = (
+                f"the approval for item {item} ask {ask} is bound to another handoff ({bound_handoff(bound)}); "
+                "one approval, one act"
+            )
+        return self._dead(Reason.RECORD_USED, _p("record-used", why, "record", "item", None, bound_handoff(bound)))
+
+    def _holder(self, entry: HandoffEntry) -> str:
+        """The binding value ``entry`` holds (bound by an earlier release: the value it wrote then)."""
+        return entry.holder or legacy_holder(self.conversation or "", entry.id)
 
     def _superseded_handoff(self, ho: Message) -> HandoffEntry | None:
         """The handoff a re-issue replaces: ``re=`` names a readback that failed (its handoff), or an open
@@ -789,7 +839,7 @@ class _Decider:
     def _release(self, entry: HandoffEntry) -> list[Effect]:
         if not entry.bound:
             return []
-        return [Release(RecordKey(entry.item, entry.ask), holder_of(self.conversation or "", entry.id), entry.id)]
+        return [Release(RecordKey(entry.item, entry.ask), self._holder(entry), entry.id)]
 
 
 def _asks_exec(ho: Message) -> bool:

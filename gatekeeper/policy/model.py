@@ -115,6 +115,9 @@ class RoutePolicy:
     max_line_bytes: int = 8192
     readback_timeout_seconds: float | None = None  # no passing readback this long after forwarding: CX why=TIMEOUT
     sender_auth: bool = False  # every line must carry a valid signature of its from= agent's key (SenderProof)
+    #: the shortest time a handoff's state is kept after it was written (the store's retentions): a binding older than
+    #: this whose handoff the state does not know may be a spent approval's (``policy.decide``)
+    state_ttl_seconds: float = 7 * 86400.0
 
 
 class SenderProof(msgspec.Struct, frozen=True, gc=False):
@@ -177,7 +180,7 @@ class FeedThread(msgspec.Struct, frozen=True, gc=False):
 
 
 class Bind(msgspec.Struct, frozen=True, gc=False):
-    """Claim an exec record for a handoff: ``holder`` is ``<conversation>/<HO id>``."""
+    """Claim an exec record for a handoff: ``holder`` names it (``policy.decide.holder_of``)."""
 
     key: RecordKey
     holder: str

@@ -171,6 +171,9 @@ class HandoffEntry(msgspec.Struct):
     exec_ask: bool
     record: Record | None = None
     bound: bool = False  # this HO holds the exec record's binding
+    holder: str | None = (
+        None  # the binding's value it holds (``policy.decide.holder_of``); None: bound by an earlier release
+    )
     superseded_by: str | None = None
     cleared_by: str | None = None  # the RB an affirmative answer cleared
     passed_rb: str | None = None  # the latest readback that passed
@@ -194,7 +197,9 @@ class HandoffEntry(msgspec.Struct):
             if rec["item"] == self.item and rec["ask"] == self.ask:  # the usual case: not written twice (memory)
                 del rec["item"], rec["ask"]
             d["rec"] = rec
-        for k in ("bound", "superseded_by", "cleared_by", "passed_rb"):
+        if self.bound:  # the binding's value it holds, where known (True: bound by an earlier release)
+            d["bound"] = self.holder or True
+        for k in ("superseded_by", "cleared_by", "passed_rb"):
             v = getattr(self, k)
             if v:
                 d[k] = v
@@ -209,13 +214,15 @@ class HandoffEntry(msgspec.Struct):
         rec = d.get("rec")
         gkcx = d.get("gkcx")
         over = d.get("over")
+        bound = d.get("bound", False)
         return cls(
             id=hid,
             item=d["item"],
             ask=d["ask"],
             exec_ask=bool(d["exec"]),
             record=None if rec is None else Record.from_dict({"item": d["item"], "ask": d["ask"], **rec}),
-            bound=bool(d.get("bound", False)),
+            bound=bool(bound),
+            holder=bound if isinstance(bound, str) else None,
             superseded_by=d.get("superseded_by"),
             cleared_by=d.get("cleared_by"),
             passed_rb=d.get("passed_rb"),

@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from gatekeeper.cli import app
 from gatekeeper.demo import DEMO_MARKER, Demo, DemoError, DemoOptions, DemoResult
+from gatekeeper.policy import bound_handoff
 
 pytestmark = pytest.mark.integration
 
@@ -145,7 +146,7 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
     # and it is coherent: what the commands say is what the demo did
     # the payer numbers its lines across the conversations it plays at once, so its DN's number varies
     assert re.fullmatch(r"closed by DN payer-\d+", world["clean"]), world["clean"]
-    assert world["binding"] == f"clean-{demo.run_id}/scheduler-1"
+    assert bound_handoff(world["binding"]).endswith(f"/clean-{demo.run_id}/scheduler-1")  # <route>/<conversation>/<id>
     assert world["replay"] == {"check-rb": 2, "already-forwarded": 1}  # the original reasons, not unknown-handoff
     assert world["state_gone"] == 0
 

@@ -216,7 +216,7 @@ async def test_one_approval_one_act_across_conversations(
         assert [r.text for r in got.of("output", "first")] == [HO]
         (dl,) = got.of("dead", "second")
         assert dl.h("gk.reason") == "record-used"
-        assert "first/scheduler-1" in (dl.h("gk.problems") or "")
+        assert f"{p.route().input}/first/scheduler-1" in (dl.h("gk.problems") or "")
 
 
 async def test_dry_run_forwards_everything_and_marks_would_be_dead_letters(

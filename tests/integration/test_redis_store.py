@@ -18,7 +18,15 @@ from typer.testing import CliRunner
 
 from gatekeeper.cli import app
 from gatekeeper.config import RedisSettings
-from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey, RoutePolicy, Verdict
+from gatekeeper.policy import (
+    BindingChange,
+    ConversationState,
+    Record,
+    RecordKey,
+    RoutePolicy,
+    Verdict,
+    bound_handoff,
+)
 from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import Keys, RedisStore, escape_tag
@@ -83,7 +91,7 @@ async def test_flow_round_trip_matches_memory_store(store: RedisStore) -> None:
         assert loaded.states["conv-1"].all_fields() == expected.all_fields()
         assert loaded.records == {RECORD.key: RECORD}
         assert loaded.bindings.get(RECORD.key) == await memory.binding(RECORD.key)
-    assert await store.binding(RECORD.key) == "conv-1/scheduler-1"
+    assert bound_handoff(await store.binding(RECORD.key) or "") == "agents.pay/conv-1/scheduler-1"
     # the same line again: the stored first decision, no second state change
     (again,) = await on_redis.process([Line("conv-1", HO.encode())], NOW + 100)
     assert again.repeated and again.verdict is Verdict.FORWARD and again.decided_at == NOW
@@ -339,7 +347,8 @@ async def test_two_gatekeepers_racing_for_one_approval_one_forwards(redis_url: s
         assert [v for v, _ in verdicts] == ["dead-letter", "forward"]
         assert {r for _, r in verdicts} == {None, "record-used"}
         holder = await a.binding(RECORD.key)
-        assert holder == ("conv-a/scheduler-1" if da.verdict is Verdict.FORWARD else "conv-b/scheduler-1")
+        won = "conv-a" if da.verdict is Verdict.FORWARD else "conv-b"
+        assert bound_handoff(holder or "") == f"agents.pay/{won}/scheduler-1"
     finally:
         await a.close()
         await b.close()

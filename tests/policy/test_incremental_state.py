@@ -139,3 +139,18 @@ def test_the_compact_entries_read_back_and_the_earlier_form_still_reads() -> Non
     assert LineEntry.from_dict({**d, "r": None, "at": 1796148190.0666115}).at == 1796148190.0666115
     refused = LineEntry(digest="cd", type="RB", verdict="dead-letter", reason="check-rb", at=1.5)
     assert LineEntry.from_dict(refused.to_dict()) == refused
+
+
+def test_a_handoff_entry_keeps_the_binding_value_it_holds_and_reads_an_earlier_release_s() -> None:
+    from gatekeeper.policy.state import HandoffEntry
+
+    holder = "agents.pay/c/1/scheduler-1#0123456789abcdef@1790845200"
+    entry = HandoffEntry(id="scheduler-1", item="inv:1", ask="PAY", exec_ask=True, bound=True, holder=holder)
+    stored = entry.to_dict()
+    assert stored["bound"] == holder
+    again = HandoffEntry.from_dict("scheduler-1", stored)
+    assert (again.bound, again.holder) == (True, holder)
+    earlier = HandoffEntry.from_dict("scheduler-1", {**stored, "bound": True})  # written before holders were kept
+    assert (earlier.bound, earlier.holder) == (True, None)
+    released = HandoffEntry.from_dict("scheduler-1", {k: v for k, v in stored.items() if k != "bound"})
+    assert (released.bound, released.holder) == (False, None)

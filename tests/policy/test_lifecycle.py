@@ -9,7 +9,7 @@ import time
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gatekeeper.policy import Overlay, Reason, Verdict, apply, decide, rw_time
+from gatekeeper.policy import Overlay, Reason, Verdict, apply, bound_handoff, decide, rw_time
 from gatekeeper.policy.lifecycle import (
     CLEARED_NOT_DONE,
     EXPIRED,
@@ -219,7 +219,7 @@ def test_the_cancel_is_recorded_in_the_thread_like_a_forwarded_one() -> None:
 def test_the_receivers_acknowledgement_closes_it_and_frees_the_approval() -> None:
     w = pay_world()
     w.send(HO_EXP)
-    assert w.bindings[RECORD.key] == "c1/scheduler-1"
+    assert bound_handoff(w.bindings[RECORD.key]) == "agents.pay/c1/scheduler-1"
     w.now = T_EXP
     (line,) = sweep(w)
     ack = ACK.replace("re=scheduler-3", f"re={line.split()[2]}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gatekeeper.policy import RESERVED_ID_MIN, Reason, Record, RecordKey, Verdict
+from gatekeeper.policy import RESERVED_ID_MIN, Reason, Record, RecordKey, Verdict, bound_handoff
 from tests.policy.world import ACK, AN, CX, DN, HO, NOW, RB, RECORD, World, core_world, epoch, pay_world
 
 KEY = RecordKey("inv:MD-2026-057", "PAY")
@@ -18,7 +18,7 @@ def test_clean_payment_forwards_every_line_and_binds_the_approval() -> None:
     w = pay_world()
     verdicts = [w.send(line).verdict for line in (HO, RB, AN, DN)]
     assert verdicts == [Verdict.FORWARD] * 4
-    assert w.bindings[KEY] == "c1/scheduler-1"
+    assert bound_handoff(w.bindings[KEY]) == "agents.pay/c1/scheduler-1"
     handoff = w.state().handoffs["scheduler-1"]
     assert handoff.cleared_by == "payer-1" and handoff.passed_rb == "payer-1"
     assert w.state().tracker.handoff("scheduler-1").closed  # type: ignore[union-attr]
@@ -158,7 +158,7 @@ def test_one_approval_one_act_across_conversations() -> None:
     assert w.send(HO, "c1").verdict is Verdict.FORWARD
     d = w.send(HO, "c2")
     assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.RECORD_USED)
-    assert d.problems[0].got == "c1/scheduler-1"
+    assert d.problems[0].got == "agents.pay/c1/scheduler-1"
 
 
 @pytest.mark.parametrize(
@@ -177,7 +177,7 @@ def test_the_approval_is_free_again_when_the_handoff_ends_without_the_act(ending
         assert w.send(line, "c1").forwarded
     assert KEY not in w.bindings
     assert w.send(HO, "c2").verdict is Verdict.FORWARD
-    assert w.bindings[KEY] == "c2/scheduler-1"
+    assert bound_handoff(w.bindings[KEY]) == "agents.pay/c2/scheduler-1"
 
 
 def test_an_unacknowledged_cancel_keeps_the_approval_bound() -> None:
@@ -214,7 +214,7 @@ def test_a_reissue_after_a_failed_readback_supersedes_the_original() -> None:
     d = w.send(reissue)
     assert d.verdict is Verdict.FORWARD, d.problems
     assert w.state().handoffs["scheduler-1"].superseded_by == "scheduler-4"
-    assert w.bindings[KEY] == "c1/scheduler-4"
+    assert bound_handoff(w.bindings[KEY]) == "agents.pay/c1/scheduler-4"
     rb2 = RB.replace("payer-1", "payer-4", 1).replace("re=scheduler-1", "re=scheduler-4").replace(" h=a7a82de76607", "")
     assert w.send(rb2).verdict is Verdict.FORWARD
     late = w.send("RW1 AN scheduler-9 re=payer-1 p=pay from=scheduler to=payer val=Y")
@@ -485,3 +485,69 @@ def test_net_plus_vat_must_equal_a_gross_amount() -> None:
     assert pay_world().send(st.format(amt="120.00")).verdict is Verdict.FORWARD
     d = pay_world().send(st.format(amt="121.00"))
     assert d.reason is Reason.TRANSLATION
+
+
+# ---------------------------------------------------------------- one approval, one act: a handoff's identity
+# (issue 28: a binding names the route, the conversation, the id and the line's digest, and outlives the state)
+
+
+def test_a_copy_of_a_bound_handoff_on_another_route_is_record_used() -> None:
+    """The same conversation, id and bytes on a second route: another identity, so it never "already holds" it."""
+    first, second = pay_world(), pay_world(name="agents.pay2")
+    assert first.send(HO, "c1").verdict is Verdict.FORWARD
+    second.bindings = first.bindings  # the approvals and their bindings are shared by every route
+    d = second.send(HO, "c1")
+    assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.RECORD_USED)
+    assert d.problems[0].got == "agents.pay/c1/scheduler-1"
+    assert bound_handoff(first.bindings[KEY]) == "agents.pay/c1/scheduler-1"
+
+
+def test_a_copy_after_the_state_expired_is_a_spent_approval() -> None:
+    """The whole thread ran; the conversation's state expired after its retention; the binding stays. The same HO
+    re-produced byte for byte is refused, and so everything that replies to it."""
+    w = pay_world(state_ttl_seconds=3600.0)
+    for line in (HO, RB, AN, DN):
+        assert w.send(line).forwarded
+    w.states.clear()  # the retention passed: the conversation is forgotten
+    w.now += 3600.0
+    d = w.send(HO)
+    assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.RECORD_USED)
+    assert "spent by this very handoff" in d.problems[0].message
+    for line in (RB, AN):
+        assert w.send(line).reason is Reason.REFUSED_HANDOFF
+
+
+def test_a_redelivery_whose_binding_landed_before_its_state_is_forwarded_once_bound() -> None:
+    """A crash between the binding's write and the state's (a Redis Cluster writes them apart): the redelivered
+    line is the same identity, bound moments ago, and is decided as it would have been, its binding kept as is."""
+    w = pay_world()
+    assert w.send(HO).verdict is Verdict.FORWARD
+    held = w.bindings[KEY]
+    w.states.clear()  # the state write never happened
+    w.now += 5.0
+    d = w.send(HO)
+    assert d.verdict is Verdict.FORWARD, d.problems
+    assert w.bindings[KEY] == held and w.state().handoffs["scheduler-1"].holder == held
+    for line in ("RW1 UN payer-1 re=scheduler-1 p=pay from=payer to=scheduler why=BUSY",):
+        assert w.send(line).forwarded
+    assert KEY not in w.bindings  # released from the very value it holds
+
+
+def test_another_line_under_the_same_id_after_the_state_expired_is_record_used() -> None:
+    """Not a copy: another handoff (other bytes) under the forgotten id is just another handoff."""
+    w = pay_world(state_ttl_seconds=3600.0)
+    w.send(HO)
+    w.states.clear()
+    d = w.send(HO + " // again")
+    assert d.reason is Reason.RECORD_USED and "bound to another handoff" in d.problems[0].message
+
+
+def test_a_binding_written_by_an_earlier_release_is_released_as_written() -> None:
+    """A handoff bound as ``<conversation>/<HO id>`` before bindings named their route is still released by UN."""
+    w = pay_world()
+    w.send(HO)
+    entry = w.state().handoffs["scheduler-1"]
+    entry.holder = None  # as an earlier release stored it (``bound: true``)
+    w.bindings[KEY] = "c1/scheduler-1"
+    assert w.send("RW1 UN payer-1 re=scheduler-1 p=pay from=payer to=scheduler why=BUSY").forwarded
+    assert KEY not in w.bindings
