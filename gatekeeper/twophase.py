@@ -14,10 +14,13 @@ The seed's ``examples/payment.py`` pattern as a reusable helper. The tool that a
   acts only on the record the clearance arrived in from the route's output topic: its line must be the sender's
   ``AN val=Y`` to this statement's readback, and the record must carry the gatekeeper's valid signature
   (``gk.sig``, see ``gatekeeper.verdicts``) for this conversation and this line, with the verdict ``forward`` or
-  ``alert``. A clearance that did not pass through the gatekeeper (unsigned, signed by another key, signed for
-  another conversation, route or line, a dry-run route's record) raises ``ForgedClearance`` and nothing runs. A
-  tool that moves money (or does anything irreversible) should always be given the keys: without them, any process
-  that can produce to the output topic, or call ``commit``, can trigger the act.
+  ``alert``, given the first time the gatekeeper decided it (not a repeat), and naming the very statement this
+  tool prepared: the digests of its readback line and of the handoff it answers. A clearance that did not pass
+  through the gatekeeper (unsigned, signed by another key, signed for another conversation, route or line, a
+  dry-run route's record), a re-produced one, or one that cleared another statement under the same ids (a tool
+  restarted with its ids reused) raises ``ForgedClearance`` and nothing runs. A tool that moves money (or does
+  anything irreversible) should always be given the keys: without them, any process that can produce to the
+  output topic, or call ``commit``, can trigger the act.
 - ``cancel(cx_line)`` abandons what was prepared for that handoff and answers the cancel with ``AN val=Y``. If the
   act already ran, it raises ``AlreadyExecuted`` carrying the done report: the truthful answer to a late cancel.
 
@@ -53,7 +56,6 @@ them, which is safe: an unknown token never commits).
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import secrets
 import threading
@@ -63,6 +65,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from gatekeeper.policy.decide import line_digest  # a line's digest, as the gatekeeper's signature names it
 from gatekeeper.policy.model import AFFIRMATIVE  # the affirmative answers of a clearance: the gatekeeper's own
 from gatekeeper.verdicts import PublicKeyLike, SignatureError, Verifier
 from rwcore import FormError, Message, Profile, encode_message, get_profile, make_readback, parse_line
@@ -149,6 +152,7 @@ class Statement:
     handoff: str  # the HO's id
     conversation: str | None = None
     ho: Message | None = field(default=None, repr=False, compare=False)
+    ho_digest: str = ""  # ``policy.line_digest`` of the handoff's line, as prepare was given it
 
 
 class TwoPhaseTool:
@@ -156,14 +160,16 @@ class TwoPhaseTool:
 
     ``profile`` is the route's profile (a name or a ``Profile``); ``resolve`` the default resolver (``prepare`` may
     give its own); ``ttl_seconds`` how long a statement stays committable (never past the handoff's own ``exp=``);
-    ``next_id`` makes the tool's message ids (default ``<agent>-1``, ``<agent>-2``...: give your agent's own counter
-    if it writes other lines too); ``clock`` and ``token`` are for tests.
+    ``next_id`` makes the tool's message ids (default ``<agent>-<n>`` with ``n`` the microseconds since the epoch
+    at the first id, then one more each time, never behind the clock: a restarted tool never reuses an id of the
+    run before it; give your agent's own counter if it writes other lines too); ``clock`` and ``token`` are for
+    tests.
 
     ``gatekeeper_keys`` (the gatekeeper's Ed25519 public keys by key id, or a ``verdicts.Verifier``) makes ``commit``
     require the gatekeeper's signed clearance (see the module docstring); ``route`` (the route's input topic) binds
     it to one route (None: the route the record names, which the signature covers). With keys, ``prepare`` needs the
-    ``conversation`` (a signature is for one conversation), and the tool's readback ids must never repeat within a
-    conversation (give ``next_id`` a counter that survives restarts): a clearance answers a readback id.
+    ``conversation`` (a signature is for one conversation); a clearance is taken only for the statement it names
+    (the digests of the readback and its handoff), never for a readback id alone.
     """
 
     def __init__(
@@ -188,8 +194,7 @@ class TwoPhaseTool:
         self._resolve = resolve
         self._ttl = ttl_seconds
         self._clock = clock
-        counter = itertools.count(1)
-        self._next_id = next_id if next_id is not None else (lambda: f"{agent}-{next(counter)}")
+        self._next_id = next_id if next_id is not None else _ClockIds(agent, clock)
         self._token = token if token is not None else (lambda: secrets.token_hex(8))
         self._lock = threading.Lock()
         self._pending: dict[str, Statement] = {}
@@ -246,6 +251,7 @@ class TwoPhaseTool:
             handoff=ho.id,
             conversation=conversation,
             ho=ho,
+            ho_digest=line_digest(ho_line.encode("utf-8")),
         )
         with self._lock:
             self._pending[statement.token] = statement
@@ -330,13 +336,24 @@ class TwoPhaseTool:
         if statement.conversation is None:
             raise ForgedClearance("the statement has no conversation: a signed clearance cannot be checked")
         try:
-            self._verifier.verify_record(
+            sig = self._verifier.verify_record(
                 clearance.headers, clearance.value, conversation=statement.conversation, route=self._route
             )
         except SignatureError as exc:
             raise ForgedClearance(
                 f"the clearance {an.id} is not the gatekeeper's: {exc}; nothing is executed"
             ) from None
+        if sig.repeat:
+            raise ForgedClearance(
+                f"the clearance {an.id} is a repeat (the gatekeeper's stored decision, returned for a line it had "
+                "already decided): only its first decision clears an act; nothing is executed"
+            )
+        mine = (line_digest(statement.line.encode("utf-8")), statement.ho_digest)
+        if sig.clears != mine:
+            raise ForgedClearance(
+                f"the clearance {an.id} cleared another statement than this tool's {rb_id} for {statement.handoff} "
+                "(the gatekeeper signed the digests of the readback and the handoff it cleared): nothing is executed"
+            )
 
     # ------------------------------------------------------------ cancel
 
@@ -399,6 +416,23 @@ class TwoPhaseTool:
             tail=tail,
         )
         return encode_message(msg, self.profile)
+
+
+class _ClockIds:
+    """The default message ids: ``<agent>-<n>``, ``n`` the microseconds since the epoch at the first id, then one
+    more each time and never behind the clock. A tool restarted later starts past every id of the run before it
+    (unless that run made more than a million ids a second), so its readbacks never meet ``duplicate-id``."""
+
+    def __init__(self, agent: str, clock: Callable[[], float]) -> None:
+        self._agent = agent
+        self._clock = clock
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def __call__(self) -> str:
+        with self._lock:
+            self._last = max(self._last + 1, int(self._clock() * 1_000_000))
+            return f"{self._agent}-{self._last}"
 
 
 def _asks_exec(ho: Message) -> bool:

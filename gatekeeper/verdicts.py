@@ -5,30 +5,42 @@ The gatekeeper holds an Ed25519 private key (``signing.private_key_file``); act 
 record the gatekeeper writes to a route's output topic (forwarded and alerted lines, replay's forwarded lines, the
 sweeper's CX lines) carries one header::
 
-    gk.sig: v1 <key id> <verdict> <signature>
+    gk.sig: v2 <key id> <verdict> <first|repeat> <clears> <signature>
 
 ``<signature>`` is the Ed25519 signature (64 bytes, base64url without padding) of these bytes (UTF-8, fields
 separated by one LF, no LF at the end)::
 
-    rw1-gatekeeper-verdict v1
+    rw1-gatekeeper-verdict v2
     <key id>
     <route: the route's input topic>
     <verdict>
+    <first|repeat>
+    <clears>
     <sha256 of the record's value bytes, 64 lowercase hex digits>
     <conversation id>
 
 The conversation is last: it is the only free-form field (the key id is ``[A-Za-z0-9_.-]{1,64}``, a topic name has no
-LF, the verdict is one of the words below, the digest is hex), so the bytes read back one way only. ``<verdict>``:
+LF, the verdict and the repeat flag are words, the digests are hex), so the bytes read back one way only.
 
-- ``forward`` and ``alert``: an enforce-mode route forwarded the line (``gk.verdict``); these are the clearances an
-  act tool may act on (``CLEARANCE_VERDICTS``);
-- ``dry-run``: any record of a route in dry-run mode (the gatekeeper did not enforce anything: never a clearance);
-- ``cancel``: a CX the sweeper wrote in the sender's name (``gk.author: gatekeeper``; it has no
-  ``gk.original.topic``: ``Verifier.verify_record`` needs its ``route``).
+- ``<verdict>``: ``forward`` and ``alert``: an enforce-mode route forwarded the line (``gk.verdict``); these are the
+  clearances an act tool may act on (``CLEARANCE_VERDICTS``); ``dry-run``: any record of a route in dry-run mode
+  (the gatekeeper did not enforce anything: never a clearance); ``cancel``: a CX the sweeper wrote in the sender's
+  name (``gk.author: gatekeeper``; it has no ``gk.original.topic``: ``Verifier.verify_record`` needs its ``route``).
+- ``<first|repeat>``: ``repeat`` when the verdict is the stored first decision returned again (the line was
+  re-produced, or redelivered after a crash: ``gk.repeated``). An act tool never acts on a repeat.
+- ``<clears>``: for an affirmative answer that cleared a readback, ``<readback digest>.<handoff digest>``: the
+  digests (``policy.line_digest``: the first 16 hex digits of the SHA-256 of the line's bytes) of the very readback
+  it clears and of that readback's handoff; ``-`` for any other line. An act tool compares them with the statement
+  it prepared: a clearance of another statement under the same ids (a tool restarted, its ids reused) does not
+  match.
 
 Dead letters and alerts are never signed. Nothing else on the record is signed (its other headers are
 informational); the line itself is bound by its digest. The signature does not expire: an act tool binds a
-clearance to its own statement (``re=`` the readback's id, in the conversation) and to its own expiry.
+clearance to its own statement (the digests above) and to its own expiry.
+
+Version 1 (``v1 <key id> <verdict> <signature>``) covered neither the repeat nor the statement cleared; a ``v1``
+header is refused with a message saying so (a tool and the gatekeeper are upgraded together: an older tool refuses
+``v2`` too, so the mismatch stops acts rather than allowing them).
 
 Make the gatekeeper's key pair (``new_key_pair``; or any Ed25519 PKCS#8 PEM, e.g. ``openssl genpkey -algorithm
 ed25519``)::
@@ -62,8 +74,11 @@ if TYPE_CHECKING:
     from gatekeeper.config import SigningSettings
 
 HEADER = "gk.sig"
-VERSION = "v1"
-DOMAIN = b"rw1-gatekeeper-verdict v1"
+VERSION = "v2"
+DOMAIN = b"rw1-gatekeeper-verdict v2"
+FIRST = "first"
+REPEAT = "repeat"
+NO_CLEARANCE = "-"
 FORWARD = "forward"
 ALERT = "alert"
 DRY_RUN = "dry-run"
@@ -74,6 +89,7 @@ CLEARANCE_VERDICTS = frozenset({FORWARD, ALERT})
 KEY_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 _KEY_ID = re.compile(KEY_ID_PATTERN)
 _SIGNATURE = re.compile(r"[A-Za-z0-9_-]{86}")  # 64 bytes, base64url without padding
+_CLEARS = re.compile(r"[0-9a-f]{16}\.[0-9a-f]{16}")  # <readback digest>.<handoff digest>
 
 Headers = Iterable[tuple[str, bytes]]
 PublicKeyLike = Ed25519PublicKey | str | bytes
@@ -101,7 +117,26 @@ def _unb64(text: str) -> bytes:
         raise ValueError("not base64") from None
 
 
-def signed_bytes(key_id: str, route: str, conversation: str, value: bytes, verdict: str) -> bytes:
+def clears_text(clears: tuple[str, str] | None) -> str:
+    """The ``<clears>`` field: ``<readback digest>.<handoff digest>``, or ``-``."""
+    if clears is None:
+        return NO_CLEARANCE
+    text = f"{clears[0]}.{clears[1]}"
+    if not _CLEARS.fullmatch(text):
+        raise ValueError(f"clears {clears!r}: two line digests of 16 lowercase hex digits")
+    return text
+
+
+def signed_bytes(
+    key_id: str,
+    route: str,
+    conversation: str,
+    value: bytes,
+    verdict: str,
+    *,
+    repeat: bool = False,
+    clears: tuple[str, str] | None = None,
+) -> bytes:
     """The exact bytes a ``gk.sig`` signs (see the module docstring)."""
     if not _KEY_ID.fullmatch(key_id):
         raise ValueError(f"key id {key_id!r}: expected {KEY_ID_PATTERN}")
@@ -115,6 +150,8 @@ def signed_bytes(key_id: str, route: str, conversation: str, value: bytes, verdi
             key_id.encode("ascii"),
             route.encode("utf-8"),
             verdict.encode("ascii"),
+            (REPEAT if repeat else FIRST).encode("ascii"),
+            clears_text(clears).encode("ascii"),
             hashlib.sha256(value).hexdigest().encode("ascii"),
             conversation.encode("utf-8"),
         )
@@ -214,13 +251,33 @@ class Signer:
         except KeyLoadError as exc:
             raise KeyLoadError(f"signing.private_key_file {path}: {exc}") from None
 
-    def sign(self, route: str, conversation: str | None, value: bytes, verdict: str) -> bytes:
+    def sign(
+        self,
+        route: str,
+        conversation: str | None,
+        value: bytes,
+        verdict: str,
+        *,
+        repeat: bool = False,
+        clears: tuple[str, str] | None = None,
+    ) -> bytes:
         """The ``gk.sig`` header's value for a record (a conversation of None signs as the empty string)."""
-        sig = self._key.sign(signed_bytes(self.key_id, route, conversation or "", value, verdict))
-        return f"{VERSION} {self.key_id} {verdict} {b64url(sig)}".encode("ascii")
+        message = signed_bytes(self.key_id, route, conversation or "", value, verdict, repeat=repeat, clears=clears)
+        sig = self._key.sign(message)
+        flag = REPEAT if repeat else FIRST
+        return f"{VERSION} {self.key_id} {verdict} {flag} {clears_text(clears)} {b64url(sig)}".encode("ascii")
 
-    def header(self, route: str, conversation: str | None, value: bytes, verdict: str) -> tuple[str, bytes]:
-        return HEADER, self.sign(route, conversation, value, verdict)
+    def header(
+        self,
+        route: str,
+        conversation: str | None,
+        value: bytes,
+        verdict: str,
+        *,
+        repeat: bool = False,
+        clears: tuple[str, str] | None = None,
+    ) -> tuple[str, bytes]:
+        return HEADER, self.sign(route, conversation, value, verdict, repeat=repeat, clears=clears)
 
     def __repr__(self) -> str:
         return f"Signer(key_id={self.key_id!r}, public_key={self.public_key!r})"
@@ -252,11 +309,13 @@ def signer_for(signing: SigningSettings) -> Signer | None:
 
 @dataclass(frozen=True, slots=True)
 class Signature:
-    """A parsed ``gk.sig`` value."""
+    """A parsed ``gk.sig`` value: who signed, the verdict, whether it is a repeat, the statement it clears."""
 
     key_id: str
     verdict: str
     signature: bytes
+    repeat: bool = False
+    clears: tuple[str, str] | None = None  # (readback digest, handoff digest) of the statement an AN cleared
 
     @classmethod
     def parse(cls, value: bytes | str) -> Signature:
@@ -265,16 +324,34 @@ class Signature:
         except UnicodeDecodeError:
             raise SignatureError("malformed gk.sig: not ASCII") from None
         parts = text.split(" ")
-        if len(parts) != 4 or parts[0] != VERSION:
-            raise SignatureError(f"malformed gk.sig: expected '{VERSION} <key id> <verdict> <signature>'")
-        _, key_id, verdict, sig_text = parts
+        if parts and parts[0] == "v1":
+            raise SignatureError(
+                "gk.sig v1 covers neither a repeat nor the statement a clearance clears: this tool takes v2 only "
+                "(upgrade the gatekeeper)"
+            )
+        if len(parts) != 6 or parts[0] != VERSION:
+            raise SignatureError(
+                f"malformed gk.sig: expected '{VERSION} <key id> <verdict> <first|repeat> <clears> <signature>'"
+            )
+        _, key_id, verdict, flag, clears, sig_text = parts
         if not _KEY_ID.fullmatch(key_id):
             raise SignatureError("malformed gk.sig: bad key id")
         if verdict not in VERDICTS:
             raise SignatureError(f"malformed gk.sig: unknown verdict {verdict!r}")
+        if flag not in (FIRST, REPEAT):
+            raise SignatureError(f"malformed gk.sig: {flag!r} is neither {FIRST} nor {REPEAT}")
+        if clears != NO_CLEARANCE and not _CLEARS.fullmatch(clears):
+            raise SignatureError("malformed gk.sig: the cleared statement is not <readback digest>.<handoff digest>")
         if not _SIGNATURE.fullmatch(sig_text):
             raise SignatureError("malformed gk.sig: the signature is not 64 bytes of base64url without padding")
-        return cls(key_id, verdict, base64.urlsafe_b64decode(sig_text + "=="))
+        pair = None if clears == NO_CLEARANCE else tuple(clears.split("."))
+        return cls(
+            key_id,
+            verdict,
+            base64.urlsafe_b64decode(sig_text + "=="),
+            repeat=flag == REPEAT,
+            clears=pair,  # type: ignore[arg-type]  # two fields, checked above
+        )
 
 
 def header_of(headers: Headers, name: str) -> bytes | None:
@@ -316,7 +393,9 @@ class Verifier:
         if key is None:
             raise SignatureError(f"gk.sig by key {sig.key_id!r}, which is not one of the gatekeeper's")
         try:
-            message = signed_bytes(sig.key_id, route, conversation, value, sig.verdict)
+            message = signed_bytes(
+                sig.key_id, route, conversation, value, sig.verdict, repeat=sig.repeat, clears=sig.clears
+            )
         except ValueError:  # a route with LF, a conversation that is not valid Unicode: nothing signed them
             raise SignatureError("gk.sig cannot cover this route and conversation") from None
         try:
@@ -356,15 +435,19 @@ __all__ = [
     "CLEARANCE_VERDICTS",
     "DOMAIN",
     "DRY_RUN",
+    "FIRST",
     "FORWARD",
     "HEADER",
     "KEY_ID_PATTERN",
+    "NO_CLEARANCE",
+    "REPEAT",
     "KeyLoadError",
     "Signature",
     "SignatureError",
     "Signer",
     "Verifier",
     "b64url",
+    "clears_text",
     "new_key_pair",
     "private_key_from",
     "private_key_pem",

@@ -34,10 +34,12 @@ header                     on          value                                    
 ``gk.reason``              output      on ``alert`` only: the reason code (``check-dn``, ``check-thread``)        never
 ``gk.problems``            output      on ``alert`` only: as on the dead-letter topic                             1
 ``gk.dry-run``             output      ``true`` on every record of a route in dry-run mode                        never
-``gk.sig``                 output      with ``signing`` configured: ``v1 <key id> <verdict> <signature>``, the    never
-                                       gatekeeper's Ed25519 signature over the route, the conversation, the
-                                       value's sha256 and the verdict (``forward``, ``alert``; ``dry-run`` on a
-                                       dry-run route): see ``gatekeeper.verdicts``. Never on a dead letter
+``gk.sig``                 output      with ``signing`` configured: ``v2 <key id> <verdict> <first|repeat>        never
+                                       <clears> <signature>``, the gatekeeper's Ed25519 signature over the route,
+                                       the conversation, the value's sha256, the verdict (``forward``, ``alert``;
+                                       ``dry-run`` on a dry-run route), whether it is a repeat, and for a
+                                       clearance the digests of the readback it clears and of its handoff: see
+                                       ``gatekeeper.verdicts``. Never on a dead letter
 ``gk.would.verdict``       output      dry-run: ``dead-letter`` for a line enforce mode would dead-letter         never
 ``gk.would.reason``        output      dry-run: the reason it would be dead-lettered                              never
 ``gk.trimmed``             any         what was trimmed to fit: ``problems``, ``headers``, ``moved``, ``value``   --
@@ -307,7 +309,11 @@ def build(
         if targets.signer is not None:  # a required header: trimming keeps it (a moved record loses it)
             signed = DRY_RUN if targets.dry_run else verdict
             route = targets.name or source.topic
-            required.append(targets.signer.header(route, conversation, source.value, signed))
+            required.append(
+                targets.signer.header(
+                    route, conversation, source.value, signed, repeat=decision.repeated, clears=decision.clears
+                )
+            )
         draft = _Draft(
             kind=OutcomeKind.OUTPUT,
             topic=targets.output,

@@ -433,14 +433,32 @@ class _Decider:
         return decision
 
     def _repeat(self, seen: LineEntry) -> Decision:
+        verdict = Verdict(seen.verdict)
+        msg = self.msg
+        clears = None
+        if msg is not None and msg.type == "AN" and verdict is not Verdict.DEAD_LETTER:
+            clears = self._clears(msg)
         return Decision(
-            verdict=Verdict(seen.verdict),
+            verdict=verdict,
             reason=None if seen.reason is None else Reason(seen.reason),
             problems=seen.problems,
-            message=self.msg,
+            message=msg,
             decided_at=seen.at,
             repeated=True,
+            clears=clears,
         )
+
+    def _clears(self, an: Message) -> tuple[str, str] | None:
+        """The statement an affirmative answer clears: the digests of its readback and of that readback's handoff."""
+        if str(an.slots.get("val")) not in AFFIRMATIVE:
+            return None
+        rb = self.state.readbacks.get(an.re or "")
+        if rb is None:
+            return None
+        rb_line, ho_line = self.state.lines.get(rb.id), self.state.lines.get(rb.ho)
+        if rb_line is None or ho_line is None:
+            return None
+        return (rb_line.digest, ho_line.digest)
 
     # ------------------------------------------------------------ HO
 
@@ -656,7 +674,8 @@ class _Decider:
         problems = self._clearance_problems(an, rb)
         if problems or rb is None:
             return self._dead(Reason.CLEARANCE, *problems)
-        return self._decision(Verdict.FORWARD, None, effects=(Clear(rb.ho, rb.id),))
+        decision = self._decision(Verdict.FORWARD, None, effects=(Clear(rb.ho, rb.id),))
+        return msgspec.structs.replace(decision, clears=self._clears(an))
 
     def _acknowledge(self, an: Message, affirmative: bool) -> Decision:
         """An answer to a cancel. The receiver's ``val=Y`` ends the handoff without the act: its record is free."""

@@ -231,6 +231,9 @@ class Decision(msgspec.Struct, frozen=True, gc=False):
     repeated: bool = False  # the stored first decision, returned on reprocessing
     raise_alert: bool = False  # an alert in addition to a dead-letter (a done report for a refused handoff)
     effects: tuple[Effect, ...] = ()
+    #: an affirmative answer that clears a readback: (the readback's digest, its handoff's digest), the statement it
+    #: clears, which the gatekeeper's signature covers (``gatekeeper.verdicts``)
+    clears: tuple[str, str] | None = None
 
     @property
     def check(self) -> str | None:

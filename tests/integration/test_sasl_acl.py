@@ -149,12 +149,12 @@ async def test_an_agent_cannot_speak_for_another_on_a_secured_broker(
         gatekeeper(sasl_broker, redis_url) as (_, collector),
         agents(sasl_broker, "agent-scheduler", "agent-payer") as (scheduler, payer),
     ):
-        await scheduler.send(topic, c, HO, signed(SCHEDULER, "scheduler-k1", c, HO))
-        await payer.send(topic, c, RB, signed(PAYER, "payer-k1", c, RB))
-        await payer.send(topic, c, AN, signed(PAYER, "payer-k1", c, AN))  # the payer clears its own payment
-        await payer.send(topic, c, DN_AS_SCHEDULER, signed(PAYER, "payer-k1", c, DN_AS_SCHEDULER))
-        await scheduler.send(topic, c, AN, signed(SCHEDULER, "scheduler-k1", c, AN))  # the real clearance
-        await payer.send(topic, c, DN, signed(PAYER, "payer-k1", c, DN))  # the real done report
+        await scheduler.send(topic, c, HO, signed(SCHEDULER, "scheduler-k1", c, HO, topic))
+        await payer.send(topic, c, RB, signed(PAYER, "payer-k1", c, RB, topic))
+        await payer.send(topic, c, AN, signed(PAYER, "payer-k1", c, AN, topic))  # the payer clears its own payment
+        await payer.send(topic, c, DN_AS_SCHEDULER, signed(PAYER, "payer-k1", c, DN_AS_SCHEDULER, topic))
+        await scheduler.send(topic, c, AN, signed(SCHEDULER, "scheduler-k1", c, AN, topic))  # the real clearance
+        await payer.send(topic, c, DN, signed(PAYER, "payer-k1", c, DN, topic))  # the real done report
         got = await collector.wait(n(c, 6))
         await collector.settle()
         assert [r.text for r in got.of("output", c)] == [HO, RB, AN, DN]
@@ -175,7 +175,7 @@ async def test_an_agent_cannot_write_the_gatekeepers_topics(sasl_broker: SaslBro
     async with agents(sasl_broker, "agent-payer") as (payer,):
         with pytest.raises(TopicAuthorizationFailedError):
             async with asyncio.timeout(15):
-                await payer.send(topic, "forged", AN, signed(PAYER, "payer-k1", "forged", AN))
+                await payer.send(topic, "forged", AN, signed(PAYER, "payer-k1", "forged", AN, topic))
 
 
 async def test_an_agent_cannot_read_the_dead_letters(sasl_broker: SaslBroker) -> None:

@@ -54,14 +54,14 @@ async def test_the_tool_acts_on_the_gatekeeper_s_signed_clearance_and_refuses_a_
         bank = Bank()
         tool = TwoPhaseTool("payer", bank, profile="pay", gatekeeper_keys={KEY_ID: public}, route=route["input"])
         statement = tool.prepare(HO, conversation="paid")
-        assert AN.split()[3] == f"re={statement.line.split()[2]}"  # the seed's clearance answers this statement
-        await p.send("paid", HO, statement.line, AN)
+        an = AN.replace("re=payer-1", f"re={statement.line.split()[2]}")  # the seed's clearance, to this statement
+        await p.send("paid", HO, statement.line, an)
         got = await p.collect(lambda g: len(g.of("output", "paid")) >= 3)
         out = got.of("output", "paid")
-        assert [r.text for r in out] == [HO, statement.line, AN]
+        assert [r.text for r in out] == [HO, statement.line, an]
         verifier = Verifier({KEY_ID: public})
         for r in out:  # every forwarded line carries the gatekeeper's signature
-            assert (r.h("gk.sig") or "").startswith(f"v1 {KEY_ID} forward ")
+            assert (r.h("gk.sig") or "").startswith(f"v2 {KEY_ID} forward first ")
             verifier.verify_record(r.headers.items(), r.value, conversation="paid", route=route["input"])
 
         # an attacker produces a clearance straight to the output topic, for a statement the gatekeeper never saw

@@ -20,9 +20,9 @@ from gatekeeper.consumers.outcomes import (
     iso,
     next_attempt,
 )
-from gatekeeper.policy import Decision, Reason, Verdict
+from gatekeeper.policy import Decision, Reason, Verdict, line_digest
 from gatekeeper.verdicts import SignatureError, Signer, Verifier
-from tests.policy.world import DN, HO, NOW, RB, pay_world
+from tests.policy.world import AN, DN, HO, NOW, RB, pay_world
 
 ACCT = "40-12-88/61102938"
 TARGETS = Targets(output="out", dead_letter="dlq", alerts="alerts", name="agents.pay")
@@ -262,16 +262,38 @@ def test_a_forwarded_record_is_signed_for_its_route_conversation_line_and_verdic
     targets, verifier = _signed()
     d = pay_world().send(HO)
     (o,) = build(d, source(HO.encode()), targets, conversation="c1", now=NOW)
-    assert headers(o)["gk.sig"].startswith("v1 gk-1 forward ")
+    assert headers(o)["gk.sig"].startswith("v2 gk-1 forward first - ")
     sig = verifier.verify_record(o.headers, o.value, conversation="c1", route="agents.pay")
     assert sig.verdict == "forward"
     with pytest.raises(SignatureError):
         verifier.verify_record(o.headers, o.value, conversation="c2")
     # the producer's own gk.sig is never passed through: only the gatekeeper's is on the record
-    forged = source(HO.encode(), headers=(("gk.sig", b"v1 gk-1 forward " + b"A" * 86),))
+    forged = source(HO.encode(), headers=(("gk.sig", b"v2 gk-1 forward first - " + b"A" * 86),))
     (o2,) = build(d, forged, targets, conversation="c1", now=NOW)
     assert [k for k, _ in o2.headers].count("gk.sig") == 1
     verifier.verify_record(o2.headers, o2.value, conversation="c1")
+
+
+def test_a_clearance_is_signed_with_the_statement_it_clears_and_a_repeat_as_a_repeat() -> None:
+    """Issue 28: the signature covers the digests of the readback an AN val=Y cleared and of its handoff, and
+    whether the verdict is the stored first decision returned again (a re-produced line)."""
+    targets, verifier = _signed()
+    w = pay_world()
+    w.send(HO)
+    w.send(RB)
+    first = w.send(AN)
+    want = (line_digest(RB.encode()), line_digest(HO.encode()))
+    assert first.clears == want
+    (o,) = build(first, source(AN.encode()), targets, conversation="c1", now=NOW)
+    sig = verifier.verify_record(o.headers, o.value, conversation="c1", route="agents.pay")
+    assert (sig.repeat, sig.clears) == (False, want)
+    again = w.send(AN)  # the same line re-produced: the stored decision, signed as a repeat of the same statement
+    assert again.repeated and again.clears == want
+    (o2,) = build(again, source(AN.encode()), targets, conversation="c1", now=NOW)
+    sig2 = verifier.verify_record(o2.headers, o2.value, conversation="c1", route="agents.pay")
+    assert (sig2.repeat, sig2.clears) == (True, want)
+    negative = w.send(AN.replace("scheduler-2", "scheduler-5").replace("val=Y", "val=N"))
+    assert negative.forwarded and negative.clears is None  # only an affirmative answer clears a statement
 
 
 def test_an_alerted_record_is_signed_alert_and_its_alert_and_dead_letters_are_not_signed() -> None:
@@ -295,7 +317,7 @@ def test_a_dry_run_record_is_signed_dry_run_which_is_no_clearance() -> None:
     targets = dataclasses.replace(targets, dry_run=True)
     d, bad = swapped()
     (o,) = build(d, source(bad), targets, conversation="c1", now=NOW)
-    assert o.kind is OutcomeKind.OUTPUT and headers(o)["gk.sig"].startswith("v1 gk-1 dry-run ")
+    assert o.kind is OutcomeKind.OUTPUT and headers(o)["gk.sig"].startswith("v2 gk-1 dry-run first - ")
     with pytest.raises(SignatureError, match="dry-run"):
         verifier.verify_record(o.headers, o.value, conversation="c1")
     assert verifier.verify_record(o.headers, o.value, conversation="c1", accept={"dry-run"}).verdict == "dry-run"

@@ -10,7 +10,16 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import rwcore as rw
-from gatekeeper.twophase import AlreadyExecuted, Clearance, CommitRefused, ForgedClearance, Refused, TwoPhaseTool
+from gatekeeper.policy import line_digest
+from gatekeeper.twophase import (
+    AlreadyExecuted,
+    Clearance,
+    CommitRefused,
+    ForgedClearance,
+    Refused,
+    Statement,
+    TwoPhaseTool,
+)
 from gatekeeper.verdicts import Signer, Verifier
 from tests.policy.world import AN, HO, NOW, epoch
 
@@ -189,13 +198,33 @@ def test_ids_come_from_the_agents_counter() -> None:
 ROUTE = "agents.pay"
 CONV = "c-17"
 GK = Signer("gk-1", Ed25519PrivateKey.generate())
+_KEEP = object()
 
 
-def record(line: str, *, conversation: str = CONV, signer: Signer | None = GK, verdict: str = "forward") -> Clearance:
-    """The record a line arrives in from the output topic: as the gatekeeper forwards it (signed), or not."""
+def answer(st: Statement, line: str = AN) -> str:
+    """The sender's answer ``line`` (the seed's AN to payer-1) addressed to this statement's readback."""
+    return line.replace("re=payer-1", f"re={st.line.split()[2]}")
+
+
+def record(
+    line: str,
+    st: Statement | None = None,
+    *,
+    conversation: str = CONV,
+    signer: Signer | None = GK,
+    verdict: str = "forward",
+    repeat: bool = False,
+    clears: object = _KEEP,
+) -> Clearance:
+    """The record a line arrives in from the output topic: as the gatekeeper forwards it (signed, naming the
+    statement ``st`` it clears: its readback's and its handoff's digests), or not."""
     headers: list[tuple[str, bytes]] = [("gk.verdict", b"forward"), ("gk.original.topic", ROUTE.encode())]
+    if clears is _KEEP:
+        clears = None if st is None else (line_digest(st.line.encode()), line_digest(HO.encode()))
     if signer is not None:
-        headers.append(signer.header(ROUTE, conversation, line.encode(), verdict))
+        headers.append(
+            signer.header(ROUTE, conversation, line.encode(), verdict, repeat=repeat, clears=clears)  # type: ignore[arg-type]
+        )
     return Clearance(line.encode(), tuple(headers))
 
 
@@ -207,7 +236,7 @@ def test_a_genuine_signed_clearance_acts() -> None:
     bank = Bank()
     t = keyed(bank, route=ROUTE)
     st = t.prepare(HO, conversation=CONV)
-    dn = t.commit(st.token, True, clearance=record(AN))
+    dn = t.commit(st.token, True, clearance=record(answer(st), st))
     assert bank.calls == [dict(st.values)] and dn.startswith("RW1 DN ")
 
 
@@ -220,31 +249,48 @@ def test_clearance_of_a_consumed_record() -> None:
     bank = Bank()
     t = keyed(bank)
     st = t.prepare(HO, conversation=CONV)
-    t.commit(st.token, True, clearance=Clearance.of(_Rec(record(AN))))
+    t.commit(st.token, True, clearance=Clearance.of(_Rec(record(answer(st), st))))
     assert len(bank.calls) == 1
 
 
 @pytest.mark.parametrize(
     ("forged", "why"),
     [
-        (lambda: record(AN, signer=None), "no gk.sig"),  # produced straight to the output topic
-        (lambda: record(AN, signer=Signer("gk-1", Ed25519PrivateKey.generate())), "does not verify"),  # another key
-        (lambda: record(AN, signer=Signer("gk-9", Ed25519PrivateKey.generate())), "not one of"),
-        (lambda: record(AN, conversation="c-18"), "does not verify"),  # signed for another conversation
-        (  # the signature of another line, on this one
-            lambda: Clearance(AN.encode(), record(AN.replace("proceed", "go"), conversation=CONV).headers),
+        (lambda st: record(answer(st), st, signer=None), "no gk.sig"),  # produced straight to the output topic
+        (  # another key
+            lambda st: record(answer(st), st, signer=Signer("gk-1", Ed25519PrivateKey.generate())),
             "does not verify",
         ),
-        (lambda: record(AN, verdict="dry-run"), "dry-run"),  # a dry-run route forwards everything
+        (lambda st: record(answer(st), st, signer=Signer("gk-9", Ed25519PrivateKey.generate())), "not one of"),
+        (lambda st: record(answer(st), st, conversation="c-18"), "does not verify"),  # another conversation
+        (  # the signature of another line, on this one
+            lambda st: Clearance(answer(st).encode(), record(answer(st).replace("proceed", "go"), st).headers),
+            "does not verify",
+        ),
+        (lambda st: record(answer(st), st, verdict="dry-run"), "dry-run"),  # a dry-run route forwards everything
         (  # a dead letter: the gatekeeper refused it (and never signs one)
-            lambda: Clearance(AN.encode(), (("gk.reason", b"clearance"), ("gk.original.topic", ROUTE.encode()))),
+            lambda st: Clearance(
+                answer(st).encode(), (("gk.reason", b"clearance"), ("gk.original.topic", ROUTE.encode()))
+            ),
             "no gk.sig",
         ),
-        (lambda: record(AN.replace("val=Y", "val=N")), "not Y"),
-        (lambda: record(AN.replace("re=payer-1", "re=payer-7")), "is not scheduler's answer to payer-1"),
-        (lambda: record(AN.replace("scheduler-2", "desk-2").replace("from=scheduler", "from=desk")), "from=desk"),
-        (lambda: record(AN.replace("to=payer", "to=desk")), "to=desk"),
-        (lambda: record(HO), "not an AN"),
+        (lambda st: record(answer(st).replace("val=Y", "val=N"), st), "not Y"),
+        (lambda st: record(AN.replace("re=payer-1", "re=payer-7"), st), "is not scheduler's answer to payer-"),
+        (
+            lambda st: record(answer(st).replace("scheduler-2", "desk-2").replace("from=scheduler", "from=desk"), st),
+            "from=desk",
+        ),
+        (lambda st: record(answer(st).replace("to=payer", "to=desk"), st), "to=desk"),
+        (lambda st: record(HO, st), "not an AN"),
+        # issue 28: a stale clearance re-signed as a repeat, and one that cleared another statement under these ids
+        (lambda st: record(answer(st), st, repeat=True), "is a repeat"),
+        (lambda st: record(answer(st), st, clears=None), "cleared another statement"),
+        (
+            lambda st: record(
+                answer(st), st, clears=(line_digest(b"RW1 RB payer-1 another"), line_digest(HO.encode()))
+            ),
+            "cleared another statement",
+        ),
     ],
 )
 def test_a_forged_clearance_is_refused_and_nothing_runs(forged: Any, why: str) -> None:
@@ -252,11 +298,39 @@ def test_a_forged_clearance_is_refused_and_nothing_runs(forged: Any, why: str) -
     t = keyed(bank)
     st = t.prepare(HO, conversation=CONV)
     with pytest.raises(ForgedClearance, match=why) as info:
-        t.commit(st.token, True, clearance=forged())
+        t.commit(st.token, True, clearance=forged(st))
     assert isinstance(info.value, CommitRefused) and bank.calls == []
     # the token stays pending: the genuine clearance still acts, once
-    t.commit(st.token, True, clearance=record(AN))
+    t.commit(st.token, True, clearance=record(answer(st), st))
     assert len(bank.calls) == 1
+
+
+def test_a_clearance_of_an_earlier_statement_does_not_clear_a_later_one_under_the_same_ids() -> None:
+    """Issue 28's attack 4: a tool restarted with its ids reused states invoice B as payer-1; the attacker
+    re-produces the clearance the gatekeeper signed for invoice A's payer-1. It names A's statement: refused."""
+    ids = iter(["payer-1", "payer-2", "payer-1"])  # a counter that restarted (payer-2: invoice A's done report)
+    bank = Bank()
+    t = keyed(bank, next_id=lambda: next(ids))
+    invoice_a = t.prepare(HO, conversation=CONV)
+    stale = record(answer(invoice_a), invoice_a)  # what the gatekeeper forwarded for invoice A
+    t.commit(invoice_a.token, True, clearance=stale)
+    ho_b = HO.replace("amt=5400.00", "amt=7100.00")
+    invoice_b = t.prepare(ho_b, conversation=CONV)
+    assert invoice_b.line.split()[2] == invoice_a.line.split()[2] == "payer-1"
+    with pytest.raises(ForgedClearance, match="cleared another statement"):
+        t.commit(invoice_b.token, True, clearance=stale)
+    assert len(bank.calls) == 1
+
+
+def test_the_default_ids_never_repeat_across_restarts() -> None:
+    clock = Clock(NOW)
+    first = TwoPhaseTool("payer", Bank(), profile="pay", clock=clock)
+    ids = [first.prepare(HO).line.split()[2] for _ in range(3)]
+    assert len(set(ids)) == 3 and ids == sorted(ids, key=lambda i: int(i.split("-")[1]))
+    assert all(i.startswith("payer-") and i[6:].isdigit() for i in ids)
+    clock.now += 1.0  # a restart is later than the run before it
+    later = TwoPhaseTool("payer", Bank(), profile="pay", clock=clock).prepare(HO).line.split()[2]
+    assert int(later[6:]) > max(int(i[6:]) for i in ids)
 
 
 def test_a_keyed_tool_needs_a_clearance_a_confirmation_and_a_conversation() -> None:
@@ -268,7 +342,7 @@ def test_a_keyed_tool_needs_a_clearance_a_confirmation_and_a_conversation() -> N
     with pytest.raises(ForgedClearance, match="no clearance"):
         t.commit(st.token, True)
     with pytest.raises(CommitRefused, match="no confirmation"):
-        t.commit(st.token, False, clearance=record(AN))
+        t.commit(st.token, False, clearance=record(answer(st), st))
     assert bank.calls == [] and [s.token for s in t.pending()] == [st.token]
 
 
@@ -277,7 +351,7 @@ def test_a_tool_bound_to_a_route_refuses_a_clearance_signed_for_another() -> Non
     t = keyed(bank, route="agents.other")
     st = t.prepare(HO, conversation=CONV)
     with pytest.raises(ForgedClearance, match="does not verify"):
-        t.commit(st.token, True, clearance=record(AN))
+        t.commit(st.token, True, clearance=record(answer(st), st))
     assert bank.calls == []
 
 
@@ -288,7 +362,7 @@ def test_rotation_and_a_verifier_object() -> None:
     t = tool(bank, Clock(time.time()), gatekeeper_keys=v)
     for s in (GK, new):
         st = t.prepare(HO, conversation=CONV)
-        t.commit(st.token, True, clearance=record(AN.replace("payer-1", st.line.split()[2]), signer=s))
+        t.commit(st.token, True, clearance=record(answer(st), st, signer=s))
     assert len(bank.calls) == 2
 
 
@@ -297,8 +371,8 @@ def test_without_keys_a_clearance_is_optional_and_checked_as_a_line_only() -> No
     t = tool(bank, Clock(time.time()))
     st = t.prepare(HO)  # no conversation needed
     with pytest.raises(ForgedClearance, match="not Y"):
-        t.commit(st.token, True, clearance=record(AN.replace("val=Y", "val=N"), signer=None))
-    t.commit(st.token, True, clearance=record(AN, signer=None))  # unsigned: no key to check it with
+        t.commit(st.token, True, clearance=record(answer(st).replace("val=Y", "val=N"), signer=None))
+    t.commit(st.token, True, clearance=record(answer(st), signer=None))  # unsigned: no key to check it with
     st2 = t.prepare(HO)
     t.commit(st2.token, True)  # as before
     assert len(bank.calls) == 2

@@ -31,6 +31,7 @@ from gatekeeper.verdicts import (
 from tests.seed import AN
 
 LINE = AN.encode()
+RB_D, HO_D = "0123456789abcdef", "fedcba9876543210"  # the digests of a readback and its handoff
 
 
 def signer(key_id: str = "gk-1") -> Signer:
@@ -40,13 +41,18 @@ def signer(key_id: str = "gk-1") -> Signer:
 def test_the_signed_bytes_are_exactly_as_documented() -> None:
     got = signed_bytes("gk-1", "agents.pay", "c-17", LINE, "forward")
     digest = hashlib.sha256(LINE).hexdigest()
-    assert got == f"rw1-gatekeeper-verdict v1\ngk-1\nagents.pay\nforward\n{digest}\nc-17".encode()
+    assert got == f"rw1-gatekeeper-verdict v2\ngk-1\nagents.pay\nforward\nfirst\n-\n{digest}\nc-17".encode()
+    cleared = signed_bytes("gk-1", "agents.pay", "c-17", LINE, "forward", repeat=True, clears=(RB_D, HO_D))
+    assert cleared == (
+        f"rw1-gatekeeper-verdict v2\ngk-1\nagents.pay\nforward\nrepeat\n{RB_D}.{HO_D}\n{digest}\nc-17".encode()
+    )
     # the conversation is last and free-form: a line feed in it cannot shift another field
     assert signed_bytes("gk-1", "agents.pay", "a\nb", LINE, "forward").endswith(b"\na\nb")
     for bad in (
         lambda: signed_bytes("gk 1", "agents.pay", "c", LINE, "forward"),
         lambda: signed_bytes("gk-1", "agents.pay", "c", LINE, "dead-letter"),
         lambda: signed_bytes("gk-1", "a\nb", "c", LINE, "forward"),
+        lambda: signed_bytes("gk-1", "agents.pay", "c", LINE, "forward", clears=("x" * 16, HO_D)),
     ):
         with pytest.raises(ValueError):
             bad()
@@ -55,22 +61,26 @@ def test_the_signed_bytes_are_exactly_as_documented() -> None:
 def test_a_signature_verifies_and_names_its_key_and_verdict() -> None:
     s = signer()
     header = s.sign("agents.pay", "c-17", LINE, "forward")
-    assert header.startswith(b"v1 gk-1 forward ") and b"=" not in header and len(header.split()[3]) == 86
+    assert header.startswith(b"v2 gk-1 forward first - ") and b"=" not in header and len(header.split()[5]) == 86
     v = Verifier({"gk-1": s.public_key})
     sig = v.verify(header, route="agents.pay", conversation="c-17", value=LINE)
-    assert (sig.key_id, sig.verdict) == ("gk-1", "forward")
+    assert (sig.key_id, sig.verdict, sig.repeat, sig.clears) == ("gk-1", "forward", False, None)
+    cleared = s.sign("agents.pay", "c-17", LINE, "forward", repeat=True, clears=(RB_D, HO_D))
+    assert cleared.split()[3:5] == [b"repeat", f"{RB_D}.{HO_D}".encode()]
     # any Ed25519 implementation checks it: the signature is over the documented bytes
     public_key_from(s.public_key).verify(sig.signature, signed_bytes("gk-1", "agents.pay", "c-17", LINE, "forward"))
+    sig = v.verify(cleared, route="agents.pay", conversation="c-17", value=LINE)
+    assert (sig.repeat, sig.clears) == (True, (RB_D, HO_D))
 
 
 @pytest.mark.parametrize(
     "field",
-    ["route", "conversation", "value", "verdict", "key id"],
+    ["route", "conversation", "value", "verdict", "key id", "repeat", "clears"],
 )
 def test_tampering_with_any_bound_field_fails(field: str) -> None:
     s = signer()
     v = Verifier({"gk-1": s.public_key, "gk-2": s.public_key})
-    header = s.sign("agents.pay", "c-17", LINE, "forward").decode()
+    header = s.sign("agents.pay", "c-17", LINE, "forward", clears=(RB_D, HO_D)).decode()
     kw: dict[str, object] = {"route": "agents.pay", "conversation": "c-17", "value": LINE}
     if field == "route":
         kw["route"] = "agents.other"
@@ -80,6 +90,10 @@ def test_tampering_with_any_bound_field_fails(field: str) -> None:
         kw["value"] = LINE.replace(b"val=Y", b"val=Y ")
     elif field == "verdict":
         header = header.replace(" forward ", " alert ")
+    elif field == "repeat":  # a stale clearance re-produced cannot pass as a first decision
+        header = header.replace(" first ", " repeat ")
+    elif field == "clears":  # nor as the clearance of another statement
+        header = header.replace(f" {RB_D}.", f" {'0' * 16}.")
     else:  # the same key under another id: the key id is signed too
         header = header.replace(" gk-1 ", " gk-2 ")
     with pytest.raises(SignatureError, match="does not verify"):
@@ -111,14 +125,16 @@ def test_a_signed_verdict_that_is_no_clearance_is_refused_unless_accepted(verdic
     "header",
     [
         b"",
-        b"v1 gk-1 forward",
-        b"v2 gk-1 forward AAAA",
-        b"v1 gk-1 forward AAAA extra",
-        b"v1 gk/1 forward " + b"A" * 86,
-        b"v1 gk-1 dead-letter " + b"A" * 86,
-        b"v1 gk-1 forward " + b"!" * 86,
-        b"v1 gk-1 forward " + b"A" * 43,
-        "v1 gk-1 forward é".encode(),
+        b"v2 gk-1 forward first -",
+        b"v3 gk-1 forward first - AAAA",
+        b"v2 gk-1 forward first - AAAA extra",
+        b"v2 gk/1 forward first - " + b"A" * 86,
+        b"v2 gk-1 dead-letter first - " + b"A" * 86,
+        b"v2 gk-1 forward again - " + b"A" * 86,
+        b"v2 gk-1 forward first abc.def " + b"A" * 86,
+        b"v2 gk-1 forward first - " + b"!" * 86,
+        b"v2 gk-1 forward first - " + b"A" * 43,
+        "v2 gk-1 forward first - é".encode(),
     ],
 )
 def test_a_malformed_header_is_refused(header: bytes) -> None:
@@ -126,6 +142,12 @@ def test_a_malformed_header_is_refused(header: bytes) -> None:
         Signature.parse(header)
     with pytest.raises(SignatureError):
         Verifier({"gk-1": signer().public_key}).verify(header, route="r", conversation="c", value=LINE)
+
+
+def test_a_version_1_signature_is_refused_saying_why() -> None:
+    """v1 covered neither the repeat nor the statement cleared: a tool takes v2 only."""
+    with pytest.raises(SignatureError, match="v1 covers neither"):
+        Signature.parse(b"v1 gk-1 forward " + b"A" * 86)
 
 
 def test_rotation_the_tools_accept_the_old_and_the_new_key() -> None:
@@ -150,7 +172,7 @@ def test_verify_record_reads_the_headers_and_refuses_two_signatures() -> None:
     with pytest.raises(SignatureError, match="does not verify"):  # the route header rewritten
         v.verify_record([("gk.original.topic", b"agents.other"), sig], LINE, conversation="c-17")
     with pytest.raises(SignatureError, match=r"2 gk\.sig headers"):
-        v.verify_record([*headers, (HEADER, b"v1 x forward y")], LINE, conversation="c-17")
+        v.verify_record([*headers, (HEADER, b"v2 x forward first - y")], LINE, conversation="c-17")
     with pytest.raises(SignatureError, match=r"no gk\.original\.topic"):
         v.verify_record([sig], LINE, conversation="c-17")
 
@@ -220,10 +242,17 @@ _VERIFIER = Verifier({"gk-1": _SIGNER.public_key})
 _GOOD = _SIGNER.sign("agents.pay", "c-17", LINE, "forward").decode()
 _HEADER_TEXT = st.one_of(
     st.text(),
-    st.text(alphabet=" v1", max_size=40),
-    st.builds(lambda k, v, s: f"v1 {k} {v} {s}", st.text(max_size=70), st.sampled_from(["forward", "x"]), st.text()),
+    st.text(alphabet=" v12", max_size=40),
     st.builds(
-        lambda s: f"v1 gk-1 forward {s}",
+        lambda k, v, f, c, s: f"v2 {k} {v} {f} {c} {s}",
+        st.text(max_size=70),
+        st.sampled_from(["forward", "x"]),
+        st.sampled_from(["first", "repeat", "y"]),
+        st.one_of(st.just("-"), st.text(alphabet="0123456789abcdef.", max_size=40)),
+        st.text(),
+    ),
+    st.builds(
+        lambda s: f"v2 gk-1 forward first - {s}",
         st.text(alphabet=string.ascii_letters + string.digits + "_-+/=", min_size=80, max_size=90),
     ),
     st.builds(lambda n: _GOOD[:n] + _GOOD[n + 1 :], st.integers(0, len(_GOOD) - 1)),
@@ -258,7 +287,7 @@ def test_verify_record_raises_signature_error_only_on_any_headers(
 
 def test_a_good_signature_with_a_trailing_newline_or_another_encoding_is_refused() -> None:
     assert _VERIFIER.verify(_GOOD, route="agents.pay", conversation="c-17", value=LINE).key_id == "gk-1"
-    sig = _GOOD.split(" ")[3]
+    sig = _GOOD.split(" ")[5]
     padded = base64.b64encode(base64.urlsafe_b64decode(sig + "==")).decode()
     for header in (f"{_GOOD}\n", f"{_GOOD}==", _GOOD.replace("gk-1", "gk-1\n"), _GOOD.replace(sig, padded)):
         with pytest.raises(SignatureError, match="malformed"):
