@@ -575,13 +575,15 @@ class RedisStore:
 
     # ------------------------------------------------------------ the generation marker
 
-    async def ensure_generation(self, *, create: bool = True) -> str | None:
+    async def ensure_generation(self, *, create: bool = True, copies: bool = True) -> str | None:
         """The generation marker (``<prefix>:generation``), written with SET NX when there is none (the first start
         against this Redis). Remembered: from then on every load, claim, save and ping reads it in the same
         pipeline, ahead of its other commands, and raises ``DataLost`` when it is missing or different.
 
         ``create=False``: a missing marker is not written; None is returned and every later call raises
-        ``DataLost`` (the daemon decides whether this is a first start: see ``Gatekeeper``)."""
+        ``DataLost`` (the daemon decides whether this is a first start: see ``Gatekeeper``). ``copies=False``: on a
+        Redis Cluster the copies there are are read with the marker, and none is written (the operator's commands,
+        ``gatekeeper.generation.require``: a dry run writes nothing)."""
         fresh = uuid.uuid4().hex
         try:
             pipe = self._redis.pipeline(transaction=False)
@@ -605,17 +607,17 @@ class RedisStore:
                 extra={"generation": self._generation},
             )
         if self._cluster:
-            await self._ensure_copies(self._generation)
+            await self._ensure_copies(self._generation, write=copies)
         return self._generation
 
-    async def _ensure_copies(self, generation: str) -> None:
+    async def _ensure_copies(self, generation: str, *, write: bool = True) -> None:
         """On a Redis Cluster the marker lives on one master; a copy on every master lets the other masters' loss
         be seen too (one restarted without persistence, or failed over to an empty replica, comes back empty).
         The copies this Redis has (``generation_copies``) are kept and read by every later pipeline with the
         marker: a missing one raises ``DataLost`` there. A master that holds none (the first start, a master
         added since, a copy's slot moved away by a reshard) is given one: SET NX of the marker's value on a key
-        whose slot it serves, added to the set. When a copy is missing now, nothing is written (a loss is not
-        papered over): the first batch raises ``DataLost``."""
+        whose slot it serves, added to the set (unless ``write`` is False). When a copy is missing now, nothing is
+        written (a loss is not papered over): the first batch raises ``DataLost``."""
         try:
             numbers = sorted(int(n) for n in await self._redis.smembers(self.keys.generation_copies()))
             self._markers = [self.keys.generation(), *(self.keys.generation_copy(n) for n in numbers)]
@@ -623,6 +625,8 @@ class RedisStore:
                 found = await self._redis.mget_nonatomic([self.keys.generation_copy(n) for n in numbers])
                 if any(f is None or _text(f) != generation for f in found):
                     return
+            if not write:
+                return
 
             def master(n: int) -> str:
                 return str(self._redis.get_node_from_key(self.keys.generation_copy(n)).name)

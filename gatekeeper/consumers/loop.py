@@ -45,7 +45,9 @@ paused, deciding and forwarding nothing, with one ERROR, one ``redis-data-lost``
 ``gatekeeper_redis_data_lost``, until an operator runs ``gatekeeper redis accept-loss`` and restarts it. A start on
 a Redis without a marker writes one, unless the consumer group has committed offsets while Redis keeps no owner
 epoch of the input partitions: a loss while no gatekeeper ran (caught the same way). No owner epoch is taken before
-that check, nor after a loss (the epochs are what tells a loss from a first start).
+that check, nor after a loss (the epochs are what tells a loss from a first start). The rule is
+``generation.worked_before``: the commands that write state or produce outcomes (``records load``, ``replay``, the
+gate's dry run) apply it too, and refuse while the marker is missing after a loss.
 
 **An outcome too large for its topic** is the line's fault: what the gatekeeper added is trimmed (see
 ``outcomes.py``), before sending when the topic's ``max.message.bytes`` is known, and after a refusal otherwise.
@@ -124,6 +126,7 @@ from gatekeeper.consumers.intake import conversation_of, take_in
 from gatekeeper.consumers.pausing import Pauses
 from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, describe
 from gatekeeper.errors import ConfigError, FatalError, GatekeeperError, Unavailable
+from gatekeeper.generation import lost_message, worked_before
 from gatekeeper.http import HttpServer
 from gatekeeper.metrics import Metrics
 from gatekeeper.store import DataLost, Fenced, LifecycleStore, Store, StoreError
@@ -397,13 +400,7 @@ class Gatekeeper:
                 await self._sleep(min(self._backoff(attempt), max(0.0, deadline - time.monotonic())))
         if marker is None:
             if worked_before:  # this group ran before, and this Redis has neither its marker nor its epochs
-                self._data_lost(
-                    DataLost(
-                        f"redis lost its data: no generation marker {self.settings.redis.key_prefix}:generation "
-                        f"and no owner epoch of the input partitions, while consumer group "
-                        f"{self.settings.kafka.group_id} has committed offsets (it ran against a Redis that had them)"
-                    )
-                )
+                self._data_lost(DataLost(lost_message(self.settings.redis.key_prefix, self.settings.kafka.group_id)))
             else:
                 while True:  # the first start against this Redis
                     try:
@@ -427,23 +424,20 @@ class Gatekeeper:
         return True
 
     async def _worked_before(self) -> bool:
-        """At a start on a Redis without a generation marker: whether the consumer group has committed an offset on
-        an input partition while this Redis keeps no owner epoch of any of them. Then the group ran against a Redis
-        that had its data (a gatekeeper takes the epochs at every assignment, and they never expire): this one lost
-        it. Epochs without a marker are a Redis from a release before the marker (it is written then). A client
-        without ``committed`` (the tests' fake Kafka) counts as a first start."""
+        """At a start on a Redis without a generation marker: ``generation.worked_before`` (the rule the operator's
+        commands apply too) over the routes' input partitions, with this consumer's committed offsets. True: the
+        group ran against a Redis that had its data, and this one lost it. A client without ``committed`` (the
+        tests' fake Kafka) counts as a first start."""
         committed = getattr(self._consumer, "committed", None)
         producer = self._sender.started
         if committed is None or producer is None:
             return False
-        offsets = False
-        for topic in sorted(self._routes):
-            partitions = sorted(await producer.partitions_for(topic))
-            if await self._store.epochs_exist(topic, partitions):
-                return False
-            for partition in partitions:
-                offsets = offsets or await committed(TopicPartition(topic, partition)) is not None
-        return offsets
+        partitions = {topic: sorted(await producer.partitions_for(topic)) for topic in sorted(self._routes)}
+
+        async def has_offset(topic: str, partition: int) -> bool:
+            return await committed(TopicPartition(topic, partition)) is not None
+
+        return await worked_before(partitions, self._store.epochs_exist, has_offset)
 
     async def _close_kafka(self) -> None:
         consumer, self._consumer = self._consumer, None
