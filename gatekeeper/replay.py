@@ -23,6 +23,10 @@ The dead-letter topic is read by a plain consumer with manual assignment (no con
 daemon's group is never touched), from the offsets found by time (``since``) up to the end offsets seen when the
 replay started (``until`` bounds it further), so records a requeue appends are never read again in the same run.
 
+**Redis that lost its data stops a replay**, its dry run too, before anything is read: ``generation.require``, the
+daemon's rule (the marker missing while the group has committed offsets and no owner epoch is left). The marker is
+then pinned: a loss while the replay runs stops it at its next load or save (``DataLost``).
+
 **Nothing is lost.** Before a chunk of lines is decided, a marker per line is written to Redis
 (``<prefix>:replaying:{<route>/<conversation>}:<line digest>``); it is deleted once the chunk's outcomes are
 acknowledged. If a replay dies in between (the state says forwarded, the record was never produced), the next replay
@@ -83,7 +87,7 @@ from gatekeeper.policy import (
 from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.policy.state import wanted_fields
 from gatekeeper.processor import Line, Processor
-from gatekeeper.store import Loaded, Store, StoreError, Wants, blocking, claim_in_memory, pick
+from gatekeeper.store import DataLost, Loaded, Store, StoreError, Wants, blocking, claim_in_memory, pick
 from gatekeeper.verdicts import signer_for
 from rwcore import Problem
 
@@ -471,14 +475,16 @@ class Replayer:
     ) -> ReplayReport:
         """Replay the selected dead letters. ``progress(done, total)`` is called as records are read (``total`` is
         the number of records in the offset range). Raises ``ReplayError`` / ``ConfigError`` before anything is
-        changed, ``KafkaUnavailable`` / ``StoreError`` when a service fails (what was acknowledged stays done; run
-        it again to finish)."""
+        changed, ``DataLost`` when Redis lost its data (``generation.require``: before anything is changed, or as
+        soon as the marker goes), ``KafkaUnavailable`` / ``StoreError`` when a service fails (what was acknowledged
+        stays done; run it again to finish)."""
         if not self.settings.routes:
             raise ConfigError("routes: no route configured; there is nothing to replay into")
         topic, only = self.source_topic(route, from_topic)
         signer_for(self.settings.signing)  # a signing key that cannot be read: refused before anything is changed
         report = ReplayReport(topic=topic, dry_run=dry_run, requeue_failed=requeue_failed)
         from gatekeeper.consumers.deciding import route_policy
+        from gatekeeper.generation import refusal, require
         from gatekeeper.redis_store import RedisStore
 
         owned_store = self._store is None
@@ -496,6 +502,10 @@ class Replayer:
         try:
             async with plain_consumer(self.settings.kafka, self._timeout) as consumer:
                 await real_store.ping()
+                if isinstance(real_store, RedisStore):
+                    # after a loss: refused before anything is read, decided or written; the marker pinned, so a
+                    # loss while this runs stops it at its next load or save
+                    await require(self.settings, real_store, pin=True, timeout=self._timeout)
                 ranges = await self._ranges(consumer, topic, selection)
                 total = sum(end - start for start, end in ranges.values())
                 if progress is not None:
@@ -528,6 +538,8 @@ class Replayer:
                         progress(done, total)
                     if report.limited:
                         break
+        except DataLost as exc:  # the marker went while this ran: said as the check says it
+            raise refusal(exc, "replaying; what was acknowledged before stays done") from None
         finally:
             await sender.close()  # the outcomes were awaited already
             if markers is not None and owned_markers:

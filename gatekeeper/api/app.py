@@ -22,7 +22,8 @@ Probes and ``/metrics`` need no token and are never rate limited; ``GET`` and ``
 Codes: ``malformed-json`` (400), ``unknown-profile`` (400), ``invalid-request`` (422, with ``errors``: where and
 what), ``unauthorized`` (401), ``forbidden`` (403), ``unknown-route`` (404), ``not-found`` (404),
 ``method-not-allowed`` (405), ``body-too-large`` (413), ``line-too-large`` (413), ``rate-limited`` (429, with
-``Retry-After``), ``gate-unavailable`` (503), ``pending`` (504: the line is still in the pipeline).
+``Retry-After``), ``gate-unavailable`` (503), ``redis-data-lost`` (503: a dry run while Redis lost its data),
+``pending`` (504: the line is still in the pipeline).
 """
 
 import json

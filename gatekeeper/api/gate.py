@@ -18,7 +18,11 @@ has decided is answered from its stored first decision (``repeated``).
 
 **dry_run** decides the line against the conversation's current state in Redis, with the daemon's own ``Processor``
 on a store that never writes (nothing is produced, claimed or saved); the answer is built from the outcome records
-the daemon would produce. A reply whose handoff is not known yet answers ``hold``.
+the daemon would produce. A reply whose handoff is not known yet answers ``hold``. After Redis lost its data (its
+generation marker missing while the daemon's consumer group has committed offsets: ``gatekeeper.generation``) a
+dry run answers 503 ``redis-data-lost`` instead of a verdict against the bindings that are gone, until an operator
+runs ``gatekeeper redis accept-loss``; Redis (or Kafka, asked only while there is no marker) not answering is 503
+``gate-unavailable``.
 
 **Who may gate.** A bearer token (``gatekeeper.api.auth``) that speaks for the line's ``from=``: a token for
 ``payer`` cannot gate a line ``from=scheduler`` (403). A line larger than the route's ``max_line_bytes`` is refused
@@ -43,7 +47,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -56,10 +60,12 @@ from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.kafka import client_kwargs, make_producer
 from gatekeeper.consumers.outcomes import Outcome, OutcomeKind, Source, Targets, build
+from gatekeeper.errors import Unavailable
+from gatekeeper.generation import refusal, require
 from gatekeeper.metrics import Metrics
 from gatekeeper.policy import BindingChange, Decision, Verdict
 from gatekeeper.processor import Line, Processor
-from gatekeeper.store import Loaded, Store
+from gatekeeper.store import DataLost, Loaded, Store
 
 log = logging.getLogger(__name__)
 
@@ -361,6 +367,7 @@ class Gate:
         self._kinds = kinds
         self._store = store
         self._owns_store = store is None
+        self._pinned = False  # the generation marker found and pinned on the dry runs' store (``_dry_store``)
         self._producer: AIOKafkaProducer | None = None
         self._correlator: Correlator | None = None
         self._connect: asyncio.Task[None] | None = None
@@ -484,10 +491,10 @@ class Gate:
                 422,
                 "signature-required",
                 f"route {route.input} takes signed lines only (sender_auth): give the agent's signature of the line "
-                f"in `signature` ({self.settings.sender_auth.header}: v1 <key id> <signature>)",
+                f"in `signature` ({self.settings.sender_auth.header}: v2 <key id> <signature>)",
             )
         if req.dry_run:
-            return 200, await self._dry_run(req, route, value)
+            return await self._dry_run(req, route, value)
         return await self._gate(req, route, value)
 
     def _headers(self, req: GateRequest) -> list[tuple[str, bytes]]:
@@ -548,25 +555,75 @@ class Gate:
             original=original,
         )
 
-    async def _dry_run(self, req: GateRequest, route: Route, value: bytes) -> dict[str, Any]:
-        from gatekeeper.consumers.loop import route_policy
+    async def _dry_run(self, req: GateRequest, route: Route, value: bytes) -> tuple[int, dict[str, Any]]:
+        """The dry run's answer; 503 ``redis-data-lost`` while Redis lost its data (``generation.require``, as the
+        daemon and the operator's commands check it), 503 ``gate-unavailable`` when Redis (or, to tell a first start
+        from a loss, Kafka) does not answer. A loss met by a store whose marker was pinned drops the store and
+        checks again from the start: the refusal is the commands' (with what resolves it), and once the loss is
+        accepted the dry runs answer again."""
+        for again in (True, False):
+            try:
+                return 200, await self._dry_decide(req, route, value)
+            except DataLost as exc:
+                pinned = self._pinned
+                await self._forget_store()
+                if again and pinned:
+                    continue
+                detail = f"{refusal(exc, 'deciding a dry run')}; nothing is decided, not even a dry run"
+                return 503, problem_document(503, "redis-data-lost", detail)
+            except Unavailable as exc:
+                return 503, problem_document(503, "gate-unavailable", f"the dry run cannot be decided: {exc}")
+        raise AssertionError("unreachable: the second attempt returns")
 
+    async def _dry_decide(self, req: GateRequest, route: Route, value: bytes) -> dict[str, Any]:
+        store = await self._dry_store()
         processor = self._processors.get(route.input)
         if processor is None:
-            if self._store is None:
-                from gatekeeper.redis_store import RedisStore
+            from gatekeeper.consumers.loop import route_policy
 
-                self._store = RedisStore(self.settings.redis)
             policy = route_policy(route, self.settings)
-            processor = self._processors[route.input] = Processor(ReadOnlyStore(self._store), policy)  # type: ignore[arg-type]
+            processor = self._processors[route.input] = Processor(ReadOnlyStore(store), policy)  # type: ignore[arg-type]
         now = time.time()
         sender = None
         if route.sender_auth and self._keys is not None:
             sender = check_record(
-                self._keys, self._headers(req), self.settings.sender_auth.header, route.input, req.conversation, value
+                self._keys,
+                self._headers(req),
+                self.settings.sender_auth.header,
+                route.input,
+                req.conversation,
+                value,
             )
         (decision,) = await processor.process([Line(req.conversation, value, first_seen=now, sender=sender)], now)
         return self._dry_answer(req, route, processor, decision, value, now)
+
+    async def _dry_store(self) -> Store:
+        """The dry runs' store. One the gate makes (a ``RedisStore``) is checked first as the operator's commands
+        check theirs (``generation.require``: refused after a loss) and its marker pinned, so every load reads the
+        marker in the same round trip; with no marker yet (a first start) it is checked again at the next dry run.
+        An injected store is the caller's to check."""
+        if self._store is None:
+            from gatekeeper.redis_store import RedisStore
+
+            self._store = RedisStore(self.settings.redis)
+            self._owns_store = True
+        if self._owns_store and not self._pinned:
+            checked = await require(self.settings, cast(Any, self._store), pin=True)
+            self._pinned = checked.marker is not None
+        return self._store
+
+    async def _forget_store(self) -> None:
+        """After a loss: the store the gate made is closed and dropped, with its processors (made again, and checked
+        again, at the next dry run)."""
+        if not self._owns_store or self._store is None:
+            return
+        store, self._store = self._store, None
+        self._processors.clear()
+        self._pinned = False
+        closer = getattr(store, "close", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()
 
     def _dry_answer(
         self, req: GateRequest, route: Route, processor: Processor, d: Decision, value: bytes, now: float

@@ -25,8 +25,10 @@ from gatekeeper.cli.common import (
     sensitive_slots,
     settings_from,
     stdout_is_tty,
+    warn,
 )
 from gatekeeper.config import Settings
+from gatekeeper.generation import require
 from gatekeeper.masking import mask_values
 from gatekeeper.policy import Record, RecordKey
 from gatekeeper.records import load_records_file
@@ -54,6 +56,10 @@ criteria). See config/records.example.json.
 
 A record that already exists for its (item, ask) is refused unless --supersede: the others are loaded, the refused
 ones are named, and the exit status is 1. A bad file loads nothing (exit 2). Redis unreachable: exit 3.
+
+[bold]After a data loss[/bold] (Redis restarted empty or flushed: no generation marker, while the daemon's consumer
+group has committed offsets) nothing is loaded, exit 3, until [cyan]gatekeeper redis accept-loss[/cyan]: see the
+README's runbook. Before the first gatekeeper start (no marker, no offsets) records load as usual.
 """
 
 GET_EPILOG = """\
@@ -75,7 +81,8 @@ DELETE_EPILOG = """\
   [cyan]gatekeeper records delete inv:MD-2026-057 --yes[/cyan]          every ask of the item, no question
 
 A deleted record's exec binding stays: the handoff bound to it may be in flight (the act may be running), and
-re-loading the same approval must not let a second handoff act on it. Exit status 1 when there is no record.
+re-loading the same approval must not let a second handoff act on it. Exit status 1 when there is no record; 3 when
+Redis lost its data (as [cyan]records load[/cyan]: accept the loss first).
 """
 
 
@@ -120,11 +127,20 @@ def load(
         fail(f"{len(refused)} record(s) already exist; use --supersede to replace them", EXIT_FINDING)
 
 
+async def _writable(settings: Settings, store: RedisStore) -> None:
+    """Before anything is written: the generation marker's check (``gatekeeper.generation``). A Redis that lost its
+    data refuses (``DataLost``, exit 3) until the loss is accepted; a first start goes on."""
+    checked = await require(settings, store)
+    if checked.note is not None:
+        warn(checked.note)
+
+
 async def _load(settings: Settings, records: list[Record], supersede: bool) -> tuple[list[Record], ...]:
     new: list[Record] = []
     replaced: list[Record] = []
     refused: list[Record] = []
     async with _store(settings) as store:
+        await _writable(settings, store)
         for rec in records:
             try:
                 existed = await store.store_record(rec, supersede=supersede)
@@ -215,4 +231,5 @@ def delete(
 
 async def _delete(settings: Settings, item: str, ask: str | None) -> int:
     async with _store(settings) as store:
+        await _writable(settings, store)
         return await store.delete_records(item, ask)

@@ -4,8 +4,9 @@
     gatekeeper redis accept-loss -c gk.yaml       after a loss: accept what Redis holds now (a new marker)
 
 A gatekeeper that finds the marker missing or different (Redis restarted without persistence, was flushed, or
-failed over to an empty replica) decides nothing and forwards nothing until an operator has restored the data (or
-reloaded the records), run ``accept-loss``, and restarted the gatekeepers. See the README's runbook.
+failed over to an empty replica) decides nothing and forwards nothing until an operator has run ``accept-loss`` and
+restarted the gatekeepers; ``records load``, ``records delete``, ``replay`` and the gate's dry run refuse until then
+(``gatekeeper.generation``). See the README's runbook.
 """
 
 from __future__ import annotations
@@ -33,14 +34,16 @@ ACCEPT_EPILOG = """\
   [cyan]gatekeeper redis accept-loss --config gk.yaml[/cyan]          asks for confirmation
   [cyan]gatekeeper redis accept-loss --config gk.yaml --yes[/cyan]
 
-Run it only after Redis lost its data and you have restored it (a backup, an AOF) or reloaded the approved records
-([cyan]gatekeeper records load[/cyan]). Then restart the gatekeepers: they start on the new marker.
+Run it only after Redis lost its data and could not be restored (a backup, an AOF). Until then the gatekeepers
+decide nothing, and [cyan]records load[/cyan], [cyan]records delete[/cyan], [cyan]replay[/cyan] and the gate's dry
+run refuse. Then, in this order: load only the approvals still to be acted on ([cyan]gatekeeper records load[/cyan]),
+restart the gatekeepers (they start on the new marker), and replay what was held for them.
 
-[bold]What was lost stays lost.[/bold] The exec bindings (which approval a handoff already used) are gone unless
-restored: an approval already used could be used a second time. Before accepting, check which approvals were used
-(the output topics' forwarded handoffs, the acting systems) and delete those records
-([cyan]gatekeeper records delete[/cyan]). Conversation states are gone too: replies to handoffs forwarded before the
-loss are dead-lettered as unknown. Exit status 3 when Redis is unreachable.
+[bold]What was lost stays lost.[/bold] The exec bindings (which approval a handoff already used) are gone: an
+approval already used could be used a second time. Before loading, check which approvals were used (the output
+topics' forwarded handoffs, the acting systems) and leave them out ([cyan]gatekeeper records delete[/cyan] one
+loaded by mistake). Conversation states are gone too: replies to handoffs forwarded before the loss are
+dead-lettered as unknown. Exit status 3 when Redis is unreachable.
 """
 
 
@@ -76,11 +79,14 @@ def accept_loss(
             fail("not a terminal: confirm with --yes", EXIT_USAGE)
         typer.confirm(
             "accept what Redis holds now? exec bindings lost with the data let an approval already used be used "
-            "again: have you restored the data or deleted the used records?",
+            "again: load only the approvals still to be acted on after this",
             abort=True,
         )
     old, new = run(_accept(settings))
-    typer.echo(f"generation marker {old or '(none)'} -> {new}; restart the gatekeepers to resume")
+    typer.echo(
+        f"generation marker {old or '(none)'} -> {new}; load the approvals still to be acted on, then restart the "
+        "gatekeepers to resume"
+    )
 
 
 async def _accept(settings: Settings) -> tuple[str | None, str]:

@@ -52,11 +52,15 @@ of a failed readback, a handoff whose approval is bound to another stay held. A 
 no state left in Redis (expired after redis.retention_seconds, or deleted) is decided as the first line of a new
 conversation: the report says so ("its conversation has no state in Redis") rather than give a new reason.
 
+[bold]After a data loss[/bold] (Redis restarted empty or flushed while the daemon's consumer group has committed
+offsets), replay refuses before reading anything, its dry run too (exit 3), until
+[cyan]gatekeeper redis accept-loss[/cyan]: see the README's runbook.
+
 Times: relative ([cyan]90s 15m 2h 3d 1w[/cyan]: that long ago), ISO-8601 ([cyan]2026-10-01T09:00:00Z[/cyan], UTC
 unless an offset is given) or RW1's [cyan]20261001T0900Z[/cyan]. They select by when the line was dead-lettered.
 
 Exit status: 0 nothing left failing, 1 some lines still fail, 2 usage (unknown route or topic, bad time, bad config),
-3 Kafka or Redis unavailable (what was acknowledged stays done; run it again to finish).
+3 Kafka or Redis unavailable, or Redis lost its data (what was acknowledged stays done; run it again to finish).
 """
 
 
