@@ -236,6 +236,17 @@ class Route(_Strict):
         return self.input
 
 
+def _ed25519_public_key(v: str) -> str:
+    """A configured Ed25519 public key: the standard base64 of its raw 32 bytes."""
+    try:
+        raw = base64.b64decode(v.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64") from None
+    if len(raw) != 32:
+        raise ValueError(f"{len(raw)} bytes; an Ed25519 public key is 32")
+    return v.strip()
+
+
 class SenderKey(_Strict):
     """One agent's Ed25519 public key (``gatekeeper.auth``). Public keys are not secrets."""
 
@@ -252,13 +263,7 @@ class SenderKey(_Strict):
     @field_validator("public_key")
     @classmethod
     def _ed25519(cls, v: str) -> str:
-        try:
-            raw = base64.b64decode(v.strip(), validate=True)
-        except (binascii.Error, ValueError):
-            raise ValueError("not base64") from None
-        if len(raw) != 32:
-            raise ValueError(f"{len(raw)} bytes; an Ed25519 public key is 32")
-        return v.strip()
+        return _ed25519_public_key(v)
 
 
 class SenderAuthSettings(_Strict):
@@ -373,6 +378,42 @@ class SigningSettings(_Strict):
     )
 
 
+class ApproverKey(_Strict):
+    """One approving system's Ed25519 public key (``gatekeeper.approvals``): it signs the records it approves."""
+
+    id: str = Field(pattern=r"^[A-Za-z0-9._:-]{1,64}$", description="the key id a record's signature names")
+    approver: str = Field(pattern=r"^[!-~]{1,128}$", description="the approving system whose key it is")
+    public_key: str = Field(description="base64 of the raw 32-byte Ed25519 public key")
+
+    @field_validator("public_key")
+    @classmethod
+    def _ed25519(cls, v: str) -> str:
+        return _ed25519_public_key(v)
+
+
+class RecordSettings(_Strict):
+    """Approvals with provenance (``gatekeeper.approvals``): the approving systems' public keys, and whether a
+    record must carry a valid signature of one of them to be honoured."""
+
+    require_signed: bool = Field(
+        False,
+        description="honour only records signed by a configured approver key (checked at records load and at every "
+        "handoff's check); off: unsigned records are honoured (the local demo), a signed one is still verified",
+    )
+    approvers: list[ApproverKey] = Field(default_factory=list, description="the approving systems' public keys")
+    approvers_file: Path | None = Field(
+        None, description="a YAML or JSON file with more approver keys, a list of entries as in approvers"
+    )
+
+    @model_validator(mode="after")
+    def _usable(self) -> RecordSettings:
+        ids = [k.id for k in self.approvers]
+        dupes = sorted({i for i in ids if ids.count(i) > 1})
+        if dupes:
+            raise ValueError(f"approver key id {', '.join(dupes)} is configured more than once")
+        return self
+
+
 class Settings(BaseSettings):
     """The whole configuration. See ``config/gatekeeper.example.yaml`` for an annotated example."""
 
@@ -396,6 +437,7 @@ class Settings(BaseSettings):
     log_format: Literal["auto", "json", "text"] = "auto"
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     signing: SigningSettings = SigningSettings()
+    records: RecordSettings = RecordSettings()
 
     @model_validator(mode="after")
     def _routes_distinct(self) -> Settings:

@@ -13,12 +13,14 @@ Two formats, told apart by content:
 
 A record object holds the values the handoff must carry, as written on the line: ``ask`` (required), ``to`` and the
 profile's slots; ``item`` is optional in the mapping form (it defaults to the key, and must equal it when given).
-Two keys are not values:
+Three keys are not values:
 
 - ``resolved``: an object of values the receiver resolves itself (the account on file, ``prev``); the readback and
   the done report must match them, the HO is not compared with them.
 - ``expect_acc``: the sender's withheld criteria for a comprehension readback, a list of ``key:value`` strings or
   one ``+``-joined string (``"len:120w+tone:plain"``).
+- ``signature``: the approving system's signature of the record (``gatekeeper.approvals``: ``v1 <key id> <sig>``,
+  as ``gatekeeper records sign`` writes it); required where ``records.require_signed`` is on.
 
 Values are strings as written on the line (``"5400.00"``, never the number 5400.0, which would lose the decimals).
 Integers are accepted and kept as written; ``true``/``false`` become ``Y``/``N``; a list (``keep``, ``flag``) is kept
@@ -48,7 +50,7 @@ _DATE_RE = re.compile(r"^\d{8}$")
 _TIME_RE = re.compile(r"^\d{8}T\d{4}Z$")
 _INT_RANGE_RE = re.compile(r"^int:(\d+)-(\d+)$")
 _ENVELOPE = frozenset({"to", "from", "item"})
-_NOT_VALUES = frozenset({"resolved", "expect_acc"})
+_NOT_VALUES = frozenset({"resolved", "expect_acc", "signature"})
 
 
 class RecordsError(UsageError):
@@ -178,11 +180,24 @@ def record_from_object(
         values[key] = value
     resolved = _resolved(obj.get("resolved"), err)
     expect_acc = _expect_acc(obj.get("expect_acc"), "expect_acc" in obj, err)
+    signature = obj.get("signature")
+    if signature is not None and not (isinstance(signature, str) and signature.isascii() and signature):
+        err("signature", "must be the approver's signature as text ('v1 <key id> <signature>')")
     if profile is not None:
         _check_profile(values, resolved, profile, err)
     if errors or not isinstance(item, str) or not isinstance(ask, str):
         return None, errors
-    return Record(item=item, ask=ask, values=values, resolved=resolved, expect_acc=expect_acc), []
+    return (
+        Record(
+            item=item,
+            ask=ask,
+            values=values,
+            resolved=resolved,
+            expect_acc=expect_acc,
+            signature=signature if isinstance(signature, str) else None,
+        ),
+        [],
+    )
 
 
 class _Bad:

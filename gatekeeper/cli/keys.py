@@ -1,7 +1,8 @@
-"""``gatekeeper keys generate|sign``: an agent's Ed25519 key pair for sender authentication, and a signature.
+"""``gatekeeper keys generate|sign``: an agent's Ed25519 key pair for sender authentication (or an approving
+system's, for signed records), and a signature.
 
-The private key stays with the agent (a file of mode 0600); the gatekeeper is given only the public key, as an
-entry of ``sender_auth.keys`` (or of ``sender_auth.keys_file``), which ``generate`` prints.
+The private key stays with its owner (a file of mode 0600); the gatekeeper is given only the public key, as an
+entry of ``sender_auth.keys`` (an agent's) or of ``records.approvers`` (an approver's), which ``generate`` prints.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from gatekeeper.cli.common import EXIT_USAGE, fail
 
 keys_app = typer.Typer(
     name="keys",
-    help="Sender authentication: make an agent's key pair, sign a line (README: Sender authentication).",
+    help="Make an agent's or an approver's key pair, sign a line (README: Sender authentication, Signed records).",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )
@@ -37,6 +38,11 @@ agent only. The public key entry goes to stdout, for [cyan]sender_auth.keys[/cya
   [cyan]- id: payer-1
     agent: payer
     public_key: ...[/cyan]
+
+An approving system's key, for signed records ([cyan]gatekeeper records sign[/cyan]), is made the same way with
+--approver; its entry is for [cyan]records.approvers[/cyan]:
+
+  [cyan]gatekeeper keys generate --approver finance --out finance.key >> approver-keys.yaml[/cyan]
 """
 
 SIGN_EPILOG = """\
@@ -53,19 +59,35 @@ route or in another conversation does not verify. For a test, [cyan]gatekeeper c
 
 @keys_app.command("generate", epilog=GENERATE_EPILOG)
 def generate_cmd(
-    agent: Annotated[str, typer.Option("--agent", metavar="AGENT", help="The from= agent the key speaks for.")],
+    agent: Annotated[
+        str | None, typer.Option("--agent", metavar="AGENT", help="The from= agent the key speaks for.")
+    ] = None,
+    approver: Annotated[
+        str | None,
+        typer.Option("--approver", metavar="NAME", help="Instead: the approving system whose records it signs."),
+    ] = None,
     out: Annotated[
         Path | None,
         typer.Option("--out", "-o", metavar="FILE", help="Where the private key goes \\[default: <key id>.key]."),
     ] = None,
-    key_id: Annotated[str | None, typer.Option("--id", metavar="ID", help="The key id \\[default: <agent>-1].")] = None,
+    key_id: Annotated[
+        str | None, typer.Option("--id", metavar="ID", help="The key id \\[default: <agent or approver>-1].")
+    ] = None,
 ) -> None:
-    """Make a new Ed25519 key pair for AGENT: the private key to a file (0600), the public key entry to stdout."""
-    kid = key_id or f"{agent}-1"
+    """Make a new Ed25519 key pair for an agent (or an approver): the private key to a file (0600), the public key
+    entry to stdout."""
+    if (agent is None) == (approver is None):
+        fail(
+            "name the key's owner: --agent AGENT (sender authentication) or --approver NAME (signed records)",
+            EXIT_USAGE,
+        )
+    owner, name = ("agent", agent) if agent is not None else ("approver", approver)
+    assert name is not None
+    kid = key_id or f"{name}-1"
     if not KEY_ID.fullmatch(kid):
         fail(f"--id {kid!r}: 1-64 of A-Z a-z 0-9 . _ : -", EXIT_USAGE)
-    if not agent or not agent.isascii() or not agent.isprintable() or " " in agent:
-        fail(f"--agent {agent!r}: an agent name is printable ASCII without spaces", EXIT_USAGE)
+    if not name or not name.isascii() or not name.isprintable() or " " in name:
+        fail(f"--{owner} {name!r}: a name is printable ASCII without spaces", EXIT_USAGE)
     path = out or Path(f"{kid}.key")
     key = generate()
     try:
@@ -76,9 +98,9 @@ def generate_cmd(
         fail(f"{path}: cannot be written: {exc.strerror}", EXIT_USAGE)
     with os.fdopen(fd, "w", encoding="ascii") as f:
         f.write(private_key_text(key))
-    entry = [{"id": kid, "agent": agent, "public_key": public_key_text(key.public_key())}]
+    entry = [{"id": kid, owner: name, "public_key": public_key_text(key.public_key())}]
     typer.echo(yaml.safe_dump(entry, sort_keys=False), nl=False)
-    print(f"private key of {kid} written to {path} (mode 0600): give it to {agent} only", file=sys.stderr)
+    print(f"private key of {kid} written to {path} (mode 0600): give it to {name} only", file=sys.stderr)
 
 
 @keys_app.command("sign", epilog=SIGN_EPILOG)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from typing import Annotated
 
 import typer
@@ -81,6 +82,12 @@ def run(
         gk = Gatekeeper(settings, install_signals=True, startup_timeout=startup_timeout, on_listening=listening)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
+    if not settings.records.require_signed:
+        logging.getLogger("gatekeeper").warning(
+            "records.require_signed is off: unsigned approved records are honoured, so anyone who can write them "
+            "into Redis can approve an act (a signed record is still verified); turn it on in production "
+            "(README: Signed records)"
+        )
     tune_gc()
     try:
         asyncio.run(gk.run())

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
+from gatekeeper.approvals import ApproverRing
 from gatekeeper.auth import KeyRing
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.breaker import DeadLetterBreaker
@@ -22,12 +23,12 @@ from gatekeeper.consumers.holds import TP, Pending
 from gatekeeper.consumers.outcomes import Outcome, Targets, bare_dead_letter, build
 from gatekeeper.consumers.sending import Send
 from gatekeeper.metrics import Metrics
-from gatekeeper.policy import Decision, Mode, RoutePolicy, SenderProof, Verdict
+from gatekeeper.policy import Decision, Mode, Record, RoutePolicy, SenderProof, Verdict
 from gatekeeper.policy.decide import error_text
 from gatekeeper.processor import QUEUED, Line, Processor
 from gatekeeper.store import Store
 from gatekeeper.verdicts import signer_for
-from rwcore import get_profile
+from rwcore import Problem, get_profile
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 def route_policy(route: Route, settings: Settings) -> RoutePolicy:
     """What the decision needs to know about a configured route."""
     return RoutePolicy(
+        record_check=record_check(settings),
         name=route.input,
         profile=get_profile(route.profile, extra_dirs=settings.all_profile_dirs()),
         mode=Mode(route.mode),
@@ -45,6 +47,15 @@ def route_policy(route: Route, settings: Settings) -> RoutePolicy:
         sender_auth=route.sender_auth,
         state_ttl_seconds=float(min(settings.redis.retention_seconds, settings.redis.open_retention_seconds)),
     )
+
+
+def record_check(settings: Settings) -> Callable[[Record], Problem | None] | None:
+    """How a record is proven (``gatekeeper.approvals``): None when no approver is configured and signatures are not
+    required (every record is honoured)."""
+    records = settings.records
+    if not (records.require_signed or records.approvers or records.approvers_file is not None):
+        return None
+    return ApproverRing.from_settings(records).check
 
 
 @dataclass(slots=True)

@@ -479,6 +479,10 @@ class _Decider:
                 Reason.NO_RECORD,
                 _p("no-record", f"no approved record for item {item} ask {ask}", "record", "item", None, item),
             )
+        if record is not None and self.route.record_check is not None:
+            unproven = self.route.record_check(record)  # the approver's signature (gatekeeper.approvals)
+            if unproven is not None:
+                return self._dead(Reason.NO_RECORD, unproven)
         notes: tuple[Problem, ...] = ()
         if record is not None:
             result = ho_check(ho, record.values, self.route.profile)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -118,6 +118,9 @@ class RoutePolicy:
     #: the shortest time a handoff's state is kept after it was written (the store's retentions): a binding older than
     #: this whose handoff the state does not know may be a spent approval's (``policy.decide``)
     state_ttl_seconds: float = 7 * 86400.0
+    #: whether a record may be honoured (``gatekeeper.approvals.ApproverRing.check``: its approver's signature): the
+    #: problem when not; None: every record is
+    record_check: Callable[[Record], Problem | None] | None = None
 
 
 class SenderProof(msgspec.Struct, frozen=True, gc=False):

@@ -90,7 +90,8 @@ class Record:
     ``values`` are the values the handoff must carry, as written on the line (``to``, ``ask`` and the profile's
     slots; ``item`` may be among them). ``resolved`` are values the receiver resolves itself (the account on file,
     ``prev``): the readback and the done report must match them. ``expect_acc`` are the sender's withheld criteria
-    for a comprehension readback.
+    for a comprehension readback. ``signature`` is the approving system's signature of all of that
+    (``gatekeeper.approvals``: ``v1 <approver key id> <signature>``), None when unsigned.
     """
 
     item: str
@@ -98,6 +99,7 @@ class Record:
     values: Mapping[str, Any]
     resolved: Mapping[str, str] = field(default_factory=dict)
     expect_acc: tuple[str, ...] | None = None
+    signature: str | None = None
 
     @property
     def key(self) -> RecordKey:
@@ -109,6 +111,8 @@ class Record:
             d["resolved"] = dict(self.resolved)
         if self.expect_acc is not None:
             d["expect_acc"] = list(self.expect_acc)
+        if self.signature is not None:
+            d["sig"] = self.signature
         return d
 
     @classmethod
@@ -120,6 +124,7 @@ class Record:
             values=dict(d.get("values") or {}),
             resolved={str(k): str(v) for k, v in (d.get("resolved") or {}).items()},
             expect_acc=None if acc is None else tuple(str(x) for x in acc),
+            signature=d["sig"] if isinstance(d.get("sig"), str) else None,
         )
 
 
@@ -194,6 +199,7 @@ class HandoffEntry(msgspec.Struct):
         d: dict[str, Any] = {"item": self.item, "ask": self.ask, "exec": self.exec_ask}
         if self.record is not None:
             rec = self.record.to_dict()
+            rec.pop("sig", None)  # checked when the handoff was: the handoff's copy needs no signature (memory)
             if rec["item"] == self.item and rec["ask"] == self.ask:  # the usual case: not written twice (memory)
                 del rec["item"], rec["ask"]
             d["rec"] = rec
