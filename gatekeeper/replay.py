@@ -11,7 +11,8 @@ exactly as if the daemon had decided the line now). Then:
   the gatekeeper's ``gk.sig`` (``gatekeeper.verdicts``), as a line the daemon forwards; a done report that passes
   with an alert is forwarded flagged and its alert is raised;
 - a line that still fails is left where it is, or, with ``requeue_failed``, dead-lettered again (attempt raised, the
-  same ``gk.replayed.from.*`` headers; its alert, if it had one, is not raised twice);
+  same ``gk.replayed.from.*`` headers; its alert, if it had one, is not raised twice): the copy replaces the letter
+  (below), and at attempt ``max_attempts`` it is parked;
 - a line an earlier replay already forwarded (its stored decision is no longer a dead letter) is skipped: replaying
   the same range twice forwards nothing twice.
 
@@ -22,6 +23,28 @@ another (``record-used``). Replay never holds a line: a reply whose handoff is s
 The dead-letter topic is read by a plain consumer with manual assignment (no consumer group, nothing committed; the
 daemon's group is never touched), from the offsets found by time (``since``) up to the end offsets seen when the
 replay started (``until`` bounds it further), so records a requeue appends are never read again in the same run.
+
+**A requeue replaces a letter; it does not add one.** A line's letters (its ``Identity``: the input record named by
+``gk.original.topic``, ``gk.original.partition`` and ``gk.original.offset``) are the daemon's dead letter and each
+copy a requeue made; only the newest (``Copy``: the highest ``gk.attempt``, then the latest) is live. Before
+replaying, a first pass reads the topic from ``since`` to its end, past ``until`` (a copy is always newer than the
+letter it replaces, but may be past the selected range), and, for a copy of a route's dead-letter topic
+(``--from-topic`` with ``--route``), the route's dead-letter topic too (where its requeues go), and keeps the newest
+copy of each line. A selected letter that is not the newest is skipped as superseded, so running
+``--requeue-failed`` again and again keeps one live letter per line, its attempt rising (an earlier release's
+doubled copies collapse the same way, and so do a redelivery's duplicate dead letters). Attempts are bounded, as
+Spring's retry topics and Kafka Connect bound theirs: a line still failing when its copy would be attempt
+``max_attempts`` (``--max-attempts``, 5) is requeued once more as parked (``gk.parked: max-attempts``,
+``gk.parked.at``) and never again. A parked letter is skipped with a note unless ``include_parked``; replayed, it is
+forwarded if it passes now, and left where it is if it still fails.
+
+**Only the route's own letters.** Every letter's ``gk.original.*`` headers are checked against the route's real
+topics before it is decided (``check_original``): the route it names must be one whose dead letters go to the
+topic read (``owners``: a letter planted on route A's dead-letter topic naming route B is refused; ``--from-topic``
+names a route's dead-letter topic, or with ``--route`` a copy of that route's), its partition one of the route's
+input topic (a handoff indexed in a partition no instance sweeps would stay open past its ``exp=``, with no cancel
+and no alert), its offset below that partition's end, and the offset, timestamp and ``gk.attempt`` the decimal
+integers the gatekeeper writes. A letter that fails is skipped with the reason, and supersedes nothing.
 
 **Redis that lost its data stops a replay**, its dry run too, before anything is read: ``generation.require``, the
 daemon's rule (the marker missing while the group has committed offsets and no owner epoch is left). The marker is
@@ -36,8 +59,9 @@ finds the marker and forwards the line again (at-least-once, like the daemon).
 memory (``DryRunStore``), no marker is written and nothing is produced. The report says what would happen.
 
 Dead letters that cannot be replayed are counted as skipped with the reason: not a gatekeeper dead letter (no
-``gk.original.topic``), an input topic no configured route reads, ``outcome-too-large`` (the output topic could not
-hold the forwarded record), or a value that was omitted to fit the dead-letter topic.
+``gk.original.topic``), an input topic no configured route reads, a letter refused by the checks above, superseded
+or parked, ``outcome-too-large`` (the output topic could not hold the forwarded record), or a value that was omitted
+to fit the dead-letter topic.
 
 **A conversation whose state is gone** (expired after ``redis.retention_seconds``, or deleted) is said so plainly:
 its dead letters are decided as the first lines of a new conversation (a readback's handoff is unknown now, whatever
@@ -92,6 +116,12 @@ from gatekeeper.verdicts import signer_for
 from rwcore import Problem
 
 CHUNK = 100  # dead letters decided per batch (one Redis load and one save each)
+MAX_ATTEMPTS = 5  # --max-attempts: a line still failing at its fifth attempt is parked
+PARKED_HEADER = "gk.parked"  # on a letter requeued for the last time: why (PARKED_REASON)
+PARKED_AT_HEADER = "gk.parked.at"
+PARKED_REASON = "max-attempts"
+SUPERSEDED = "superseded: a newer copy of its line (a later requeue) is the one replayed"
+PARKED = "parked at its last attempt (gk.parked): replayed only with --include-parked"
 STATE_GONE = "its conversation has no state in Redis (expired after retention, or deleted): decided as a new one"
 REPLAYED_HEADERS = ("gk.replayed.from.topic", "gk.replayed.from.partition", "gk.replayed.from.offset", "gk.replayed.at")
 
@@ -136,6 +166,7 @@ class Status(enum.StrEnum):
     ALERTED = "alerted"  # passes now with an alert (a done report): forwarded flagged, alert raised
     STILL_FAILING = "still-failing"  # left on the dead-letter topic
     REQUEUED = "requeued"  # still failing, dead-lettered again with the attempt raised
+    PARKED = "parked"  # still failing at its last attempt: dead-lettered once more with gk.parked, never requeued
     ALREADY_FORWARDED = "already-forwarded"  # an earlier replay forwarded it
     SKIPPED = "skipped"  # cannot be replayed (see ``note``)
 
@@ -180,6 +211,8 @@ class ReplayReport:
     topic: str
     dry_run: bool
     requeue_failed: bool
+    max_attempts: int = MAX_ATTEMPTS
+    include_parked: bool = False
     lines: list[ReplayedLine] = field(default_factory=list)
     read: int = 0  # dead letters read in the range
     filtered: int = 0  # read but not selected (--reason, --conversation, another route)
@@ -194,14 +227,22 @@ class ReplayReport:
 
     @property
     def failing(self) -> int:
-        return self.count(Status.STILL_FAILING) + self.count(Status.REQUEUED)
+        return self.count(Status.STILL_FAILING) + self.count(Status.REQUEUED) + self.count(Status.PARKED)
 
-    def failing_by_reason(self) -> dict[str, int]:
-        """The lines that still fail, by reason; those whose conversation has no state are counted apart
-        (``state_gone``): their reason is the verdict on a conversation that starts with them, not the original's."""
+    @property
+    def superseded(self) -> int:
+        """Letters skipped because a newer copy of their line is the one replayed."""
+        return sum(1 for ln in self.lines if ln.status is Status.SKIPPED and ln.note == SUPERSEDED)
+
+    def failing_by_reason(
+        self, statuses: Collection[Status] = (Status.STILL_FAILING, Status.REQUEUED)
+    ) -> dict[str, int]:
+        """The lines that still fail (those left or requeued; ``statuses`` to choose), by reason; those whose
+        conversation has no state are counted apart (``state_gone``): their reason is the verdict on a conversation
+        that starts with them, not the original's."""
         out: dict[str, int] = {}
         for ln in self.lines:
-            if ln.status in (Status.STILL_FAILING, Status.REQUEUED) and not ln.state_gone:
+            if ln.status in statuses and not ln.state_gone:
                 key = ln.reason or "?"
                 out[key] = out.get(key, 0) + 1
         return dict(sorted(out.items(), key=lambda kv: (-kv[1], kv[0])))
@@ -209,7 +250,8 @@ class ReplayReport:
     @property
     def state_gone(self) -> int:
         """Lines that still fail and whose conversation had no state in Redis (expired after retention, deleted)."""
-        return sum(1 for ln in self.lines if ln.state_gone and ln.status in (Status.STILL_FAILING, Status.REQUEUED))
+        failing = (Status.STILL_FAILING, Status.REQUEUED, Status.PARKED)
+        return sum(1 for ln in self.lines if ln.state_gone and ln.status in failing)
 
     def skipped_by_note(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -231,8 +273,11 @@ class ReplayReport:
             "alerted": self.count(Status.ALERTED),
             "still_failing": self.count(Status.STILL_FAILING),
             "requeued": self.count(Status.REQUEUED),
+            "parked": self.count(Status.PARKED),
+            "max_attempts": self.max_attempts,
             "already_forwarded": self.count(Status.ALREADY_FORWARDED),
             "skipped": self.count(Status.SKIPPED),
+            "superseded": self.superseded,
             "failing_by_reason": self.failing_by_reason(),
             "state_gone": self.state_gone,
             "lines": [ln.to_dict() for ln in self.lines],
@@ -405,6 +450,11 @@ class Selection:
     limit: int | None = None  # at most this many dead letters replayed
 
 
+#: A line's identity across its dead letters: the input record they all came from (gk.original.topic, partition,
+#: offset). The daemon's dead letter and every requeued copy of it share it.
+Identity = tuple[str, int, int]
+
+
 @dataclass(slots=True)
 class _Item:
     dlq: tuple[str, int, int]
@@ -413,6 +463,34 @@ class _Item:
     route: Route | None
     conversation: str | None
     was: str | None
+    identity: Identity = ("", -1, -1)
+    attempt: int = 1  # its gk.attempt (0 when it has none)
+    parked: bool = False  # it carries gk.parked: requeued for the last time, never again
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Copy:
+    """Where one dead letter of a line is, ordered so that the newest copy is the greatest: the highest attempt,
+    then the latest (a duplicate of one attempt: a redelivery, or two copies an earlier release requeued)."""
+
+    attempt: int
+    timestamp: int
+    topic: str
+    partition: int
+    offset: int
+
+    @property
+    def coordinates(self) -> tuple[str, int, int]:
+        return (self.topic, self.partition, self.offset)
+
+
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A dead letter that cannot be replayed, and why (a note of the report)."""
+
+    note: str
+    route: str | None = None
+    was: str | None = None
 
 
 def _header(headers: Mapping[str, bytes], name: str) -> str | None:
@@ -430,6 +508,57 @@ def _int(text: str | None, default: int) -> int:
         return int(text) if text is not None else default
     except ValueError:
         return default
+
+
+_NUMBER = {
+    "partition": re.compile(r"[0-9]{1,10}"),
+    "offset": re.compile(r"[0-9]{1,19}"),
+    "timestamp": re.compile(r"-1|[0-9]{1,19}"),  # -1: the input record had none
+    "attempt": re.compile(r"[1-9][0-9]{0,9}"),
+}
+
+
+def well_formed(kind: str, raw: bytes | None) -> int | None:
+    """A ``gk.original.partition`` / ``.offset`` / ``.timestamp`` or ``gk.attempt`` header's value as the gatekeeper
+    writes it (ASCII decimal digits, no sign, space or underscore; -1 only for a timestamp; an attempt from 1), as
+    an int; None for anything else (``int()`` alone would take `` 7``, ``0_7``, ``+7`` or other scripts' digits)."""
+    if raw is None:
+        return None
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    return int(text) if _NUMBER[kind].fullmatch(text) else None
+
+
+def check_original(
+    headers: Mapping[str, bytes], route: str, partitions: Mapping[int, int]
+) -> tuple[int, int, int] | str:
+    """A dead letter's ``gk.original.*`` and ``gk.attempt`` headers against its route's input topic as it is now
+    (``partitions``: partition -> end offset): (partition, offset, attempt), or why the letter is refused. A real
+    dead letter names a partition of the input topic and an offset below its end, in well-formed integers; one that
+    does not was written by something else (a handoff indexed in a partition no instance sweeps would stay open past
+    its deadline, with no cancel and no alert)."""
+    raw = headers.get("gk.original.partition")
+    partition = well_formed("partition", raw)
+    if partition is None or partition not in partitions:
+        shown = "missing" if raw is None else repr(raw.decode("utf-8", "replace"))[:40]
+        return f"gk.original.partition {shown} is not a partition of {route} (refused)"
+    raw = headers.get("gk.original.offset")
+    offset = well_formed("offset", raw)
+    if offset is None or offset >= partitions[partition]:
+        shown = "missing" if raw is None else repr(raw.decode("utf-8", "replace"))[:40]
+        return f"gk.original.offset {shown} is not an offset of {route} (refused)"
+    raw = headers.get("gk.original.timestamp")  # optional: trimmed from a dead letter that had to fit
+    if raw is not None and well_formed("timestamp", raw) is None:
+        return f"gk.original.timestamp {repr(raw.decode('utf-8', 'replace'))[:40]} is not a timestamp (refused)"
+    raw = headers.get("gk.attempt")
+    if raw is None:
+        return partition, offset, 0
+    attempt = well_formed("attempt", raw)
+    if attempt is None:
+        return f"gk.attempt {repr(raw.decode('utf-8', 'replace'))[:40]} is not an attempt (refused)"
+    return partition, offset, attempt
 
 
 class Replayer:
@@ -454,14 +583,36 @@ class Replayer:
         self._keys: KeyRing | None = None  # the agents' public keys, read at the first sender_auth route's line
 
     def source_topic(self, route: str | None, from_topic: str | None) -> tuple[str, Route | None]:
-        """The dead-letter topic to read, and the route it is limited to (``--route``)."""
-        if (route is None) == (from_topic is None):
-            raise ReplayError("give exactly one of --route ROUTE or --from-topic TOPIC")
-        if route is not None:
-            r = self.settings.route(route)  # ConfigError: unknown route, with the known ones
+        """The dead-letter topic to read, and the route it is limited to (``--route``). ``--from-topic`` alone names
+        a route's dead-letter topic; with ``--route`` too, a copy of that route's (an archive): a topic that is no
+        route's dead-letter topic is refused without ``--route`` (whose letters it holds is what lets a letter
+        naming another route be refused), and so is ``--route`` with another route's dead-letter topic."""
+        if route is None and from_topic is None:
+            raise ReplayError(
+                "give --route ROUTE (its dead-letter topic), --from-topic TOPIC (a route's dead-letter topic), or "
+                "both (TOPIC a copy of ROUTE's dead-letter topic)"
+            )
+        r = None if route is None else self.settings.route(route)  # ConfigError: unknown route, with the known ones
+        if from_topic is None:
+            assert r is not None
             return r.dead_letter, r
-        assert from_topic is not None
-        return from_topic, None
+        owners = [o.input for o in self.settings.routes if o.dead_letter == from_topic]
+        if r is None and not owners:
+            raise ReplayError(
+                f"{from_topic} is no configured route's dead-letter topic: for a copy of one (an archive), name the "
+                "route whose dead letters it holds with --route ROUTE"
+            )
+        if r is not None and owners and r.input not in owners:
+            raise ReplayError(f"{from_topic} is the dead-letter topic of {', '.join(owners)}, not of {r.input}")
+        return from_topic, r
+
+    def owners(self, topic: str, only: Route | None) -> tuple[Route, ...]:
+        """The routes whose dead letters ``topic`` holds: the routes whose dead-letter topic it is, or, for a copy
+        (``--from-topic`` with ``--route``), the route named. A letter naming any other route is refused."""
+        found = tuple(r for r in self.settings.routes if r.dead_letter == topic)
+        if found:
+            return found
+        return () if only is None else (only,)
 
     async def run(
         self,
@@ -471,18 +622,29 @@ class Replayer:
         selection: Selection = Selection(),
         dry_run: bool = False,
         requeue_failed: bool = False,
+        max_attempts: int = MAX_ATTEMPTS,
+        include_parked: bool = False,
         progress: Callable[[int, int], None] | None = None,
     ) -> ReplayReport:
         """Replay the selected dead letters. ``progress(done, total)`` is called as records are read (``total`` is
-        the number of records in the offset range). Raises ``ReplayError`` / ``ConfigError`` before anything is
-        changed, ``DataLost`` when Redis lost its data (``generation.require``: before anything is changed, or as
-        soon as the marker goes), ``KafkaUnavailable`` / ``StoreError`` when a service fails (what was acknowledged
-        stays done; run it again to finish)."""
+        the number of records in the offset ranges: the index's and the replay's). Raises ``ReplayError`` /
+        ``ConfigError`` before anything is changed, ``DataLost`` when Redis lost its data (``generation.require``:
+        before anything is changed, or as soon as the marker goes), ``KafkaUnavailable`` / ``StoreError`` when a
+        service fails (what was acknowledged stays done; run it again to finish)."""
         if not self.settings.routes:
             raise ConfigError("routes: no route configured; there is nothing to replay into")
+        if max_attempts < 1:
+            raise ReplayError(f"--max-attempts {max_attempts}: at least 1")
         topic, only = self.source_topic(route, from_topic)
+        owners = self.owners(topic, only)
         signer_for(self.settings.signing)  # a signing key that cannot be read: refused before anything is changed
-        report = ReplayReport(topic=topic, dry_run=dry_run, requeue_failed=requeue_failed)
+        report = ReplayReport(
+            topic=topic,
+            dry_run=dry_run,
+            requeue_failed=requeue_failed,
+            max_attempts=max_attempts,
+            include_parked=include_parked,
+        )
         from gatekeeper.consumers.deciding import route_policy
         from gatekeeper.generation import refusal, require
         from gatekeeper.redis_store import RedisStore
@@ -506,14 +668,27 @@ class Replayer:
                     # after a loss: refused before anything is read, decided or written; the marker pinned, so a
                     # loss while this runs stops it at its next load or save
                     await require(self.settings, real_store, pin=True, timeout=self._timeout)
-                ranges = await self._ranges(consumer, topic, selection)
+                inputs = await self._inputs(consumer, owners)
+                ranges, whole = await self._ranges(consumer, topic, selection)
+                scans = {topic: whole}
+                for t in sorted({o.dead_letter for o in owners} - {topic}):  # a copy's letters are requeued there
+                    scans[t] = (await self._ranges(consumer, t, Selection(since=selection.since)))[1]
                 total = sum(end - start for start, end in ranges.values())
+                total += sum(end - start for r in scans.values() for start, end in r.values())
                 if progress is not None:
                     progress(0, total)
+                done = 0
+                index: dict[Identity, Copy] = {}
+                for t, r in scans.items():
+                    async for chunk in self._read(consumer, t, r):
+                        for rec in chunk:
+                            self._index(index, t, rec, owners, inputs)
+                        done += len(chunk)
+                        if progress is not None:
+                            progress(done, total)
                 if not dry_run and total:
                     await self._start(sender)
                     started = True
-                done = 0
                 async for chunk in self._read(consumer, topic, ranges):
                     items: list[_Item] = []
                     for rec in chunk:
@@ -521,18 +696,28 @@ class Replayer:
                         report.read += 1
                         if report.limited:
                             continue
-                        item = self._item(topic, rec, only, report)
+                        item = self._item(topic, rec, only, owners, inputs, report)
                         if item is None:
                             continue
                         if not self._selected(item, selection):
                             report.filtered += 1
+                            continue
+                        if self._passed_over(item, index, include_parked, report):
                             continue
                         if selection.limit is not None and self._counted(report, items) >= selection.limit:
                             report.limited = True
                             continue
                         items.append(item)
                     await self._replay_items(
-                        items, processors, store, sender if started else None, markers, report, dry_run, requeue_failed
+                        items,
+                        processors,
+                        store,
+                        sender if started else None,
+                        markers,
+                        report,
+                        dry_run,
+                        requeue_failed,
+                        max_attempts,
                     )
                     if progress is not None:
                         progress(done, total)
@@ -552,10 +737,34 @@ class Replayer:
     def _counted(report: ReplayReport, pending: Sequence[_Item]) -> int:
         return sum(1 for ln in report.lines if ln.status is not Status.SKIPPED) + len(pending)
 
+    @staticmethod
+    def _passed_over(item: _Item, index: Mapping[Identity, Copy], include_parked: bool, report: ReplayReport) -> bool:
+        """Whether a selected letter is skipped: a newer copy of its line is on the topics (only the newest is
+        replayed, so a requeue replaces a letter rather than adds one), or it is parked (``include_parked`` not
+        set)."""
+        live = index.get(item.identity)
+        note = None
+        if live is not None and live.coordinates != item.dlq:
+            note = SUPERSEDED
+        elif item.parked and not include_parked:
+            note = PARKED
+        if note is None:
+            return False
+        assert item.route is not None
+        line = ReplayedLine(
+            *item.dlq, status=Status.SKIPPED, route=item.route.input, conversation=item.conversation, was=item.was
+        )
+        report.lines.append(dataclasses.replace(line, note=note))
+        return True
+
     # ------------------------------------------------------------ reading
 
-    async def _ranges(self, consumer: Any, topic: str, sel: Selection) -> dict[Any, tuple[int, int]]:
-        """Per partition: the first offset to read and the end (exclusive), fixed when the replay starts."""
+    async def _ranges(
+        self, consumer: Any, topic: str, sel: Selection
+    ) -> tuple[dict[Any, tuple[int, int]], dict[Any, tuple[int, int]]]:
+        """Per partition, the first offset to read and the end (exclusive), fixed when the replay starts: the
+        replay's range (``since`` to ``until``), and the whole range from ``since`` to the end (the index's: a
+        newer copy of a selected letter may be past ``until``, never before the letter it replaces)."""
         from aiokafka import TopicPartition
 
         from gatekeeper.admin import _bounded
@@ -577,6 +786,7 @@ class Replayer:
                 "finding offsets by time",
             )
             ranges = {tp: ((found[tp].offset if found.get(tp) is not None else e), e) for tp, (s, e) in ranges.items()}
+        whole = {tp: (s, max(s, e)) for tp, (s, e) in ranges.items()}
         if sel.until is not None:
             found = await _bounded(
                 consumer.offsets_for_times({tp: int(sel.until * 1000) + 1 for tp in tps}),
@@ -587,7 +797,27 @@ class Replayer:
             ranges = {
                 tp: (s, min(e, found[tp].offset) if found.get(tp) is not None else e) for tp, (s, e) in ranges.items()
             }
-        return {tp: (s, max(s, e)) for tp, (s, e) in ranges.items()}
+        return {tp: (s, max(s, e)) for tp, (s, e) in ranges.items()}, whole
+
+    async def _inputs(self, consumer: Any, owners: Sequence[Route]) -> dict[str, dict[int, int]]:
+        """Per route whose letters may be replayed: its input topic's partitions and their end offsets now (a
+        topic that does not exist has none), what a real dead letter's ``gk.original.*`` can name."""
+        from aiokafka import TopicPartition
+
+        from gatekeeper.admin import _bounded
+
+        kafka = self.settings.kafka
+        out: dict[str, dict[int, int]] = {}
+        for r in owners:
+            try:
+                parts = await topic_partitions(consumer, kafka, r.input, self._timeout)
+            except TopicError:
+                out[r.input] = {}
+                continue
+            tps = [TopicPartition(r.input, p) for p in parts]
+            end = await _bounded(consumer.end_offsets(tps), self._timeout, kafka, "reading offsets")
+            out[r.input] = {tp.partition: int(end[tp]) for tp in tps}
+        return out
 
     async def _read(self, consumer: Any, topic: str, ranges: Mapping[Any, tuple[int, int]]) -> Any:
         """The records of the ranges, partition by partition, in chunks of up to ``CHUNK``."""
@@ -618,38 +848,90 @@ class Replayer:
                         f"{position} within {self._timeout:g}s (the range ends at {end})"
                     )
 
-    def _item(self, topic: str, rec: Any, only: Route | None, report: ReplayReport) -> _Item | None:
+    def _letter(
+        self, topic: str, rec: Any, only: Route | None, owners: Sequence[Route], inputs: Mapping[str, Mapping[int, int]]
+    ) -> _Item | _Refused | None:
+        """One dead-letter record read: an item, why it is refused, or None when it is another route's on a shared
+        topic (not selected). Refused: no ``gk.original.topic``; a topic no configured route reads; a route whose
+        dead letters do not go to this topic (``owners``: a letter planted on route A's dead-letter topic naming
+        route B); ``gk.original.*`` or ``gk.attempt`` that no real dead letter of the route carries
+        (``check_original``)."""
         headers = {str(k): bytes(v) if v is not None else b"" for k, v in (rec.headers or ())}
         coords = (topic, rec.partition, rec.offset)
         was = _header(headers, "gk.reason")
         original = _header(headers, "gk.original.topic")
-
-        def skip(note: str, route: str | None = None) -> None:
-            report.lines.append(ReplayedLine(*coords, status=Status.SKIPPED, route=route, was=was, note=note))
-
         if original is None:
-            skip("not a gatekeeper dead letter (no gk.original.topic)")
-            return None
-        if only is not None and original != only.input:
-            report.filtered += 1  # another route's dead letter on a shared topic
-            return None
+            return _Refused("not a gatekeeper dead letter (no gk.original.topic)", None, was)
         try:
             route = self.settings.route(original)
         except ConfigError:
-            skip(f"no configured route reads {original}")
-            return None
-        if was == OUTCOME_TOO_LARGE:
-            skip("outcome-too-large: its output topic cannot hold the forwarded record", route.input)
-            return None
-        if "gk.value.omitted" in headers:
-            skip("its value was omitted to fit the dead-letter topic; re-send it from the input", route.input)
-            return None
+            return _Refused(f"no configured route reads {original}", None, was)
+        if all(o.input != route.input for o in owners):
+            return _Refused(
+                f"it names route {route.input}, whose dead letters do not go to {topic} (refused)", None, was
+            )
+        if only is not None and route.input != only.input:
+            return None  # another route's dead letter on a shared topic
+        checked = check_original(headers, route.input, inputs.get(route.input, {}))
+        if isinstance(checked, str):
+            return _Refused(checked, route.input, was)
+        partition, offset, attempt = checked
         from gatekeeper.consumers.intake import conversation_of
 
         conversation = conversation_of(rec.key, headers.items(), route.conversation_header)
         if conversation is None:
             conversation = _header(headers, "gk.conversation")
-        return _Item(coords, rec, headers, route, conversation, was)
+        parked = PARKED_HEADER in headers
+        return _Item(coords, rec, headers, route, conversation, was, (route.input, partition, offset), attempt, parked)
+
+    def _item(
+        self,
+        topic: str,
+        rec: Any,
+        only: Route | None,
+        owners: Sequence[Route],
+        inputs: Mapping[str, Mapping[int, int]],
+        report: ReplayReport,
+    ) -> _Item | None:
+        """A dead letter to replay, or None: skipped (the report says why) or not selected (counted)."""
+        got = self._letter(topic, rec, only, owners, inputs)
+        if got is None:
+            report.filtered += 1
+            return None
+        if isinstance(got, _Refused):
+            line = ReplayedLine(topic, rec.partition, rec.offset, status=Status.SKIPPED, route=got.route, was=got.was)
+            report.lines.append(dataclasses.replace(line, note=got.note))
+            return None
+        assert got.route is not None
+        note = None
+        if got.was == OUTCOME_TOO_LARGE:
+            note = "outcome-too-large: its output topic cannot hold the forwarded record"
+        elif "gk.value.omitted" in got.headers:
+            note = "its value was omitted to fit the dead-letter topic; re-send it from the input"
+        if note is not None:
+            line = ReplayedLine(*got.dlq, status=Status.SKIPPED, route=got.route.input, was=got.was)
+            report.lines.append(dataclasses.replace(line, note=note))
+            return None
+        return got
+
+    def _index(
+        self,
+        index: dict[Identity, Copy],
+        topic: str,
+        rec: Any,
+        owners: Sequence[Route],
+        inputs: Mapping[str, Mapping[int, int]],
+    ) -> None:
+        """Note one dead-letter record in the index of the newest copy of each line (letters that cannot be
+        replayed are left out: a refused letter supersedes nothing)."""
+        got = self._letter(topic, rec, None, owners, inputs)
+        if not isinstance(got, _Item):
+            return
+        ts = rec.timestamp if isinstance(rec.timestamp, int) else -1
+        copy = Copy(got.attempt, ts, topic, rec.partition, rec.offset)
+        known = index.get(got.identity)
+        if known is None or copy > known:
+            index[got.identity] = copy
 
     @staticmethod
     def _selected(item: _Item, sel: Selection) -> bool:
@@ -673,6 +955,7 @@ class Replayer:
         report: ReplayReport,
         dry_run: bool,
         requeue_failed: bool,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> None:
         """Decide the items (grouped by route, in order) and produce their outcomes (``sender`` None: a dry run, or
         nothing to replay)."""
@@ -699,7 +982,7 @@ class Replayer:
                     it.record.value or b"",
                     first_seen=0.0,
                     replay=True,
-                    partition=_int(_header(it.headers, "gk.original.partition"), 0),
+                    partition=it.identity[1],
                     sender=self._proof(it),
                 )
                 for it in group
@@ -709,16 +992,18 @@ class Replayer:
             results: list[ReplayedLine] = []
             for it, d in zip(group, decisions, strict=True):
                 resend = mark_of.get(id(it)) in unfinished
-                line, outcomes = self._outcome(it, d, now, dry_run, requeue_failed, resend)
+                line, outcomes = self._outcome(it, d, now, dry_run, requeue_failed, resend, max_attempts)
                 if it.conversation in gone:
-                    line = dataclasses.replace(line, state_gone=True, note=STATE_GONE)
+                    note = STATE_GONE if line.note is None else f"{STATE_GONE}; {line.note}"
+                    line = dataclasses.replace(line, state_gone=True, note=note)
                 results.append(line)
                 for o in outcomes:
                     # room for the replay's headers, which a trimmed outcome gets again
                     fitted = (sender or self._fitter).fit(o, headroom=512)
                     if fitted is not None:
-                        if fitted.level:
-                            fitted = msgspec.structs.replace(fitted, headers=fitted.headers + _replayed(it, now))
+                        if fitted.level:  # rendered again from its draft: the replay's headers are added again
+                            extra = _extra(fitted.kind, it, now, parked=_is_parked(o))
+                            fitted = msgspec.structs.replace(fitted, headers=fitted.headers + extra)
                         sends.append((len(results) - 1, Send(fitted, route.input)))
             if sender is not None and sends:
                 await self._produce(sender, [s for _, s in sends])
@@ -745,7 +1030,14 @@ class Replayer:
         return {c for c in conversations if not self._had_state[(route, c)]}
 
     def _outcome(
-        self, it: _Item, d: Decision, now: float, dry_run: bool, requeue: bool, resend: bool
+        self,
+        it: _Item,
+        d: Decision,
+        now: float,
+        dry_run: bool,
+        requeue: bool,
+        resend: bool,
+        max_attempts: int = MAX_ATTEMPTS,
     ) -> tuple[ReplayedLine, list[Outcome]]:
         assert it.route is not None
         msg = d.message
@@ -779,6 +1071,8 @@ class Replayer:
             line = dataclasses.replace(base, reason=reason, problems=d.problems)
             if not requeue:
                 return line, []
+            if it.parked:  # requeued for the last time already: it stays where it is
+                return dataclasses.replace(line, note="parked: never requeued again"), []
             built = build(
                 msgspec.structs.replace(d, raise_alert=False),
                 source,
@@ -787,7 +1081,11 @@ class Replayer:
                 sensitive=sensitive,
                 now=now,
             )
-            outcomes = [] if dry_run else [_with_replayed(o, it, now) for o in built]
+            park = source.attempt >= max_attempts  # the copy's attempt: the line failed that many times
+            outcomes = [] if dry_run else [_with_replayed(o, it, now, parked=park) for o in built]
+            if park:
+                why = f"parked at attempt {source.attempt} (--max-attempts {max_attempts}): never requeued again"
+                return dataclasses.replace(line, status=Status.PARKED, note=why), outcomes
             return dataclasses.replace(line, status=Status.REQUEUED), outcomes
         status = Status.ALERTED if d.alerts else Status.FORWARDED
         reason = d.reason.value if d.reason is not None and d.alerts else None
@@ -865,13 +1163,24 @@ def _replayed(it: _Item, now: float) -> tuple[tuple[str, bytes], ...]:
     )
 
 
-def _with_replayed(o: Outcome, it: _Item, now: float) -> Outcome:
-    """The replay's headers on an outcome: where it was replayed from, and (on a forwarded record; a dead letter
-    has it already) ``gk.attempt``, one more than the dead letter's."""
+def _extra(kind: OutcomeKind, it: _Item, now: float, *, parked: bool = False) -> tuple[tuple[str, bytes], ...]:
+    """The replay's headers on an outcome: where it was replayed from; on a forwarded record (a dead letter has it
+    already) ``gk.attempt``, one more than the dead letter's; on a requeued letter at its last attempt
+    ``gk.parked`` (why: ``max-attempts``) and ``gk.parked.at``."""
     extra = _replayed(it, now)
-    if o.kind is OutcomeKind.OUTPUT:
+    if kind is OutcomeKind.OUTPUT:
         extra = (*extra, ("gk.attempt", str(next_attempt(tuple(it.headers.items()))).encode()))
-    return msgspec.structs.replace(o, headers=o.headers + extra)
+    elif kind is OutcomeKind.DEAD_LETTER and parked:
+        extra = (*extra, (PARKED_HEADER, PARKED_REASON.encode()), (PARKED_AT_HEADER, iso(now).encode()))
+    return extra
+
+
+def _with_replayed(o: Outcome, it: _Item, now: float, *, parked: bool = False) -> Outcome:
+    return msgspec.structs.replace(o, headers=o.headers + _extra(o.kind, it, now, parked=parked))
+
+
+def _is_parked(o: Outcome) -> bool:
+    return any(k == PARKED_HEADER for k, _ in o.headers)
 
 
 def summary_rows(report: ReplayReport) -> list[tuple[str, int]]:
@@ -884,6 +1193,8 @@ def summary_rows(report: ReplayReport) -> list[tuple[str, int]]:
     left = "requeued" if report.requeue_failed else "left on the dead-letter topic"
     for reason, n in report.failing_by_reason().items():
         rows.append((f"still failing ({left}): {reason}", n))
+    for reason, n in report.failing_by_reason((Status.PARKED,)).items():
+        rows.append((f"still failing at attempt {report.max_attempts}, parked (never requeued again): {reason}", n))
     if report.state_gone:
         rows.append(
             (f"still failing ({left}): its conversation has no state in Redis (expired or deleted)", report.state_gone)
@@ -903,8 +1214,16 @@ def replayed_headers(headers: Iterable[tuple[str, bytes]]) -> dict[str, str]:
 
 
 __all__ = [
+    "MAX_ATTEMPTS",
+    "PARKED",
+    "PARKED_AT_HEADER",
+    "PARKED_HEADER",
+    "PARKED_REASON",
     "REPLAYED_HEADERS",
+    "SUPERSEDED",
+    "Copy",
     "DryRunStore",
+    "Identity",
     "Markers",
     "MemoryMarkers",
     "RedisMarkers",
@@ -914,7 +1233,9 @@ __all__ = [
     "Replayer",
     "Selection",
     "Status",
+    "check_original",
     "parse_when",
     "replayed_headers",
     "summary_rows",
+    "well_formed",
 ]

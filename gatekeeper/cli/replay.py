@@ -22,7 +22,16 @@ from gatekeeper.cli.common import (
     settings_from,
 )
 from gatekeeper.masking import Masker
-from gatekeeper.replay import Replayer, ReplayError, ReplayReport, Selection, Status, parse_when, summary_rows
+from gatekeeper.replay import (
+    MAX_ATTEMPTS,
+    Replayer,
+    ReplayError,
+    ReplayReport,
+    Selection,
+    Status,
+    parse_when,
+    summary_rows,
+)
 
 EPILOG = """\
 [bold]Examples[/bold]
@@ -40,9 +49,9 @@ EPILOG = """\
 
     [cyan]gatekeeper replay -r agents.pay --conversation c-17 --since 2026-10-01 --until 1h --requeue-failed[/cyan]
 
-  A copy of a dead-letter topic (each record's route comes from its gk.original.topic header):
+  A copy of a route's dead-letter topic (an archive): name the route whose dead letters it holds:
 
-    [cyan]gatekeeper replay --from-topic agents.pay.dlq.archive --limit 100[/cyan]
+    [cyan]gatekeeper replay --from-topic agents.pay.dlq.archive --route agents.pay --limit 100[/cyan]
 
 Each dead letter is decided again, with the current records and conversation state, at the current time. What
 passes now goes to its route's output topic with [cyan]gk.replayed.from.topic/partition/offset[/cyan],
@@ -51,6 +60,18 @@ is dead-lettered again). A second replay of the same range forwards nothing twic
 of a failed readback, a handoff whose approval is bound to another stay held. A dead letter whose conversation has
 no state left in Redis (expired after redis.retention_seconds, or deleted) is decided as the first line of a new
 conversation: the report says so ("its conversation has no state in Redis") rather than give a new reason.
+
+[bold]A requeue replaces a letter, it does not add one.[/bold] The letters of one line (its input record: the
+gk.original.topic, partition and offset headers) are its dead letter and each requeued copy; only the newest (the
+highest gk.attempt) is replayed, the others are skipped as superseded (found from --since to the end of the topic,
+past --until: a copy is always newer than what it replaces). A line still failing at attempt --max-attempts (5) is
+requeued once more with [cyan]gk.parked: max-attempts[/cyan] and never again; replay skips parked letters
+(counted) unless --include-parked, and a parked letter that still fails stays where it is.
+
+[bold]Letters that are not the route's are refused[/bold] (skipped, with the reason): one naming a route whose dead
+letters do not go to the topic read (a letter planted on route A's dead-letter topic naming route B), a
+gk.original.partition that is not a partition of the route's input topic, an offset at or past its end, or
+gk.original.* and gk.attempt values that are not the integers the gatekeeper writes.
 
 [bold]After a data loss[/bold] (Redis restarted empty or flushed while the daemon's consumer group has committed
 offsets), replay refuses before reading anything, its dry run too (exit 3), until
@@ -72,7 +93,11 @@ def replay(
     ] = None,
     from_topic: Annotated[
         str | None,
-        typer.Option("--from-topic", metavar="TOPIC", help="Replay this topic instead (routes: gk.original.topic)."),
+        typer.Option(
+            "--from-topic",
+            metavar="TOPIC",
+            help="Replay this topic instead: a route's dead-letter topic, or with --route a copy of that route's.",
+        ),
     ] = None,
     since: Annotated[
         str | None, typer.Option("--since", metavar="TIME", help="Only lines dead-lettered at or after TIME.")
@@ -93,7 +118,22 @@ def replay(
     ] = False,
     requeue_failed: Annotated[
         bool,
-        typer.Option("--requeue-failed", help="Dead-letter what still fails again (attempt raised), not leave it."),
+        typer.Option(
+            "--requeue-failed",
+            help="Dead-letter what still fails again (attempt raised, replacing the letter), not leave it.",
+        ),
+    ] = False,
+    max_attempts: Annotated[
+        int,
+        typer.Option(
+            "--max-attempts",
+            min=1,
+            metavar="N",
+            help="With --requeue-failed: a line still failing at attempt N is parked (gk.parked), not requeued again.",
+        ),
+    ] = MAX_ATTEMPTS,
+    include_parked: Annotated[
+        bool, typer.Option("--include-parked", help="Replay parked letters too (skipped otherwise).")
     ] = False,
     details: Annotated[bool, typer.Option("--details", help="List every replayed line, not only the summary.")] = False,
     unmasked: Annotated[
@@ -125,7 +165,9 @@ def replay(
             replayer.source_topic(route, from_topic)
         except ReplayError as exc:
             fail(str(exc), EXIT_USAGE)
-    report = _run_with_progress(replayer, route, from_topic, selection, dry_run, requeue_failed, quiet=as_json)
+    report = _run_with_progress(
+        replayer, route, from_topic, selection, dry_run, requeue_failed, max_attempts, include_parked, quiet=as_json
+    )
     if not unmasked:
         report = masked(report, sensitive_slots(settings))
     if as_json:
@@ -152,6 +194,8 @@ def _run_with_progress(
     selection: Selection,
     dry_run: bool,
     requeue_failed: bool,
+    max_attempts: int,
+    include_parked: bool,
     quiet: bool,
 ) -> ReplayReport:
     from rich.console import Console
@@ -181,6 +225,8 @@ def _run_with_progress(
                     selection=selection,
                     dry_run=dry_run,
                     requeue_failed=requeue_failed,
+                    max_attempts=max_attempts,
+                    include_parked=include_parked,
                     progress=advance,
                 )
             )
@@ -208,7 +254,7 @@ def print_report(report: ReplayReport, details: bool = False) -> None:
                 why = "no state in Redis for its conversation (expired after retention, or deleted)"
                 if ln.reason:
                     why += f"; decided as new: {ln.reason}"
-            elif ln.problems and ln.status in (Status.STILL_FAILING, Status.REQUEUED):
+            elif ln.problems and ln.status in (Status.STILL_FAILING, Status.REQUEUED, Status.PARKED):
                 why = f"{why}: {ln.problems[0].message}"
             lines.add_row(where, ln.conversation or "-", f"{ln.type or '?'} {ln.id or '?'}", ln.was or "-", now, why)
         out.print(lines)

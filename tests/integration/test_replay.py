@@ -214,10 +214,12 @@ async def test_replay_errors_are_one_line(
 
     unknown = await _cli("replay", "-r", "nope", "-c", str(config))
     assert one_line(unknown) and unknown.exit_code == 2 and "unknown route 'nope'" in unknown.stderr
-    missing = await _cli("replay", "--from-topic", "gk-no-such-topic", "--timeout", "1", "-c", str(config))
+    missing = await _cli("replay", "-r", "in", "--from-topic", "gk-no-such-topic", "--timeout", "1", "-c", str(config))
     assert one_line(missing) and missing.exit_code == 2 and "gk-no-such-topic does not exist" in missing.stderr
-    both = await _cli("replay", "-r", "in", "--from-topic", "x", "-c", str(config))
-    assert one_line(both) and both.exit_code == 2 and "exactly one of" in both.stderr
+    archive = await _cli("replay", "--from-topic", "x", "-c", str(config))  # whose letters it holds is not said
+    assert one_line(archive) and archive.exit_code == 2 and "x is no configured route's dead-letter" in archive.stderr
+    neither = await _cli("replay", "-c", str(config))
+    assert one_line(neither) and neither.exit_code == 2 and "give --route ROUTE" in neither.stderr
     bad_time = await _cli("replay", "-r", "in", "--since", "yesterday", "-c", str(config))
     assert one_line(bad_time) and bad_time.exit_code == 2 and "2h" in bad_time.stderr
     empty = await _cli("replay", "-r", "in", "-c", str(config))

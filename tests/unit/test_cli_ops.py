@@ -219,7 +219,7 @@ def test_no_route_configured_exits_2(tmp_path: Path) -> None:
 def test_bad_options_are_usage_errors(config: Path) -> None:
     one_error(cli("topics", "create", "--set", "retention.ms", "-c", str(config)), 2, "KEY=VALUE")
     one_error(cli("replay", "-r", "agents.pay", "--until", "soon", "-c", str(config)), 2, "--since/--until")
-    one_error(cli("replay", "-c", str(config)), 2, "exactly one of --route ROUTE or --from-topic TOPIC")
+    one_error(cli("replay", "-c", str(config)), 2, "give --route ROUTE (its dead-letter topic), --from-topic TOPIC")
 
 
 def test_gk_environment_variables_are_honoured(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
