@@ -68,7 +68,8 @@ GET_EPILOG = """\
   [cyan]gatekeeper records get inv:MD-2026-057[/cyan]              every ask of the item
   [cyan]gatekeeper records get inv:MD-2026-057 --ask PAY --json[/cyan]
 
-Shows each record with its exec binding (the handoff it is bound to, [cyan]<conversation>/<HO id>[/cyan]).
+Shows each record with its exec binding: the handoff it is bound to,
+[cyan]<route>/<conversation>/<HO id>#<line digest>@<bound at, epoch seconds>[/cyan].
 Sensitive values (acct, prev, addr, and those the configured routes' profiles list) are masked as everywhere
 else ([cyan]acct=****2938[/cyan]); [cyan]--unmasked[/cyan] shows them in full, e.g. to compare with the approving
 system. Exit status 1 when there is no record.

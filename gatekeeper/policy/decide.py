@@ -732,6 +732,18 @@ class _Decider:
             problems.append(
                 _p("clearance-closed", f"the handoff {ho.id} is closed, cancelled or superseded", "clearance", "re")
             )
+        if ho_entry.cleared_by is not None and ho_entry.cleared_by != rb.id:
+            problems.append(  # one approval, one act: a second statement of the same handoff is never cleared
+                _p(
+                    "clearance-second-statement",
+                    f"the handoff {ho.id} was already cleared for the statement {ho_entry.cleared_by}: one "
+                    "clearance per handoff (answering the same readback again is allowed)",
+                    "clearance",
+                    "re",
+                    ho_entry.cleared_by,
+                    rb.id,
+                )
+            )
         if an.from_ != ho.from_ or an.to != ho.to:
             problems.append(
                 _p(

@@ -551,3 +551,19 @@ def test_a_binding_written_by_an_earlier_release_is_released_as_written() -> Non
     w.bindings[KEY] = "c1/scheduler-1"
     assert w.send("RW1 UN payer-1 re=scheduler-1 p=pay from=payer to=scheduler why=BUSY").forwarded
     assert KEY not in w.bindings
+
+
+def test_a_second_statement_of_a_cleared_handoff_is_not_cleared() -> None:
+    """A restarted act tool states the same handoff again (another readback); the sender, or a copy of its answer,
+    clears it: one approval, one act, so only the first statement cleared stands. The same readback answered again
+    is still allowed (a clearance whose first record was lost)."""
+    w = pay_world()
+    for line in (HO, RB, AN):
+        assert w.send(line).verdict is Verdict.FORWARD
+    again = w.send(AN.replace("scheduler-2", "scheduler-7"))
+    assert again.verdict is Verdict.FORWARD and again.clears is not None
+    rb2 = RB.replace("payer-1", "payer-9", 1)
+    assert w.send(rb2).verdict is Verdict.FORWARD
+    second = w.send(AN.replace("scheduler-2", "scheduler-8").replace("re=payer-1", "re=payer-9"))
+    assert (second.verdict, second.reason) == (Verdict.DEAD_LETTER, Reason.CLEARANCE)
+    assert codes(second) == ["clearance-second-statement"]
