@@ -49,13 +49,23 @@ The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partiti
 lines name, and the entries of the ids those point to (the closure ``policy.state.wanted_fields`` computes in
 Python, here in Lua, next to the data). It writes only the entries that changed (the fields and the header, the
 collection of what is older than the retention, the TTLs), together with its binding changes and its lifecycle index
-entries. On a single Redis each is **one script call for the whole batch** (``_LOAD_BATCH``, ``_COMMIT_BATCH``):
-two round trips a batch, and the writes atomic. On a Redis Cluster a script may only touch one slot, so the same
+entries. On a single Redis each is **one script call for the whole batch** (``_LOAD_BATCH``, ``_COMMIT_BATCH``;
+the load's records are read by an ``MGET`` on the same pipeline, see "Key spaces"): two round trips a batch, and the
+writes atomic. On a Redis Cluster a script may only touch one slot, so the same
 Lua functions run once per conversation, binding and index bucket (``_LOAD``, ``_CAS``, ``_SAVE``, ``_INDEX``) on
 one pipeline, and the binding changes go first in a round trip of their own (the states are written only when no
 claim conflicted). A hash that does not exist yet is looked up as a version-1 document in the same script: such a
 state is converted on first touch (decoded whole once, written as fields by that batch's save, and the document
 deleted), so an upgrade needs no migration step and no downtime.
+
+**Key spaces.** Two parties write, with Redis ACL users of their own (the chart README's "Redis ACL users"):
+the approver (``gatekeeper records load|delete``) writes the records and the item index (``<p>:rec:*``,
+``<p>:recidx:*``), and only reads the bindings, the generation marker and the owner epochs; the daemon writes every
+other key and only reads the records (never the index). Redis checks every key of an ``EVALSHA`` as read *and*
+written, so no script of the daemon names a record among its keys: the records are read by plain ``GET``/``MGET``.
+The bindings are the daemon's: they change in the same script call as the conversations (atomically), and an ACL
+cannot allow a script's ``DEL`` on one key kind and refuse it to a plain command. ``gatekeeper replay`` adds its
+in-flight markers, ``<p>:replaying:{<route>/<conversation>}:<line digest>`` (``gatekeeper.replay``).
 
 **Fenced writes.** An instance takes a new epoch for each input partition it is assigned (``take_epochs``: INCR of
 the partition's epoch key, so every assignment's epoch is higher than every earlier one's). Every write of a batch
@@ -294,9 +304,10 @@ _SAVE = _SAVE_FN + "return save_one(KEYS[1], KEYS[2], KEYS[3], ARGV, 1, #ARGV)"
 _INDEX = _INDEX_FN + "return index_one(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV, 1, #ARGV)"
 
 #: A batch's load on a single Redis, in one call. KEYS: per conversation its hash and its document, then the
-#: records, then their bindings. ARGV: how many conversations, how many records; then per conversation the count of
-#: its arguments and those (as ``load_one``'s). Returns one list per conversation (as ``load_one``), then the
-#: records' values, then the bindings' (nil where none).
+#: bindings. ARGV: how many conversations, how many bindings; then per conversation the count of its arguments and
+#: those (as ``load_one``'s). Returns one list per conversation (as ``load_one``), then the bindings' values (nil
+#: where none). The records are not among its keys: Redis's ACLs take every key of an ``EVALSHA`` as read and
+#: written, and the daemon's user may only read them (an ``MGET`` in the same pipeline reads them; see ``load``).
 _LOAD_BATCH = (
     _LOAD_FN
     + """
@@ -307,7 +318,7 @@ for c = 1, n do
   out[c] = load_one(KEYS[2 * c - 1], KEYS[2 * c], ARGV, a + 1, a + count)
   a = a + count + 1
 end
-for r = 1, 2 * m do out[n + r] = redis.call('GET', KEYS[2 * n + r]) end
+for r = 1, m do out[n + r] = redis.call('GET', KEYS[2 * n + r]) end
 return out
 """
 )
@@ -799,8 +810,10 @@ class RedisStore:
 
     async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
         """One round trip: the part of each conversation's state its ids need (``load_one``), the records and the
-        bindings. On a single Redis one call of ``_LOAD_BATCH``; on a cluster one ``_LOAD`` per conversation and a
-        GET per key, each on its slot's master."""
+        bindings. On a single Redis one call of ``_LOAD_BATCH`` (the states and the bindings) and an ``MGET`` of the
+        records on the same pipeline; on a cluster one ``_LOAD`` per conversation and a GET per key, each on its
+        slot's master. The records are read by plain reads, never as a script's keys: the daemon's Redis user may
+        only read them (the chart README's "Redis ACL users"), and Redis checks a script's keys as written."""
         convs = list(wants)
         rkeys = list(keys)
         if not convs and not rkeys:
@@ -810,12 +823,13 @@ class RedisStore:
 
         def batch(pipe: Any) -> None:
             kv: list[Any] = [k for pair in states for k in pair]
-            kv += [self.keys.record(k) for k in rkeys]
             kv += [self.keys.binding(k) for k in rkeys]
             kv += [len(convs), len(rkeys)]
             for args in segments:
                 kv += [len(args), *args]
-            _evalsha(pipe, self._load_batch.sha, 2 * len(convs) + 2 * len(rkeys), *kv)
+            _evalsha(pipe, self._load_batch.sha, 2 * len(convs) + len(rkeys), *kv)
+            if rkeys:
+                pipe.mget([self.keys.record(k) for k in rkeys])
 
         def per_slot(pipe: Any) -> None:
             for pair, args in zip(states, segments, strict=True):
@@ -825,18 +839,21 @@ class RedisStore:
             for k in rkeys:
                 pipe.get(self.keys.binding(k))
 
+        n = len(convs)
         if self._cluster:
             results = await self._scripted("load", per_slot, [(self._load, _LOAD)])
+            raw_states, raw_records, raw_bindings = results[:n], results[n : n + len(rkeys)], results[n + len(rkeys) :]
         else:
-            results = (await self._scripted("load", batch, [(self._load_batch, _LOAD_BATCH)]))[0]
+            found = await self._scripted("load", batch, [(self._load_batch, _LOAD_BATCH)])
+            raw_states, raw_bindings = found[0][:n], found[0][n:]
+            raw_records = found[1] if rkeys else []
         loaded = Loaded()
-        n = len(convs)
-        for conv, (key, _), raw in zip(convs, states, results[:n], strict=True):
+        for conv, (key, _), raw in zip(convs, states, raw_states, strict=True):
             loaded.states[conv] = self._decode_state(key, raw)
-        for k, raw in zip(rkeys, results[n : n + len(rkeys)], strict=True):
+        for k, raw in zip(rkeys, raw_records, strict=True):
             if raw is not None:
                 loaded.records[k] = self._decode_record(self.keys.record(k), raw)
-        for k, raw in zip(rkeys, results[n + len(rkeys) :], strict=True):
+        for k, raw in zip(rkeys, raw_bindings, strict=True):
             if raw is not None:
                 loaded.bindings[k] = _text(raw)
         return loaded
