@@ -343,7 +343,7 @@ async def test_the_gatekeeper_s_cancel_is_signed_cancel_which_is_no_clearance() 
     lc.clock.now = T_EXP
     await lc.sweep()
     (cx,) = lc.cancels()
-    assert cx.headers["gk.sig"].startswith(b"v1 gk-1 cancel ")
+    assert cx.headers["gk.sig"].startswith(b"v2 gk-1 cancel first - ")
     sig = verifier.verify(
         cx.headers["gk.sig"], route=lc.policy.name, conversation=CONV, value=cx.value, accept={"cancel"}
     )
