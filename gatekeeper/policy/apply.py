@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from gatekeeper.policy.model import (
+    AnswerQuestion,
     Bind,
     Clear,
     Decision,
@@ -126,6 +127,9 @@ def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> Non
                 if ho in state.handoffs:
                     state.handoffs[ho].bound = False
                     state.mark(f"o:{ho}")
+            case AnswerQuestion(aq=aq, by=by):
+                state.lines[aq] = msgspec.structs.replace(state.lines[aq], answered=by)
+                state.mark(f"l:{aq}")
             case GatekeeperCancel(ho=ho, cx=cx, why=why, at=at):
                 entry = state.handoffs[ho]
                 entry.gk_cancel, entry.gk_cancel_why, entry.gk_cancel_at = cx, why, at

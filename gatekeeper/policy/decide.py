@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -16,12 +17,15 @@ from typing import Any
 
 import msgspec
 
+from gatekeeper.policy.authority import Role, Target, rule
 from gatekeeper.policy.gate import impossible_dates, screen
 from gatekeeper.policy.model import (
     AFFIRMATIVE,
+    CANCEL_WHY,
     NEGATIVE,
     RESERVED_ID_MAX,
     RESERVED_ID_MIN,
+    AnswerQuestion,
     Bind,
     Clear,
     Decision,
@@ -209,6 +213,7 @@ class _Decider:
         effects: Iterable[Effect] = (),
         keep_text: bool = False,
         raise_alert: bool = False,
+        feed: bool = True,
     ) -> Decision:
         problems = tuple(problems)
         effects = list(effects)
@@ -227,7 +232,7 @@ class _Decider:
             if keep_text and self.text is not None:  # its replies will need it: parsed already (a frozen Message)
                 _keep((self.route.profile.name, self.text), msg)
             effects.insert(0, RememberLine(msg.id, entry))
-            if verdict is not Verdict.DEAD_LETTER:
+            if verdict is not Verdict.DEAD_LETTER and feed:
                 effects.append(FeedThread(msg))
         return Decision(
             verdict=verdict,
@@ -301,6 +306,22 @@ class _Decider:
             refused = self._sender_auth(msg.from_)
             if refused is not None:
                 return refused
+        if msg.type == "CX" and msg.slots.get("why") not in CANCEL_WHY:
+            why = msg.slots.get("why")
+            return self._invalid(
+                (
+                    _p(
+                        "cancel-why",
+                        f"CX {msg.id}: a cancel says why, one of {' '.join(sorted(CANCEL_WHY))}; got "
+                        f"{'none' if why is None else f'why={why}'}",
+                        "form",
+                        "why",
+                        "+".join(sorted(CANCEL_WHY)),
+                        why,
+                    ),
+                ),
+                parsed.raw,
+            )
         if is_reserved_id(msg.id):
             return self._dead(
                 Reason.RESERVED_ID,
@@ -352,11 +373,66 @@ class _Decider:
                     ),
                     raise_alert=ran,
                 )
+        thread = self._target(msg)
+        if thread is not None:
+            refused = self._authorize(msg, *thread)
+            if refused is not None:
+                return refused
         handler = getattr(self, f"_on_{msg.type}", None)
         if handler is None:
             return self._decision(Verdict.FORWARD, None)
         result: Decision = handler(msg)
         return result
+
+    def _target(self, msg: Message) -> tuple[Target, dict[Role, str]] | None:
+        """What the line's ``re=`` names, and the parties of its thread (``policy.authority``); None when it names
+        nothing this conversation knows (or a line no rule is about). An HO's target is always a handoff: the one
+        it names, or the one whose readback it names (a re-issue after a failed readback)."""
+        line = self.state.lines.get(msg.re) if msg.re is not None else None
+        if line is None or (line.verdict == Verdict.DEAD_LETTER.value and not (msg.type == "HO" and line.type == "RB")):
+            return None
+        if line.type == "AQ":
+            if line.text is None:  # a question kept by an earlier release: its parties are not known
+                return None
+            aq = _stored_message(line.text, self.route)
+            return Target.QUESTION, {Role.ASKER: aq.from_, Role.ASKED: aq.to or ""}
+        if line.type == "HO":
+            kind, ho_id = Target.HANDOFF, msg.re or ""
+        elif line.type == "RB":
+            rb = self.state.readbacks.get(msg.re or "")
+            if rb is None:
+                return None
+            kind, ho_id = (Target.HANDOFF if msg.type == "HO" else Target.READBACK), rb.ho
+        elif line.type == "CX":
+            kind, ho_id = Target.CANCEL, line.re or ""
+        else:
+            return None
+        entry = self.state.handoffs.get(ho_id)
+        if entry is None:
+            return None
+        ho = self._message(entry.id)
+        return kind, {Role.SENDER: ho.from_, Role.RECEIVER: ho.to or ""}
+
+    def _authorize(self, msg: Message, kind: Target, parties: dict[Role, str]) -> Decision | None:
+        """The authority table's word on a line replying to ``kind`` (None: its sender holds a role that may send
+        it). A refused line changes nothing in the target's thread: a dead letter, or a done report delivered
+        flagged and alerted that closes nothing."""
+        r = rule(msg.type, kind)
+        if r is None or r.permit(msg.from_, msg.to or "", parties) is not None:
+            return None
+        expected = r.expected(parties)
+        problem = _p(
+            r.refusal.code,
+            f"{msg.type} {msg.id} re={msg.re}: a {msg.type} to {kind} comes from {expected}; got "
+            f"from={msg.from_} to={msg.to}",
+            "thread",
+            "from",
+            expected,
+            f"{msg.from_}->{msg.to}",
+        )
+        if r.refusal.verdict is Verdict.ALERT:
+            return self._decision(Verdict.ALERT, r.refusal.reason, (problem,), feed=False)
+        return self._dead(r.refusal.reason, problem, raise_alert=r.refusal.alert)
 
     def _sender_auth(self, from_: str) -> Decision | None:
         """Fail closed on a route that requires signed lines: the record must carry a valid signature of a
@@ -473,6 +549,33 @@ class _Decider:
         item = ho.item or ""
         key = RecordKey(item, ask)
         exec_ask = bool(self.route.profile.exec_slots(ask))
+        reissued = self._reissued(ho)
+        if reissued is not None and (reissued.item, reissued.ask) != (item, ask):
+            return self._dead(
+                Reason.CHECK_THREAD,
+                _p(
+                    "thread-reissue-other-item",
+                    f"HO {ho.id} re-issues {reissued.id} (re={ho.re}) for another item or ask: a re-issue carries "
+                    f"item {reissued.item} ask {reissued.ask}",
+                    "thread",
+                    "item",
+                    f"{reissued.item} {reissued.ask}",
+                    f"{item} {ask}",
+                ),
+            )
+        if exec_ask and ho.from_ == ho.to:
+            return self._dead(
+                Reason.CHECK_HO,
+                _p(
+                    "ho-self",
+                    f"HO {ho.id}: an irreversible act ({ask}) is never handed by an agent to itself "
+                    f"(from={ho.from_} to={ho.to}): separation of duties",
+                    "record",
+                    "to",
+                    f"an agent other than {ho.from_}",
+                    ho.to,
+                ),
+            )
         record = self.records.record(key)
         if record is None and exec_ask:
             return self._dead(
@@ -557,10 +660,23 @@ class _Decider:
         """The binding value ``entry`` holds (bound by an earlier release: the value it wrote then)."""
         return entry.holder or legacy_holder(self.conversation or "", entry.id)
 
+    def _reissued(self, ho: Message) -> HandoffEntry | None:
+        """The handoff an HO re-issues: ``re=`` names it (or its readback) and the HO comes from its sender (the
+        authority table let only its sender and its receiver, a relay, through)."""
+        target = self._target(ho)
+        if target is None or target[1].get(Role.SENDER) != ho.from_:
+            return None
+        line = self.state.lines.get(ho.re or "")
+        if line is not None and line.type == "RB":
+            rb = self.state.readbacks.get(ho.re or "")
+            return None if rb is None else self.state.handoffs.get(rb.ho)
+        return self.state.handoffs.get(ho.re or "")
+
     def _superseded_handoff(self, ho: Message) -> HandoffEntry | None:
         """The handoff a re-issue replaces: ``re=`` names a readback that failed (its handoff), or an open
-        handoff of this conversation that has no passing readback (a re-send after no readback came)."""
-        if ho.re is None:
+        handoff of this conversation that has no passing readback (a re-send after no readback came). Only its
+        sender re-issues it; a relay by its receiver replaces nothing."""
+        if ho.re is None or self._reissued(ho) is None:
             return None
         target = self.state.lines.get(ho.re)
         if target is None:
@@ -668,6 +784,8 @@ class _Decider:
             )
         if target.type == "CX":
             return self._acknowledge(an, affirmative)
+        if target.type == "AQ":
+            return self._answer(an, target)
         if target.type != "RB":
             return self._decision(Verdict.FORWARD, None)
         rb = self.state.readbacks.get(an.re or "")
@@ -686,13 +804,14 @@ class _Decider:
         cx = self.state.lines[an.re or ""]
         ho_entry = self.state.handoffs.get(cx.re or "")
         effects: list[Effect] = []
-        if affirmative and ho_entry is not None and an.from_ == self._message(ho_entry.id).to:
+        if affirmative and ho_entry is not None:  # from its receiver: the authority table saw to it
             effects = self._release(ho_entry)
         return self._decision(Verdict.FORWARD, None, effects=effects)
 
     def _clearance_problems(self, an: Message, rb: ReadbackEntry | None) -> list[Problem]:
         """Fail closed: an affirmative answer clears the act only for a readback that passed, was not refused,
-        has not expired, and whose handoff is open; and only from the handoff's sender to its receiver."""
+        has not expired, and whose handoff is open and not cleared for another readback. (That it comes from the
+        handoff's sender to its receiver is the authority table's rule.)"""
         if rb is None:
             return [_p("clearance-unknown", f"AN {an.id}: readback {an.re} is unknown", "clearance", "re")]
         problems = []
@@ -744,18 +863,6 @@ class _Decider:
                     rb.id,
                 )
             )
-        if an.from_ != ho.from_ or an.to != ho.to:
-            problems.append(
-                _p(
-                    "clearance-route",
-                    f"a clearance comes from the handoff's sender {ho.from_} to its receiver {ho.to}; "
-                    f"got from={an.from_} to={an.to}",
-                    "clearance",
-                    "from",
-                    ho.from_,
-                    an.from_,
-                )
-            )
         return problems
 
     # ------------------------------------------------------------ DN, UN, FL
@@ -784,6 +891,30 @@ class _Decider:
                     "out",
                 )
             )
+        ho_exp = ho.slots.get("exp")
+        if ran and _expired(ho_exp, self.now_rw):
+            problems.append(
+                _p(
+                    "acted-after-expiry",
+                    f"{dn.id} reports the act of {ho.id} done at {self.now_rw}, after the handoff's exp={ho_exp} "
+                    "(never act past exp=)",
+                    "executed",
+                    "exp",
+                    ho_exp,
+                    self.now_rw,
+                )
+            )
+        levels = _rb_levels(ho) & _PLANNED_LEVELS
+        if ran and levels and ho_entry.passed_rb is None:
+            problems.append(
+                _p(
+                    "done-without-readback",
+                    f"{dn.id} reports the act of {ho.id} done, but its rb={'+'.join(sorted(levels))} readback never "
+                    "passed",
+                    "executed",
+                    "rb",
+                )
+            )
         problems.extend(self._thread_problems(dn))
         effects: list[Effect] = []
         if not ran:
@@ -793,6 +924,9 @@ class _Decider:
         return self._decision(Verdict.FORWARD, None, notes=result.notes, effects=effects)
 
     def _on_UN(self, msg: Message) -> Decision:
+        target = self.state.lines.get(msg.re or "")
+        if target is not None and target.type == "AQ":
+            return self._answer(msg, target)
         return self._close_without_act(msg)
 
     def _on_FL(self, msg: Message) -> Decision:
@@ -812,7 +946,7 @@ class _Decider:
                 verdict=Verdict.ALERT,
             )
         problems = self._thread_problems(msg)
-        effects = self._release(ho_entry) if msg.from_ == self._message(ho_entry.id).to else []
+        effects = self._release(ho_entry)  # from its receiver: the authority table saw to it
         if problems:
             return self._decision(Verdict.ALERT, Reason.CHECK_THREAD, problems, effects=effects)
         return self._decision(Verdict.FORWARD, None, effects=effects)
@@ -826,21 +960,37 @@ class _Decider:
                 Reason.CHECK_THREAD,
                 _p("thread-cancel-no-handoff", f"CX {cx.id} re={cx.re} does not name an HO in this thread", "thread"),
             )
-        ho = self._message(ho_entry.id)
-        if cx.from_ != ho.from_ or cx.to != ho.to:
-            return self._dead(
-                Reason.CHECK_THREAD,
+        return self._decision(Verdict.FORWARD, None)  # from its sender to its receiver: the authority table
+
+    # ------------------------------------------------------------ AQ and its answers
+
+    def _on_AQ(self, aq: Message) -> Decision:
+        """A question: kept, so its answer can be checked against whom it asked and what it allows."""
+        return self._decision(Verdict.FORWARD, None, keep_text=True)
+
+    def _answer(self, msg: Message, target: LineEntry) -> Decision:
+        """An AN or a UN to a question (the authority table saw that it comes from the one asked to the asker):
+        once per question, and an AN's ``val`` within what the question allows."""
+        if target.text is None:  # a question kept by an earlier release: nothing to check it against
+            return self._decision(Verdict.FORWARD, None)
+        aq = _stored_message(target.text, self.route)
+        problems = []
+        if target.answered is not None:
+            problems.append(
                 _p(
-                    "thread-cancel-wrong-agent",
-                    f"CX {cx.id} must come from {ho.from_} to {ho.to}, the HO's sender and receiver",
+                    "thread-question-answered",
+                    f"{msg.type} {msg.id}: question {aq.id} was already answered by {target.answered}",
                     "thread",
-                    "from",
-                    f"{ho.from_}->{ho.to}",
-                    f"{cx.from_}->{cx.to}",
-                ),
-                raise_alert=True,  # the thread audit: a problem check_thread reports is alerted as well as refused
+                    "re",
+                    None,
+                    target.answered,
+                )
             )
-        return self._decision(Verdict.FORWARD, None)
+        if msg.type == "AN":
+            problems.extend(_answer_problems(msg, aq))
+        if problems:
+            return self._dead(Reason.CHECK_THREAD, *problems)
+        return self._decision(Verdict.FORWARD, None, effects=(AnswerQuestion(aq.id, msg.id),))
 
     # ------------------------------------------------------------ ST
 
@@ -878,9 +1028,62 @@ class _Decider:
 
 
 def _asks_exec(ho: Message) -> bool:
+    return "exec" in _rb_levels(ho)
+
+
+def _rb_levels(ho: Message) -> frozenset[str]:
     rb = ho.slots.get("rb") or ()
     levels = rb if isinstance(rb, tuple) else (rb,)
-    return any(str(x).lower() == "exec" for x in levels)
+    return frozenset(str(x).lower() for x in levels)
+
+
+#: The readback levels that make a readback the plan of the act: a done report without one that passed is flagged.
+_PLANNED_LEVELS = frozenset({"exec", "all", "acc", "plan"})
+_NUMBER = re.compile(r"-?\d+(\.\d+)?")
+_DATE = re.compile(r"\d{8}")
+
+
+def _answer_problems(an: Message, aq: Message) -> list[Problem]:
+    """An answer's ``val`` against its question's ``need`` (and ``opts``): the spec's answer shapes."""
+    need = str(aq.slots.get("need") or "")
+    val = _show(an.slots.get("val"))
+    opts = aq.slots.get("opts") or ()
+    allowed: tuple[str, ...] = tuple(str(o) for o in (opts if isinstance(opts, tuple) else (opts,)))
+    ok = {
+        "ENUM": val in allowed,
+        "YESNO": val in ("Y", "N"),
+        "NUM": bool(_NUMBER.fullmatch(val)),
+        "DATE": bool(_DATE.fullmatch(val)) and not impossible_date(val),
+        "TEXT": val == "tail" and bool((an.tail or "").strip()),
+    }.get(need, True)
+    if ok:
+        return []
+    wants = {
+        "ENUM": "one of " + "+".join(allowed),
+        "YESNO": "Y or N",
+        "NUM": "a number",
+        "DATE": "a date YYYYMMDD",
+        "TEXT": "val=tail and the answer in the tail",
+    }[need]
+    return [
+        _p(
+            "answer-out-of-need",
+            f"AN {an.id}: question {aq.id} asks need={need}, {wants}; got val={val}",
+            "thread",
+            "val",
+            wants,
+            val,
+        )
+    ]
+
+
+def impossible_date(text: str) -> bool:
+    """Whether ``YYYYMMDD`` names no day of the calendar."""
+    try:
+        time.strptime(text, "%Y%m%d")
+    except ValueError:
+        return True
+    return False
 
 
 def _show(v: object) -> str:

@@ -95,6 +95,8 @@ def is_reserved_id(msg_id: str) -> bool:
 
 
 AFFIRMATIVE = frozenset({"Y", "APPROVE"})
+#: A cancel says why, one of these (stricter than the reference parser on purpose: README, deliberate differences).
+CANCEL_WHY = frozenset({"REVOKED", "SUPERSEDED", "EXPIRED", "TIMEOUT"})
 NEGATIVE = frozenset({"N", "DECLINE", "REJECT", "HOLD", "CALLBACK"})
 
 
@@ -198,6 +200,13 @@ class Release(msgspec.Struct, frozen=True, gc=False):
     ho: str
 
 
+class AnswerQuestion(msgspec.Struct, frozen=True, gc=False):
+    """The question ``aq`` is answered (an AN, or a UN from the one asked) by the line ``by``: once."""
+
+    aq: str
+    by: str
+
+
 class GatekeeperCancel(msgspec.Struct, frozen=True, gc=False):
     """The gatekeeper cancelled the handoff on its sender's behalf (``policy.lifecycle``): its CX ``cx`` with
     ``why`` (``EXPIRED`` or ``TIMEOUT``), written at ``at``."""
@@ -219,7 +228,7 @@ class MarkOverdue(msgspec.Struct, frozen=True, gc=False):
 
 Effect = (
     RememberLine | OpenHandoff | Supersede | RecordReadback | PassReadback | RefuseReadback | Clear | FeedThread | Bind
-) | (Release | GatekeeperCancel | MarkOverdue)
+) | (Release | GatekeeperCancel | MarkOverdue | AnswerQuestion)
 
 
 class Decision(msgspec.Struct, frozen=True, gc=False):

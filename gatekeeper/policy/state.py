@@ -138,7 +138,8 @@ class LineEntry(msgspec.Struct, frozen=True, gc=False):
     at: float
     re: str | None = None
     problems: tuple[Problem, ...] = ()
-    text: str | None = None  # kept for forwarded HOs and checked RBs: later checks need them
+    text: str | None = None  # kept for forwarded HOs, checked RBs and questions: later checks need them
+    answered: str | None = None  # a question's: the line that answered it (an AN, or a UN from the one asked)
 
     def to_dict(self) -> dict[str, Any]:
         # ``at`` to the millisecond and no ``r`` for no reason: every open handoff keeps one of these (memory)
@@ -151,6 +152,8 @@ class LineEntry(msgspec.Struct, frozen=True, gc=False):
             d["p"] = [p.to_dict() for p in self.problems]
         if self.text is not None:
             d["x"] = self.text
+        if self.answered is not None:
+            d["ans"] = self.answered
         return d
 
     @classmethod
@@ -164,6 +167,7 @@ class LineEntry(msgspec.Struct, frozen=True, gc=False):
             re=d.get("re"),
             problems=tuple(_problem_from(p) for p in d.get("p", ())),
             text=d.get("x"),
+            answered=d.get("ans"),
         )
 
 

@@ -16,9 +16,11 @@ time (its CX lines are published to an in-memory topic). Then, at that time:
 - every handoff has at most one cancel of the gatekeeper's, published once.
 
 The deliberate differences are kept out of the generator and pinned by their own tests
-(``tests/policy/test_lifecycle.py``): a re-issue superseding a handoff, a duplicate id, a cancel from the wrong agent
-(refused, so it cancels nothing), and a reply before its handoff (held, then decided after it). ``cleared-not-done``
-is generated and counts as the orphan report it replaces.
+(``tests/policy/test_lifecycle.py``, ``tests/policy/test_authority.py``): a re-issue superseding a handoff, a
+duplicate id, a line from an agent outside its target's roles (the authority table: a cancel, a close, a done report
+or an acknowledgement from the wrong agent is refused or flagged, so it closes nothing), and a reply before its
+handoff (held, then decided after it). So closes and acknowledgements come from the handoff's receiver here.
+``cleared-not-done`` is generated and counts as the orphan report it replaces.
 """
 
 from __future__ import annotations
@@ -152,8 +154,8 @@ async def step(c: Convo, op: Op) -> None:
         if rid is not None:
             await c.say(f"RW1 AN {c.next_id(sender)} re={rid} from={sender} to={receiver} val={op[2]}")
     elif kind == "close":
-        _, _, typ, out, by_receiver = op
-        who, to = (receiver, sender) if by_receiver else (sender, receiver)
+        _, _, typ, out, _by_receiver = op
+        who, to = receiver, sender  # from anyone else: the authority table's (tests/policy/test_authority.py)
         item = f"item={ho_line.split('item=')[1].split()[0]}"
         extra = {"DN": f"{item} out={out}", "UN": "why=BUSY", "FL": f"{item} why=ERR"}[typ]
         await c.say(f"RW1 {typ} {c.next_id(who)} re={hid} from={who} to={to} {extra}")
@@ -163,7 +165,7 @@ async def step(c: Convo, op: Op) -> None:
     elif kind == "ack":
         view = c.lc.state(CONV).tracker.handoff(hid) if c.lc.store.state("agents.core", CONV) else None
         if view is not None and view.cancels:
-            who, to = (receiver, sender) if op[2] else (sender, receiver)
+            who, to = receiver, sender  # the receiver's acknowledgement (see above)
             await c.say(f"RW1 AN {c.next_id(who)} re={view.cancels[0]} from={who} to={to} val=Y")
 
 

@@ -252,7 +252,7 @@ def test_missing_argument_is_a_usage_error() -> None:
         (["records", "--help"], "load"),
         (["records", "load", "--help"], "--supersede"),
         (["records", "get", "--help"], "gatekeeper records get inv:MD-2026-057"),
-        (["records", "delete", "--help"], "bindings stay"),
+        (["records", "delete", "--help"], "record-change-refused"),
     ],
 )
 def test_help_teaches_by_example(argv: list[str], needle: str) -> None:
