@@ -4,14 +4,25 @@ The same ``Processor`` the daemon runs, on a ``MemoryStore`` loaded with the rec
 the verdict the gatekeeper would give it on the route. Each line is its own batch, in file order. Offline, nothing
 else can arrive, so a reply whose handoff is unknown is decided at once (the route's hold window is 0): refused, or
 alerted for a done report.
+
+**Replaying with the clock.** A JSON line may carry ``at``, the time it was decided (``YYYYMMDDTHHMMZ`` or ISO-8601
+in UTC ending in ``Z``), so an incident replays with its own times and the expiry rules decide as they did. There is
+one clock, in file order: a line without ``at`` takes the time of the line before it; lines before the first ``at``
+take ``--now``, or without it the first ``at`` (so a replay never depends on the day it runs); a file without any
+``at`` is decided at ``--now``, or the current time. The clock never goes backwards: an ``at`` before the time of
+the line before it (or before ``--now``) is a usage error naming both, as is an ``at`` that is not a time.
 """
 
 from __future__ import annotations
 
 import calendar
 import json
+import math
+import re
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,6 +65,15 @@ EPILOG = """\
 
     [cyan]gatekeeper check lines.jsonl --records records.json --format jsonl | jq 'select(.verdict != "forward")'[/cyan]
 
+  An incident replayed with its clock: each JSON line may carry [cyan]"at"[/cyan], the time it was decided, so
+  the expiry rules decide as they did on the route. Here the clearance comes after the handoff's exp=:
+
+    [cyan]{"key": "c-17", "line": "RW1 HO scheduler-1 ... exp=20261001T1000Z", "at": "20261001T0958Z"}[/cyan]
+    [cyan]{"key": "c-17", "line": "RW1 RB payer-1 re=scheduler-1 ...", "at": "2026-10-01T09:59:30Z"}[/cyan]
+    [cyan]{"key": "c-17", "line": "RW1 AN scheduler-2 re=payer-1 ... val=Y", "at": "20261001T1001Z"}[/cyan]
+
+    [cyan]gatekeeper check incident.jsonl --records records.json --format table[/cyan]   (AN: clearance-expired)
+
   With a route of the configuration (its profile and sender binding):
 
     [cyan]gatekeeper check flow.rw1 --records records.json --config gk.yaml --route agents.pay[/cyan]
@@ -67,12 +87,24 @@ line has no headers, so it is dead-lettered [cyan]sender-auth[/cyan] (sender-aut
 record's headers to check signed lines:
 [cyan]{"key": "c-17", "line": "RW1 ...", "headers": {"rw-sig": "v2 scheduler-1 ..."}}[/cyan].
 
+[bold]The clock.[/bold] [cyan]at[/cyan] is [cyan]YYYYMMDDTHHMMZ[/cyan] (RW1's form, as in exp=) or ISO-8601 in UTC
+ending in Z ([cyan]2026-10-01T09:03Z[/cyan], [cyan]2026-10-01T09:03:27Z[/cyan], [cyan]2026-10-01T09:03:27.120Z[/cyan],
+the form of the gatekeeper's [cyan]gk.decided.at[/cyan]), from 1970 on. One clock, in file order: a line without
+[cyan]at[/cyan] takes the time of the line before it; the lines before the first [cyan]at[/cyan] take
+[cyan]--now[/cyan], or without it the first [cyan]at[/cyan] (a replay does not depend on the day it runs); a file
+with no [cyan]at[/cyan] (a plain file never has one) is decided at [cyan]--now[/cyan], or the current time. Times
+never go backwards: an [cyan]at[/cyan] before the line before it, or before [cyan]--now[/cyan], is refused (exit 2);
+put the lines in the order they were decided. Offline nothing else can arrive, so a reply whose handoff is not known
+at its time is decided as at the end of its hold window (refused, or alerted for a done report). Each line's time is
+printed as [cyan]decided_at[/cyan] ([cyan]--format jsonl[/cyan]) and, when the file gives times, in the table's AT
+column.
+
 Sensitive values (acct, prev, addr, and those the profile lists) are masked in what is printed, the lines
 included, as in the gatekeeper's headers and logs ([cyan]acct=****2938[/cyan]); [cyan]--unmasked[/cyan] prints
 them in full (the verdicts are the same either way: the check itself always sees the whole values).
 
 Exit status: 0 every line forwarded, 1 any line dead-lettered or alerted, 2 usage error (missing file, bad --now,
-bad records file, unknown profile or route).
+a bad or backward at, bad records file, unknown profile or route).
 """
 
 
@@ -82,21 +114,72 @@ class InputLine:
     conversation: str
     text: str
     headers: tuple[tuple[str, bytes], ...] = ()
+    #: the time the line is decided at (epoch seconds): its ``at`` as read, every line's once ``timeline`` ran;
+    #: None: the ``now`` given to ``decide_lines``
+    at: float | None = None
+    given: str | None = None  # the ``at`` the line carried, as written (None: it had none)
+
+
+#: The forms of ``--now`` and ``at``, as said in every error about them.
+TIME_FORMS = (
+    "YYYYMMDDTHHMMZ in UTC (e.g. 20261001T0903Z) or ISO-8601 in UTC ending in Z "
+    "(2026-10-01T09:03Z, 2026-10-01T09:03:27Z, 2026-10-01T09:03:27.120Z), from 1970 on"
+)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_RW1_TIME = re.compile(r"([0-9]{4})([0-9]{2})([0-9]{2})T([0-9]{2})([0-9]{2})Z")
+_ISO_TIME = re.compile(r"([0-9]{4})-([0-9]{2})-([0-9]{2})T([0-9]{2}):([0-9]{2})(?::([0-9]{2})(?:\.([0-9]{1,9}))?)?Z")
+
+
+def _shown(value: str) -> str:
+    """A value as an error quotes it: repr (every odd character escaped), at most 40 characters of it."""
+    return repr(value if len(value) <= 40 else value[:40] + "...")
+
+
+def parse_time(value: str) -> float:
+    """``YYYYMMDDTHHMMZ`` or ISO-8601 in UTC ending in ``Z`` (minutes, seconds, a fraction of up to 9 digits, kept to
+    the millisecond) as UTC epoch seconds, from 1970 on. Strict: ASCII digits, upper-case T and Z, no offset, no
+    spaces, a real instant of the calendar. Raises ValueError quoting the value and saying the forms."""
+    m = _RW1_TIME.fullmatch(value) or _ISO_TIME.fullmatch(value)
+    if m is None:
+        raise ValueError(f"{_shown(value)}: expected {TIME_FORMS}")
+    year, month, day, hour, minute = (int(g) for g in m.groups()[:5])
+    second = int(m[6] or 0) if m.re is _ISO_TIME else 0
+    fraction = m[7] if m.re is _ISO_TIME else None
+    try:
+        datetime(year, month, day, hour, minute, second)
+    except ValueError as exc:  # month 13, 30 February, hour 24, second 60...
+        raise ValueError(f"{_shown(value)} is not a time of the calendar ({exc}): expected {TIME_FORMS}") from None
+    if year < 1970:
+        raise ValueError(f"{_shown(value)} is before 1970: expected {TIME_FORMS}")
+    millis = int((fraction or "0")[:3].ljust(3, "0"))  # kept to the millisecond, as gk.decided.at writes times
+    return (calendar.timegm((year, month, day, hour, minute, second)) * 1000 + millis) / 1000
 
 
 def parse_now(value: str | None) -> float:
-    """``YYYYMMDDTHHMMZ`` as UTC epoch seconds (the current time when None). Raises ValueError."""
+    """``--now`` (a form of ``TIME_FORMS``) as UTC epoch seconds (the current time when None). Raises ValueError."""
     if value is None:
         return time.time()
     try:
-        return float(calendar.timegm(time.strptime(value, "%Y%m%dT%H%MZ")))
-    except ValueError:
-        raise ValueError(f"--now {value!r}: expected YYYYMMDDTHHMMZ in UTC, e.g. 20261001T0900Z") from None
+        return parse_time(value)
+    except ValueError as exc:
+        raise ValueError(f"--now {exc}") from None
+
+
+def iso(epoch: float) -> str:
+    """An epoch time as the gatekeeper's headers write it (``gk.decided.at``): ``2026-10-01T09:03:00.000Z``. To
+    the nearest millisecond, computed in integers: ``parse_time`` reads it back to the same time."""
+    when = _EPOCH + timedelta(milliseconds=round(epoch * 1000))
+    return when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def clock_now() -> float:
+    """The current time, to the millisecond (the precision of ``at`` and ``decided_at``)."""
+    return math.floor(time.time() * 1000) / 1000
 
 
 def read_input(text: str, source: str) -> list[InputLine]:
-    """The lines of FILE: plain RW1 lines (one conversation) or JSON lines with ``key`` and ``line``.
-    Raises ValueError naming the line."""
+    """The lines of FILE: plain RW1 lines (one conversation) or JSON lines with ``key`` and ``line`` (and optional
+    ``headers`` and ``at``). Raises ValueError naming the line."""
     first = next((ch for ch in text if not ch.isspace()), "")
     json_lines = first == "{"
     out: list[InputLine] = []
@@ -121,7 +204,41 @@ def read_input(text: str, source: str) -> list[InputLine]:
         headers = obj.get("headers", {})
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise ValueError(f"{source} line {lineno}: headers: expected an object of header names to strings")
-        out.append(InputLine(lineno, key, value, tuple((str(k), v.encode("utf-8")) for k, v in headers.items())))
+        at, given = None, None
+        if "at" in obj:
+            given = obj["at"]
+            if not isinstance(given, str):
+                raise ValueError(
+                    f"{source} line {lineno}: at: expected the time the line was decided, a string: {TIME_FORMS}"
+                )
+            try:
+                at = parse_time(given)
+            except ValueError as exc:
+                raise ValueError(f"{source} line {lineno}: at {exc}") from None
+        hdrs = tuple((str(k), v.encode("utf-8")) for k, v in headers.items())
+        out.append(InputLine(lineno, key, value, hdrs, at, given))
+    return out
+
+
+def timeline(lines: Sequence[InputLine], now: float | None, source: str) -> list[InputLine]:
+    """Every line with the time it is decided at, on one clock in file order: its ``at``, else the time of the line
+    before it; before the first ``at``, ``now`` (``--now``), else the first ``at``; with neither, the current time.
+    Raises ValueError naming the line whose ``at`` is before the clock (times never go backwards: the lines are
+    decided in order, as the route decided them)."""
+    first = next((ln.at for ln in lines if ln.at is not None), None)
+    clock = now if now is not None else first if first is not None else clock_now()
+    setter: InputLine | None = None  # the line whose at set the clock (None: --now, or the first at)
+    out: list[InputLine] = []
+    for ln in lines:
+        if ln.at is not None:
+            if ln.at < clock:
+                since = f"--now {iso(clock)}" if setter is None else f"line {setter.lineno}'s at {setter.given}"
+                raise ValueError(
+                    f"{source} line {ln.lineno}: at {ln.given} is before {since}: times must not go backwards (the "
+                    "lines are decided in file order, on one clock); put the lines in the order they were decided"
+                )
+            clock, setter = ln.at, ln
+        out.append(replace(ln, at=clock))
     return out
 
 
@@ -155,9 +272,9 @@ async def decide_lines(
     keys: KeyRing | None = None,
     header: str = "rw-sig",
 ) -> list[Decision]:
-    """Each line its own batch, in order, on a MemoryStore holding ``records``. ``keys``: the agents' public keys,
-    which verify each line's ``header`` on a route with sender_auth (a line without it is refused, as the daemon
-    refuses it)."""
+    """Each line its own batch, in order, on a MemoryStore holding ``records``, decided at its ``at`` (``timeline``),
+    else at ``now``. ``keys``: the agents' public keys, which verify each line's ``header`` on a route with
+    sender_auth (a line without it is refused, as the daemon refuses it)."""
     store = MemoryStore()
     for rec in records:
         await store.put_record(rec)
@@ -172,7 +289,7 @@ async def decide_lines(
         sender = None
         if route.sender_auth and conversation is not None:
             sender = check_record(keys or KeyRing(()), ln.headers, header, route.name, conversation, value)
-        (d,) = await processor.process([Line(conversation, value, sender=sender)], now)
+        (d,) = await processor.process([Line(conversation, value, sender=sender)], now if ln.at is None else ln.at)
         decisions.append(d)
     return decisions
 
@@ -188,7 +305,7 @@ def _utf8(text: str) -> bool:
 def outcome(ln: InputLine, d: Decision, sensitive: frozenset[str] | None = None) -> dict[str, Any]:
     """One input line's outcome as the JSON object ``--format jsonl`` prints. With ``sensitive`` (the profile's
     sensitive slots), its sensitive values are masked as the daemon masks its headers: the line's, and the problems'
-    expected and got (and wherever those occur in a message)."""
+    expected and got (and wherever those occur in a message). ``decided_at``: the time the line was decided at."""
     msg = d.message
     problems, notes = d.problems, d.notes
     text = ln.text
@@ -208,19 +325,23 @@ def outcome(ln: InputLine, d: Decision, sensitive: frozenset[str] | None = None)
         "repeated": d.repeated,
         "problems": [p.to_dict() for p in problems],
         "notes": [n.to_dict() for n in notes],
+        "decided_at": iso(d.decided_at if ln.at is None else ln.at),
     }
 
 
 _VERDICT_COLOURS = {"forward": "green", "dead-letter": "red", "alert": "yellow", "hold": "blue"}
 
 
-def render_table(rows: list[dict[str, Any]], colour: bool) -> str:
-    """A readable aligned table: one row per line, its problems (and notes) indented below it."""
+def render_table(rows: list[dict[str, Any]], colour: bool, times: bool = False) -> str:
+    """A readable aligned table: one row per line, its problems (and notes) indented below it. ``times``: an AT
+    column, the time each line was decided at (to the second)."""
     several = len({r["conversation"] for r in rows}) > 1
-    heads = ["LINE", *(["CONVERSATION"] if several else []), "ID", "TYPE", "VERDICT", "REASON"]
+    heads = ["LINE", *(["AT"] if times else []), *(["CONVERSATION"] if several else []), "ID", "TYPE", "VERDICT"]
+    heads.append("REASON")
     table = [
         [
             str(r["lineno"]),
+            *([r["decided_at"][:19] + "Z"] if times else []),
             *([r["conversation"]] if several else []),
             r["id"] or "-",
             r["type"] or "-",
@@ -258,7 +379,11 @@ def render_table(rows: list[dict[str, Any]], colour: bool) -> str:
 @app.command("check", epilog=EPILOG)
 def check(
     file: Annotated[
-        Path, typer.Argument(metavar="FILE", help="RW1 lines, or JSON lines {key, line} (and headers: {rw-sig: ...}).")
+        Path,
+        typer.Argument(
+            metavar="FILE",
+            help="RW1 lines, or JSON lines {key, line} (and headers: {rw-sig: ...}, at: the time it was decided).",
+        ),
     ],
     records: Annotated[
         Path | None,
@@ -270,7 +395,11 @@ def check(
     ] = None,
     now: Annotated[
         str | None,
-        typer.Option("--now", metavar="YYYYMMDDTHHMMZ", help="Fix the clock (UTC) \\[default: the current time]."),
+        typer.Option(
+            "--now",
+            metavar="YYYYMMDDTHHMMZ",
+            help="The clock (UTC) until a line's at \\[default: the first at, else the current time].",
+        ),
     ] = None,
     output_format: Annotated[
         str | None,
@@ -291,17 +420,18 @@ def check(
     """Decide every line of FILE exactly as the gatekeeper would, offline, against the records.
 
     Runs the daemon's decision (the same verdict table, the same conversation state) over the lines in order, with
-    the records in memory: nothing is read from or written to Kafka or Redis.
+    the records in memory: nothing is read from or written to Kafka or Redis. JSON lines may carry the time each
+    line was decided ("at"), to replay an incident with its clock.
     """
     if output_format not in (None, "jsonl", "table"):
         fail(f"--format {output_format!r}: expected jsonl or table", EXIT_USAGE)
     try:
-        at = parse_now(now)
+        start = None if now is None else parse_now(now)
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     text = read_text(file, "FILE")
     try:
-        lines = read_input(text, str(file))
+        lines = timeline(read_input(text, str(file)), start, str(file))
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     settings = settings_from(config)
@@ -321,7 +451,8 @@ def check(
                 f'"headers": {{"{settings.sender_auth.header}": "v2 ..."}} carry the signature)',
                 err=True,
             )
-    decisions = run(decide_lines(lines, approved, policy, at, keys, settings.sender_auth.header))
+    # every line has its time (timeline): the now given here is never used
+    decisions = run(decide_lines(lines, approved, policy, time.time(), keys, settings.sender_auth.header))
     sensitive = None if unmasked else frozenset(policy.profile.sensitive)
     rows = [outcome(ln, d, sensitive) for ln, d in zip(lines, decisions, strict=True)]
     fmt = output_format or ("table" if stdout_is_tty() else "jsonl")
@@ -335,6 +466,7 @@ def check(
                     text = json.dumps(row, separators=(",", ":"))
             typer.echo(text)
     else:
-        typer.echo(render_table(rows, colour=stdout_is_tty()))
+        times = any(ln.given is not None for ln in lines)
+        typer.echo(render_table(rows, colour=stdout_is_tty(), times=times))
     ok = all(d.verdict is Verdict.FORWARD and not d.alerts for d in decisions)
     raise typer.Exit(EXIT_OK if ok else EXIT_FINDING)

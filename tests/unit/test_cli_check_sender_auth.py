@@ -91,3 +91,17 @@ def test_plain_lines_have_no_signature_and_are_refused_with_a_note(tmp_path: Pat
 def test_headers_must_be_strings(tmp_path: Path) -> None:
     result = _check(tmp_path, json.dumps({"key": "c", "line": HO, "headers": {"rw-sig": 1}}) + "\n", "x.jsonl")
     assert result.exit_code == 2 and "headers" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("at", "verdict"), [("20261001T0959Z", ("forward", None)), ("20261001T1000Z", ("dead-letter", "expired"))]
+)
+def test_a_signed_line_replays_with_its_time(tmp_path: Path, at: str, verdict: tuple[str, str | None]) -> None:
+    """``at`` is the replay's clock, not part of the record: the signature over the route, conversation and line
+    still verifies, and the line is decided at its time (past its exp=: expired, not sender-auth)."""
+    line = HO + " exp=20261001T1000Z"
+    obj = json.loads(_jl("c1", line, SCHEDULER, "s-1"))
+    result = _check(tmp_path, json.dumps({**obj, "at": at}) + "\n", "lines.jsonl")
+    (row,) = [json.loads(x) for x in result.stdout.splitlines()]
+    assert (row["verdict"], row["reason"]) == verdict
+    assert row["decided_at"] == f"2026-10-01T{at[9:11]}:{at[11:13]}:00.000Z"
