@@ -154,6 +154,8 @@ def describe(route: Route, conversation: str, state: ConversationState, ho: str,
         "passed_rb": entry.passed_rb,
         "cleared_by": entry.cleared_by,
         "superseded_by": entry.superseded_by,
+        "relay_of": entry.relay_of,
+        "relayed_by": entry.relayed_by,
         "closes": [] if view is None else [f"{t} {i}" for t, i in view.closes],
         "cancels": [] if view is None else list(view.cancels),
         "acknowledged": bool(view and view.acked),
@@ -385,11 +387,17 @@ def _print_show(doc: dict[str, Any]) -> None:
     echo(f"  status        {doc['status']}")
     echo(f"  opened        {doc['opened_at']}")
     approval = "bound to this handoff" if doc["bound"] else ("free" if doc["exec"] else "n/a (not an exec ask)")
+    if doc["relay_of"]:
+        approval = f"bound to {doc['relay_of']}, which this handoff relays"
     echo(f"  approval      {approval}")
     if doc["passed_rb"]:
         echo(f"  readback      {doc['passed_rb']} passed" + (", cleared by an answer" if doc["cleared_by"] else ""))
     if doc["superseded_by"]:
         echo(f"  superseded by {doc['superseded_by']}")
+    if doc["relay_of"]:
+        echo(f"  relays        {doc['relay_of']} (its approval stays bound there)")
+    if doc["relayed_by"]:
+        echo(f"  relayed by    {doc['relayed_by']}")
     cx = doc["gatekeeper_cancel"]
     if cx is not None:
         echo(f"  gatekeeper cancel  {cx['id']} why={cx['why']} at {cx['at']}")

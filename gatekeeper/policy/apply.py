@@ -25,6 +25,7 @@ from gatekeeper.policy.model import (
     PassReadback,
     RecordReadback,
     RefuseReadback,
+    Relay,
     Release,
     RememberLine,
     Supersede,
@@ -127,6 +128,9 @@ def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> Non
                 if ho in state.handoffs:
                     state.handoffs[ho].bound = False
                     state.mark(f"o:{ho}")
+            case Relay(ho=ho, by=by):
+                state.handoffs[ho].relayed_by = by
+                state.mark(f"o:{ho}")
             case AnswerQuestion(aq=aq, by=by):
                 state.lines[aq] = msgspec.structs.replace(state.lines[aq], answered=by)
                 state.mark(f"l:{aq}")

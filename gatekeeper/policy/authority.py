@@ -112,7 +112,12 @@ TABLE: tuple[Rule, ...] = (
         Target.HANDOFF,
         (
             Permit(Role.SENDER, Role.ANYONE, "a re-issue (its item and ask): replaces the handoff (superseded)"),
-            Permit(Role.RECEIVER, Role.ANYONE, "a relay: decided as a handoff of its own"),
+            Permit(
+                Role.RECEIVER,
+                Role.ANYONE,
+                "a relay: carries the handoff's slots unchanged (they stand as its record), once, after the "
+                "handoff's readback passed (and was cleared, for an exec ask)",
+            ),
         ),
         Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-reissue-wrong-agent"),
     ),

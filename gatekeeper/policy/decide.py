@@ -37,6 +37,7 @@ from gatekeeper.policy.model import (
     RecordReadback,
     RecordView,
     RefuseReadback,
+    Relay,
     Release,
     RememberLine,
     RoutePolicy,
@@ -549,6 +550,9 @@ class _Decider:
         item = ho.item or ""
         key = RecordKey(item, ask)
         exec_ask = bool(self.route.profile.exec_slots(ask))
+        relayed = self._relayed(ho)
+        if relayed is not None:
+            return self._relay(ho, relayed, item, ask, exec_ask)
         reissued = self._reissued(ho)
         if reissued is not None and (reissued.item, reissued.ask) != (item, ask):
             return self._dead(
@@ -659,6 +663,63 @@ class _Decider:
     def _holder(self, entry: HandoffEntry) -> str:
         """The binding value ``entry`` holds (bound by an earlier release: the value it wrote then)."""
         return entry.holder or legacy_holder(self.conversation or "", entry.id)
+
+    def _relayed(self, ho: Message) -> HandoffEntry | None:
+        """The handoff an HO relays (spec 5.3): ``re=`` names a handoff and the HO comes from its receiver."""
+        line = self.state.lines.get(ho.re or "")
+        target = self._target(ho)
+        if line is None or line.type != "HO" or target is None:
+            return None
+        parties = target[1]
+        if parties.get(Role.RECEIVER) != ho.from_ or parties.get(Role.SENDER) == ho.from_:
+            return None
+        return self.state.handoffs.get(ho.re or "")
+
+    def _relay(self, ho: Message, of: HandoffEntry, item: str, ask: str, exec_ask: bool) -> Decision:
+        """A relay: the handoff ``of`` forwarded by its receiver. Its slots stand as the record: every slot of the
+        original but its envelope (``from``, ``to``, ``re``) and the per-hop ones (``rb``, ``exp``, ``p``, ``h``)
+        must be carried unchanged, item and ask included; what the relay adds may be new. Only after the original's
+        own readback passed and, for an exec ask, was cleared; only once (one approval, one act): a second relay is
+        ``record-used``. The approval stays bound to the original; the relay's readback, clearance and done report
+        are checked against the relay, as any handoff's."""
+        original = self._message(of.id)
+        problems: list[Problem] = []
+        if not self._open(of):
+            problems.append(_p("relay-closed", f"HO {ho.id} relays {of.id}, which is closed", "record", "re"))
+        if of.passed_rb is None:
+            problems.append(
+                _p("relay-before-readback", f"HO {ho.id} relays {of.id} before its readback passed", "record", "re")
+            )
+        elif of.exec_ask and _asks_exec(original) and of.cleared_by is None:
+            problems.append(
+                _p("relay-not-cleared", f"HO {ho.id} relays {of.id} before its sender cleared it", "record", "re")
+            )
+        values = {k: _show(v) for k, v in original.slots.items() if k not in _PER_HOP}
+        values.update(item=of.item, ask=of.ask)
+        result = ho_check(ho, values, self.route.profile)
+        problems.extend(result.problems)
+        if problems:
+            return self._dead(Reason.CHECK_HO, *problems)
+        if of.relayed_by is not None:
+            return self._dead(
+                Reason.RECORD_USED,
+                _p(
+                    "record-used",
+                    f"HO {ho.id}: {of.id} was already relayed by {of.relayed_by}; one approval, one act",
+                    "record",
+                    "re",
+                    None,
+                    of.relayed_by,
+                ),
+            )
+        entry = HandoffEntry(id=ho.id, item=item, ask=ask, exec_ask=exec_ask, record=of.record, relay_of=of.id)
+        return self._decision(
+            Verdict.FORWARD,
+            None,
+            notes=result.notes,
+            effects=(OpenHandoff(entry), Relay(of.id, ho.id)),
+            keep_text=True,
+        )
 
     def _reissued(self, ho: Message) -> HandoffEntry | None:
         """The handoff an HO re-issues: ``re=`` names it (or its readback) and the HO comes from its sender (the
@@ -1037,6 +1098,8 @@ def _rb_levels(ho: Message) -> frozenset[str]:
     return frozenset(str(x).lower() for x in levels)
 
 
+#: The slots a relay may set anew (its envelope and its own hop): every other slot of the handoff it relays is kept.
+_PER_HOP = frozenset({"from", "to", "re", "rb", "exp", "p", "h"})
 #: The readback levels that make a readback the plan of the act: a done report without one that passed is flagged.
 _PLANNED_LEVELS = frozenset({"exec", "all", "acc", "plan"})
 _NUMBER = re.compile(r"-?\d+(\.\d+)?")

@@ -200,6 +200,13 @@ class Release(msgspec.Struct, frozen=True, gc=False):
     ho: str
 
 
+class Relay(msgspec.Struct, frozen=True, gc=False):
+    """The handoff ``ho`` is forwarded by its receiver's relay ``by`` (spec 5.3): once."""
+
+    ho: str
+    by: str
+
+
 class AnswerQuestion(msgspec.Struct, frozen=True, gc=False):
     """The question ``aq`` is answered (an AN, or a UN from the one asked) by the line ``by``: once."""
 
@@ -228,7 +235,7 @@ class MarkOverdue(msgspec.Struct, frozen=True, gc=False):
 
 Effect = (
     RememberLine | OpenHandoff | Supersede | RecordReadback | PassReadback | RefuseReadback | Clear | FeedThread | Bind
-) | (Release | GatekeeperCancel | MarkOverdue | AnswerQuestion)
+) | (Release | GatekeeperCancel | MarkOverdue | AnswerQuestion | Relay)
 
 
 class Decision(msgspec.Struct, frozen=True, gc=False):

@@ -184,6 +184,8 @@ class HandoffEntry(msgspec.Struct):
         None  # the binding's value it holds (``policy.decide.holder_of``); None: bound by an earlier release
     )
     superseded_by: str | None = None
+    relay_of: str | None = None  # a relay (spec 5.3): the handoff it forwards, whose receiver sent it
+    relayed_by: str | None = None  # the relay that forwards this handoff (one: one approval, one act)
     cleared_by: str | None = None  # the RB an affirmative answer cleared
     passed_rb: str | None = None  # the latest readback that passed
     # the lifecycle (gatekeeper.policy.lifecycle): the CX the gatekeeper wrote for it, and what it raised at expiry
@@ -209,7 +211,7 @@ class HandoffEntry(msgspec.Struct):
             d["rec"] = rec
         if self.bound:  # the binding's value it holds, where known (True: bound by an earlier release)
             d["bound"] = self.holder or True
-        for k in ("superseded_by", "cleared_by", "passed_rb"):
+        for k in ("superseded_by", "relay_of", "relayed_by", "cleared_by", "passed_rb"):
             v = getattr(self, k)
             if v:
                 d[k] = v
@@ -234,6 +236,8 @@ class HandoffEntry(msgspec.Struct):
             bound=bool(bound),
             holder=bound if isinstance(bound, str) else None,
             superseded_by=d.get("superseded_by"),
+            relay_of=d.get("relay_of"),
+            relayed_by=d.get("relayed_by"),
             cleared_by=d.get("cleared_by"),
             passed_rb=d.get("passed_rb"),
             gk_cancel=gkcx[0] if gkcx else None,

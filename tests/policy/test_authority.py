@@ -10,9 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gatekeeper.policy import Decision, Reason, Verdict
+from gatekeeper.policy import Decision, Reason, Record, Verdict
 from gatekeeper.policy.authority import TABLE, markdown_rows
-from tests.policy.world import ACK, AN, CX, DN, HO, RB, World, core_world, pay_world
+from tests.policy.world import ACK, AN, CX, DN, HO, RB, RECORD, World, core_world, pay_world
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 UN = "RW1 UN payer-5 re=scheduler-1 p=pay from=payer to=scheduler why=BUSY"
@@ -289,3 +289,70 @@ def test_a_line_from_outside_its_target_s_roles_never_changes_the_thread(
             assert _thread(w) == before, (kind, sender, to, target, d.problems)
         if d.forwarded and d.message is not None:
             targets.append(d.message.id)
+
+
+# ---------------------------------------------------------------- relays (spec 5.3)
+
+RELAYED_RECORD = Record(RECORD.item, RECORD.ask, {**RECORD.values, "to": "coordinator"})
+HO_C = HO.replace("to=payer", "to=coordinator")
+RB_C = (
+    RB.replace("from=payer to=scheduler", "from=coordinator to=scheduler")
+    .replace("RB payer-1", "RB coordinator-1")
+    .replace(" h=a7a82de76607", "")
+)
+AN_C = AN.replace("re=payer-1", "re=coordinator-1").replace("to=payer", "to=coordinator")
+RELAY = (
+    HO.replace("HO scheduler-1", "HO coordinator-2")
+    .replace("from=scheduler to=payer", "from=coordinator to=payer")
+    .replace(" p=pay", " re=scheduler-1 p=pay", 1)
+)
+
+
+def relay_world() -> World:
+    w = World().add(RELAYED_RECORD)
+    for line in (HO_C, RB_C, AN_C):
+        assert w.send(line).verdict is Verdict.FORWARD, line
+    return w
+
+
+def test_a_receiver_relays_the_handoff_it_received_unchanged_once_checked_and_cleared() -> None:
+    w = relay_world()
+    d = w.send(RELAY)
+    assert d.verdict is Verdict.FORWARD, d.problems
+    relay = w.state().handoffs["coordinator-2"]
+    assert relay.relay_of == "scheduler-1" and not relay.bound
+    assert w.state().handoffs["scheduler-1"].relayed_by == "coordinator-2"
+    rb = RB.replace("RB payer-1", "RB payer-3").replace("re=scheduler-1", "re=coordinator-2")
+    rb = rb.replace("to=scheduler", "to=coordinator").replace(" h=a7a82de76607", "")
+    assert w.send(rb).verdict is Verdict.FORWARD
+    an = "RW1 AN coordinator-4 re=payer-3 p=pay from=coordinator to=payer val=Y"
+    assert w.send(an).verdict is Verdict.FORWARD
+    dn = DN.replace("DN payer-2", "DN payer-5").replace("re=scheduler-1", "re=coordinator-2")
+    assert w.send(dn.replace("to=scheduler", "to=coordinator")).verdict is Verdict.FORWARD
+    assert w.state().tracker.flags("scheduler-1") == (False, False)  # the original stays open until closed
+
+
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        (lambda s: s.replace("amt=5400.00", "amt=5400.01"), "record-mismatch"),
+        (lambda s: s.replace("40-12-88/61102938", "40-12-88/61102983"), "record-mismatch"),
+    ],
+)
+def test_a_relay_that_alters_a_value_is_refused(change: object, code: str) -> None:
+    w = relay_world()
+    d = w.send(change(RELAY))  # type: ignore[operator]
+    assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.CHECK_HO)
+    assert code in codes(d)
+
+
+def test_a_relay_before_the_readback_passed_or_was_cleared_and_a_second_relay_are_refused() -> None:
+    w = World().add(RELAYED_RECORD)
+    w.send(HO_C)
+    assert codes(w.send(RELAY)) == ["relay-before-readback"]
+    w.send(RB_C)
+    assert codes(w.send(RELAY.replace("coordinator-2", "coordinator-5"))) == ["relay-not-cleared"]
+    w.send(AN_C)
+    assert w.send(RELAY.replace("coordinator-2", "coordinator-6")).verdict is Verdict.FORWARD
+    again = w.send(RELAY.replace("coordinator-2", "coordinator-7"))
+    assert (again.reason, codes(again)) == (Reason.RECORD_USED, ["record-used"])
