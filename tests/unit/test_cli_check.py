@@ -557,3 +557,25 @@ def test_any_json_at_is_read_or_refused_naming_the_line(at: object) -> None:
         assert TIME_FORMS in str(exc)
         return
     assert isinstance(at, str) and lines[1].given == at and lines[1].at == parse_time(at) and lines[0].at is None
+
+
+def test_the_readmes_replay_example_runs_as_shown(tmp_path: Path) -> None:
+    """The README's "Check, in detail" example (its lines elided there) gives the table the README shows."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("**Check, in detail.**", 1)[1]
+    block = section.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
+    shown = block[
+        block.index("$ gatekeeper check incident.jsonl --records config/records.example.json --format table") + 1 :
+    ]
+    ho = HO + EXP
+    text = _jsonl(
+        {"key": "c-17", "line": ho, "at": "20261001T0958Z"},
+        {"key": "c-17", "line": RB.replace("h=a7a82de76607", "h=e0a5aa83dcf5"), "at": "2026-10-01T09:59:30Z"},
+        {"key": "c-17", "line": AN, "at": "20261001T1001Z"},
+        {"key": "c-17", "line": DN},
+    )
+    result = _check(tmp_path, text, "--records", RECORDS, "--format", "table", name="incident.jsonl")
+    assert result.exit_code == 1
+    got = result.stdout.splitlines()
+    assert len(got) == len(shown)
+    for line, doc in zip(got, shown, strict=True):
+        assert line.startswith(doc.removesuffix("...")) if doc.endswith("...") else line == doc
