@@ -780,6 +780,20 @@ class _Decider:
         )
         problems.extend(result.problems)
         problems.extend(self._resolved_problems(ho, rb, record, "tier5 execution", "RB", "resolved"))
+        notes = list(result.notes)
+        comprehension = _rb_levels(ho) & _COMPREHENSION_LEVELS
+        if comprehension and (record is None or record.expect_acc is None):
+            unverified = _p(
+                UNVERIFIED_COMPREHENSION,
+                f"RB {rb.id}: {ho.id} asks rb={'+'.join(sorted(comprehension))}, and no withheld criteria "
+                "(expect_acc) are on record: the comprehension was not verified",
+                "tier4 comprehension",
+                "acc",
+            )
+            if self.route.refuse_unverified_comprehension:
+                problems.append(unverified)
+            else:
+                notes.append(unverified)
         exp = rb.slots.get("exp")
         entry = ReadbackEntry(id=rb.id, ho=ho_entry.id, passed=not problems, exp=str(exp) if exp else None)
         if problems:
@@ -787,7 +801,7 @@ class _Decider:
         return self._decision(
             Verdict.FORWARD,
             None,
-            notes=result.notes,
+            notes=notes,
             effects=(RecordReadback(entry), PassReadback(ho_entry.id, rb.id)),
             keep_text=True,
         )
@@ -1098,6 +1112,10 @@ def _rb_levels(ho: Message) -> frozenset[str]:
     return frozenset(str(x).lower() for x in levels)
 
 
+#: The readback levels whose comprehension tier checks the receiver's acc= against the sender's withheld criteria.
+_COMPREHENSION_LEVELS = frozenset({"acc", "plan"})
+#: The note on a comprehension readback forwarded with nothing on record to check it against (``gk.notes``).
+UNVERIFIED_COMPREHENSION = "comprehension-unverified"
 #: The slots a relay may set anew (its envelope and its own hop): every other slot of the handoff it relays is kept.
 _PER_HOP = frozenset({"from", "to", "re", "rb", "exp", "p", "h"})
 #: The readback levels that make a readback the plan of the act: a done report without one that passed is flagged.

@@ -123,6 +123,9 @@ class RoutePolicy:
     #: whether a record may be honoured (``gatekeeper.approvals.ApproverRing.check``: its approver's signature): the
     #: problem when not; None: every record is
     record_check: Callable[[Record], Problem | None] | None = None
+    #: refuse (check-rb) a comprehension readback (rb=acc, rb=plan) whose record holds no withheld criteria, instead
+    #: of forwarding it with the note ``comprehension-unverified``
+    refuse_unverified_comprehension: bool = False
 
 
 class SenderProof(msgspec.Struct, frozen=True, gc=False):

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from gatekeeper.policy import Decision, Reason, Record, Verdict
 from gatekeeper.policy.authority import TABLE, markdown_rows
-from tests.policy.world import ACK, AN, CX, DN, HO, RB, RECORD, World, core_world, pay_world
+from tests.policy.world import ACK, AN, CX, DN, HO, RB, RECORD, World, core_world, pay_world, route
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 UN = "RW1 UN payer-5 re=scheduler-1 p=pay from=payer to=scheduler why=BUSY"
@@ -356,3 +356,25 @@ def test_a_relay_before_the_readback_passed_or_was_cleared_and_a_second_relay_ar
     assert w.send(RELAY.replace("coordinator-2", "coordinator-6")).verdict is Verdict.FORWARD
     again = w.send(RELAY.replace("coordinator-2", "coordinator-7"))
     assert (again.reason, codes(again)) == (Reason.RECORD_USED, ["record-used"])
+
+
+# ---------------------------------------------------------------- a comprehension readback nobody can verify
+
+DRAFT = Record("doc:1", "DRAFT", {"to": "desk", "item": "doc:1", "ask": "DRAFT"})
+HO_ACC = "RW1 HO scheduler-1 from=scheduler to=desk item=doc:1 ask=DRAFT rb=acc p=pay"
+RB_ACC = "RW1 RB desk-1 re=scheduler-1 from=desk to=scheduler item=doc:1 ask=DRAFT acc=len:120w p=pay"
+
+
+def test_a_comprehension_readback_without_withheld_criteria_is_forwarded_with_a_note_or_refused() -> None:
+    w = World().add(DRAFT)
+    w.send(HO_ACC)
+    d = w.send(RB_ACC)
+    assert d.verdict is Verdict.FORWARD and "comprehension-unverified" in [n.code for n in d.notes]
+    strict = World(policy=route(refuse_unverified_comprehension=True)).add(DRAFT)
+    strict.send(HO_ACC)
+    refused = strict.send(RB_ACC)
+    assert (refused.reason, codes(refused)) == (Reason.CHECK_RB, ["comprehension-unverified"])
+    with_criteria = World().add(Record("doc:1", "DRAFT", DRAFT.values, expect_acc=("len:120w",)))
+    with_criteria.send(HO_ACC)
+    checked = with_criteria.send(RB_ACC)
+    assert checked.verdict is Verdict.FORWARD and "comprehension-unverified" not in [n.code for n in checked.notes]
