@@ -3,7 +3,7 @@ the gatekeeper from one produced straight to the output topic.
 
 The gatekeeper holds an Ed25519 private key (``signing.private_key_file``); act tools hold only its public key. Every
 record the gatekeeper writes to a route's output topic (forwarded and alerted lines, replay's forwarded lines, the
-sweeper's CX lines) carries one header::
+sweeper's CX lines, its refusal notices) carries one header::
 
     gk.sig: v2 <key id> <verdict> <first|repeat> <clears> <signature>
 
@@ -25,7 +25,10 @@ LF, the verdict and the repeat flag are words, the digests are hex), so the byte
 - ``<verdict>``: ``forward`` and ``alert``: an enforce-mode route forwarded the line (``gk.verdict``); these are the
   clearances an act tool may act on (``CLEARANCE_VERDICTS``); ``dry-run``: any record of a route in dry-run mode
   (the gatekeeper did not enforce anything: never a clearance); ``cancel``: a CX the sweeper wrote in the sender's
-  name (``gk.author: gatekeeper``; it has no ``gk.original.topic``: ``Verifier.verify_record`` needs its ``route``).
+  name (``gk.author: gatekeeper``; it has no ``gk.original.topic``: ``Verifier.verify_record`` needs its ``route``);
+  ``notice``: a refusal notice, the ``UN`` the gatekeeper wrote to the sender of a line it dead-lettered
+  (``gatekeeper.notices``; ``gk.author: gatekeeper``, no ``gk.original.topic`` either). ``cancel`` and ``notice``
+  are the gatekeeper's own lines, never a clearance.
 - ``<first|repeat>``: ``repeat`` when the verdict is the stored first decision returned again (the line was
   re-produced, or redelivered after a crash: ``gk.repeated``). An act tool never acts on a repeat.
 - ``<clears>``: for an affirmative answer that cleared a readback, ``<readback digest>.<handoff digest>``: the
@@ -83,8 +86,9 @@ FORWARD = "forward"
 ALERT = "alert"
 DRY_RUN = "dry-run"
 CANCEL = "cancel"
-VERDICTS = frozenset({FORWARD, ALERT, DRY_RUN, CANCEL})
-#: The signed verdicts that clear an act: lines an enforcing gatekeeper forwarded.
+NOTICE = "notice"
+VERDICTS = frozenset({FORWARD, ALERT, DRY_RUN, CANCEL, NOTICE})
+#: The signed verdicts that clear an act: lines an enforcing gatekeeper forwarded (never its own cancels and notices).
 CLEARANCE_VERDICTS = frozenset({FORWARD, ALERT})
 KEY_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 _KEY_ID = re.compile(KEY_ID_PATTERN)
@@ -439,6 +443,7 @@ __all__ = [
     "FORWARD",
     "HEADER",
     "KEY_ID_PATTERN",
+    "NOTICE",
     "NO_CLEARANCE",
     "REPEAT",
     "KeyLoadError",

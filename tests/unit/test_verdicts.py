@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 from gatekeeper.config import Settings, SigningSettings
 from gatekeeper.errors import ConfigError
 from gatekeeper.verdicts import (
+    CLEARANCE_VERDICTS,
     HEADER,
+    VERDICTS,
     KeyLoadError,
     Signature,
     SignatureError,
@@ -111,7 +113,13 @@ def test_another_key_an_unknown_key_id_and_no_header_are_refused() -> None:
         v.verify(None, route="r", conversation="c", value=LINE)
 
 
-@pytest.mark.parametrize("verdict", ["dry-run", "cancel"])
+def test_only_what_an_enforcing_gatekeeper_forwarded_is_a_clearance() -> None:
+    # the gatekeeper's own lines (its cancels, its refusal notices) and a dry run's records never clear an act
+    assert {"forward", "alert"} == CLEARANCE_VERDICTS
+    assert {"cancel", "notice", "dry-run"} <= VERDICTS and not CLEARANCE_VERDICTS & {"cancel", "notice", "dry-run"}
+
+
+@pytest.mark.parametrize("verdict", ["dry-run", "cancel", "notice"])
 def test_a_signed_verdict_that_is_no_clearance_is_refused_unless_accepted(verdict: str) -> None:
     s = signer()
     v = Verifier({"gk-1": s.public_key})
