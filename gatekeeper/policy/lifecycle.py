@@ -36,7 +36,8 @@ line by ``decide``).
 ``item``, ``why=EXPIRED`` or ``why=TIMEOUT``, ``p=`` the route's profile (none on a core-vocabulary route), and a
 tail naming the deadline. Its id is ``<sender>-<n>`` with ``n = RESERVED_ID_MIN + line`` where ``line`` is the
 handoff's line number in the conversation (``HandoffView.line_no``): inside the range 900000000-999999999 the
-gatekeeper keeps for its own lines (an agent line using it is dead-lettered ``reserved-id``), unique per handoff,
+gatekeeper keeps for its own lines (an agent line using it is dead-lettered ``reserved-id``), in its cancels' part
+(up to ``CANCEL_ID_MAX``, 949999999; the rest is its refusal notices', ``gatekeeper.notices``), unique per handoff,
 and the same every time. The whole line is a function of the state and the route only, never of the clock, so a
 cancel built again after a crash is byte for byte the one built before.
 
@@ -353,10 +354,19 @@ def orphans(state: ConversationState) -> list[str]:
 # ---------------------------------------------------------------- the gatekeeper's cancel
 
 
+#: The gatekeeper's reserved range (``RESERVED_ID_MIN``-``RESERVED_ID_MAX``) is shared by its two kinds of line: its
+#: cancels take ``RESERVED_ID_MIN + line number`` up to ``CANCEL_ID_MAX`` (a conversation of 49,999,999 lines), its
+#: refusal notices (``gatekeeper.notices``) the numbers from ``NOTICE_ID_MIN`` on, so the two never share an id.
+CANCEL_ID_MAX = 949_999_999
+NOTICE_ID_MIN = CANCEL_ID_MAX + 1
+assert RESERVED_ID_MIN < CANCEL_ID_MAX < NOTICE_ID_MIN <= RESERVED_ID_MAX
+
+
 def cancel_id(sender: str, line_no: int) -> str:
-    """The id of the gatekeeper's cancel of the handoff at ``line_no``: ``<sender>-<RESERVED_ID_MIN + line_no>``."""
+    """The id of the gatekeeper's cancel of the handoff at ``line_no``: ``<sender>-<RESERVED_ID_MIN + line_no>``, in
+    the cancels' part of the reserved range (never a notice's)."""
     n = RESERVED_ID_MIN + line_no
-    if not RESERVED_ID_MIN < n <= RESERVED_ID_MAX:
+    if not RESERVED_ID_MIN < n <= CANCEL_ID_MAX:
         raise LifecycleError(f"line {line_no} is beyond the gatekeeper's id range")
     return f"{sender}-{n}"
 
@@ -592,8 +602,10 @@ def touched(state: ConversationState, effects: Iterable[Effect]) -> set[str]:
 
 
 __all__ = [
+    "CANCEL_ID_MAX",
     "CLEARED_NOT_DONE",
     "EXPIRED",
+    "NOTICE_ID_MIN",
     "ORPHANED",
     "TIMEOUT",
     "Action",
