@@ -223,6 +223,11 @@ class Route(_Strict):
         description="require every line to be signed by its from= agent's key (sender_auth.keys); a line unsigned, "
         "signed by an unknown key, badly signed or signed by another agent is dead-lettered sender-auth",
     )
+    refusal_notices: bool = Field(
+        True,
+        description="tell the sender of a dead-lettered line, when it is known: the gatekeeper's UN on the output "
+        "topic (gatekeeper.notices); false: no notice. A dry-run route writes none, it only counts them",
+    )
 
     @field_validator("conversation_header")
     @classmethod

@@ -16,7 +16,11 @@ metric                                         type       labels / meaning
 ``gatekeeper_repeated_total``                  counter    route: lines answered from their stored first decision
 ``gatekeeper_held_total``                      counter    route: lines held for the first time (reply before handoff)
 ``gatekeeper_held_lines``                      gauge      route: lines in the hold buffer now (held and queued)
-``gatekeeper_outcomes_total``                  counter    route, kind (output, dead-letter, alert): records produced
+``gatekeeper_refusal_notices_total``           counter    route, reason: refusal notices written to the senders of
+                                                          dead-lettered lines (``gatekeeper.notices``; a redelivered
+                                                          line's again); on a dry-run route, those it would write
+``gatekeeper_outcomes_total``                  counter    route, kind (output, dead-letter, alert, notice): records
+                                                          produced
 ``gatekeeper_outcomes_trimmed_total``          counter    route, kind: outcomes trimmed to fit their topic
 ``gatekeeper_check_seconds``                   histogram  route: deciding one batch (one Redis load + save)
 ``gatekeeper_line_seconds``                    histogram  route: one line, from consumed to its outcome acknowledged
@@ -111,6 +115,12 @@ class Metrics:
         self.would_dead_letter = Counter(
             "gatekeeper_dry_run_would_dead_letter",
             "Dry-run lines that enforce mode would dead-letter.",
+            ["route", "reason"],
+            registry=r,
+        )
+        self.refusal_notices = Counter(
+            "gatekeeper_refusal_notices",
+            "Refusal notices written to the senders of dead-lettered lines (dry-run: that would be written).",
             ["route", "reason"],
             registry=r,
         )

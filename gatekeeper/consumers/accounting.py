@@ -1,6 +1,7 @@
 """Accounting for a finished batch: every line decided is counted once (verdict, reason, latency, alerts, the
-thread audit's problems, internal errors, forced holds), every acknowledged record by kind, and every dead letter
-or alert is logged with its line masked. What the dead-letter breaker needs is returned to the worker.
+thread audit's problems, internal errors, forced holds), every acknowledged record by kind (and every refusal notice
+by its line's reason), and every dead letter or alert is logged with its line masked. What the dead-letter breaker
+needs is returned to the worker.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from typing import Any
 
 from gatekeeper.consumers.deciding import Batch, RouteRuntime
 from gatekeeper.consumers.holds import Pending
+from gatekeeper.consumers.outcomes import OutcomeKind
 from gatekeeper.masking import mask_line
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import Decision, Reason, Verdict
@@ -43,6 +45,9 @@ def account(
     for s in b.sends or ():
         if s.acked:
             child(m.outcomes, s.route, s.outcome.kind.value).inc()
+            if s.outcome.kind is OutcomeKind.NOTICE:  # a dry-run route's are counted as they are built
+                reason = (s.outcome.header("gk.notice.reason") or b"none").decode("ascii", "replace")
+                child(m.refusal_notices, s.route, reason).inc()
     for p, d in b.done:
         rt = routes[p.route]
         name = p.route

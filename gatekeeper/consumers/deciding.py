@@ -6,6 +6,12 @@ routes are done, and ``Batch.sends`` is built once (a retried batch gets the sam
 A held line (a reply whose handoff is not known yet) produces nothing now: it goes back to the hold buffer.
 A line whose records cannot be built (a bug in ``outcomes.build``) goes to the dead-letter topic bare, with
 ``internal-error``: it is never forwarded.
+
+A dead-lettered line whose sender is known gets a refusal notice (``gatekeeper.notices``) among its records, on a
+route with ``refusal_notices`` (the default); on a dry-run route the notice is only counted. The sender is known
+from the line and, on a route with ``sender_auth``, from the signature verified as the batch was decided
+(``Batch.proofs``). A notice that cannot be built (a bug) is logged and counted, and the line's own records are
+produced without it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from gatekeeper.consumers.holds import TP, Pending
 from gatekeeper.consumers.outcomes import Outcome, Targets, bare_dead_letter, build
 from gatekeeper.consumers.sending import Send
 from gatekeeper.metrics import Metrics
+from gatekeeper.notices import Notice, refusal_notice
 from gatekeeper.policy import Decision, Mode, Record, RoutePolicy, SenderProof, Verdict
 from gatekeeper.policy.decide import error_text
 from gatekeeper.processor import QUEUED, Line, Processor
@@ -115,6 +122,8 @@ class Batch:
 
     lines: list[Pending]
     decisions: dict[int, Decision] = field(default_factory=dict)
+    #: who signed each decided line, on a route with sender_auth (``RouteRuntime.sender``): a notice's sender
+    proofs: dict[int, SenderProof] = field(default_factory=dict)
     decided_routes: set[str] = field(default_factory=set)
     sends: list[Send] | None = None
     held: list[tuple[Pending, str | None]] = field(default_factory=list)
@@ -135,6 +144,7 @@ class Batch:
             holds_taken=self.holds_taken,
         )
         part.decisions = {n: self.decisions[i] for n, i in enumerate(keep) if i in self.decisions}
+        part.proofs = {n: self.proofs[i] for n, i in enumerate(keep) if i in self.proofs}
         if self.sends is not None:
             part.sends = [s for s in self.sends if (s.outcome.source.topic, s.outcome.source.partition) in partitions]
         part.held = [(p, awaits) for p, awaits in self.held if p.tp in partitions]
@@ -160,23 +170,48 @@ async def decide(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metri
             continue
         rt = routes[name]
         hold = rt.config.hold_seconds
+        proofs = [rt.sender(b.lines[i]) for i in idxs]
         lines = [
             Line(
                 b.lines[i].conversation,
                 b.lines[i].source.value,
                 first_seen=first_seen(b.lines[i], hold, now),
                 partition=b.lines[i].source.partition,
-                sender=rt.sender(b.lines[i]),
+                sender=proof,
             )
-            for i in idxs
+            for i, proof in zip(idxs, proofs, strict=True)
         ]
         started = time.perf_counter()
         decisions = await rt.processor.process(lines, now)
         metrics.check_seconds.labels(route=name).observe(time.perf_counter() - started)
         metrics.batch_size.labels(route=name).observe(len(lines))
-        for i, d in zip(idxs, decisions, strict=True):
+        for i, d, proof in zip(idxs, decisions, proofs, strict=True):
             b.decisions[i] = d
+            if proof is not None:
+                b.proofs[i] = proof
         b.decided_routes.add(name)
+
+
+def notice_for(p: Pending, d: Decision, rt: RouteRuntime, proof: SenderProof | None, metrics: Metrics) -> Notice | None:
+    """The refusal notice of a dead-lettered line to write (``gatekeeper.notices``), or None: none is due, the route
+    turned them off, or it is a dry-run route (which only counts it). A notice that cannot be built is logged and
+    counted (``internal_errors{stage="outcome"}``): the line's own records go without it."""
+    if d.verdict is not Verdict.DEAD_LETTER or not rt.config.refusal_notices:
+        return None
+    try:
+        notice = refusal_notice(d, p.source.value, rt.policy, proof)
+    except Exception as exc:  # a bug in building the notice: the dead letter still goes
+        log.error(
+            "building a refusal notice raised: the line is dead-lettered without one",
+            exc_info=exc,
+            extra={"route": p.route, "partition": p.source.partition, "offset": p.source.offset},
+        )
+        metrics.internal_errors.labels(route=p.route, stage="outcome").inc()
+        return None
+    if notice is not None and rt.targets.dry_run:
+        metrics.refusal_notices.labels(route=p.route, reason=notice.reason).inc()
+        return None
+    return notice
 
 
 def build_sends(
@@ -198,8 +233,11 @@ def build_sends(
                 metrics.held.labels(route=p.route).inc()
             continue
         rt = routes[p.route]
+        notice = notice_for(p, d, rt, b.proofs.get(i), metrics)
         try:
-            outs = build(d, p.source, rt.targets, conversation=p.conversation, sensitive=rt.sensitive, now=now)
+            outs = build(
+                d, p.source, rt.targets, conversation=p.conversation, sensitive=rt.sensitive, now=now, notice=notice
+            )
         except Exception as exc:  # a bug in building the records: the line is held back, never waved through
             log.error(
                 "building a line's outcome raised: dead-lettered internal-error",
@@ -216,4 +254,4 @@ def build_sends(
     b.sends = sends
 
 
-__all__ = ["Batch", "RouteRuntime", "build_sends", "decide", "first_seen", "route_policy"]
+__all__ = ["Batch", "RouteRuntime", "build_sends", "decide", "first_seen", "notice_for", "route_policy"]

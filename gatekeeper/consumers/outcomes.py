@@ -1,9 +1,12 @@
 """Outcome records: what the gatekeeper produces for one consumed record and its decision. Pure: no Kafka here.
 
 Every consumed record yields exactly one forward-or-dead-letter record (``OUTPUT`` or ``DEAD_LETTER``); an alert
-(``ALERT``, JSON on the route's alerts topic) comes in addition. Forwarded and dead-lettered records carry the
-consumed record's key and value bytes unchanged, and its own headers (except any ``gk.*`` header, which only the
-gatekeeper writes: an agent cannot forge a verdict). All outcomes are keyed by the original key.
+(``ALERT``, JSON on the route's alerts topic) comes in addition, and so does, for a dead-lettered line whose sender
+is known, a refusal notice (``NOTICE``: the gatekeeper's ``UN`` to that sender on the route's output topic;
+``gatekeeper.notices``). Forwarded and dead-lettered records carry the consumed record's key and value bytes
+unchanged, and its own headers (except any ``gk.*`` header, which only the gatekeeper writes: an agent cannot forge a
+verdict). All outcomes are keyed by the original key; a notice by the conversation (the same, but for a record
+without a key whose conversation is in a header).
 
 Headers (values are UTF-8 bytes; times are ISO-8601 UTC with milliseconds, ``2026-10-01T09:00:00.000Z``):
 
@@ -26,6 +29,8 @@ header                     on          value                                    
 ``gk.tier``                dlq         the tier of the first problem (``form``, ``record``, ``execution``...)     2
 ``gk.attempt``             dlq         1 on the first dead-letter; a replayed line's next dead-letter is +1       never
 ``gk.decided.at``          dlq         when the first decision about the line was made                            never
+``gk.notice.id``           dlq         the id of the refusal notice written to the line's sender (none written:   never
+                                       no header)
 ``gk.error.class``         dlq         ``internal-error`` only: the class of the exception deciding it raised     never
 ``gk.error.message``       dlq         ``internal-error`` only: its message, one line, at most 200 characters,    never
                                        masked (the stack trace is in the gatekeeper's log, never in a header)
@@ -63,6 +68,22 @@ Alerts (``ALERT``) are JSON objects on the route's alerts topic::
      "dry_run": false, "version": "0.1.0"}
 
 ``alert`` is the reason code; the line and the problems are masked (``gatekeeper.masking``).
+
+A refusal notice (``NOTICE``) is the notice's line (``gatekeeper.notices``), keyed by the conversation, on the
+output topic, with no ``gk.original.*`` header (it is not the outcome of the input record at those coordinates, and
+``POST /v1/gate`` matches outcomes by them) and these headers, all of them kept whole (a notice is never trimmed: one
+that does not fit its topic is dropped, counted and logged):
+
+=========================  =================================================================================
+``gk.author``              ``gatekeeper``
+``gk.notice.refused``      the id of the refused line (its ``re=``)
+``gk.notice.reason``       the dead-letter reason of the refused line
+``gk.notice.why``          the notice's ``why=``
+``gk.conversation``        the conversation id
+``gk.version``             the gatekeeper's version
+``gk.repeated``            ``true`` when the refused line's verdict is its stored first decision (reprocessing)
+``gk.sig``                 with ``signing`` configured: the gatekeeper's signature with the verdict ``notice``
+=========================  =================================================================================
 """
 
 from __future__ import annotations
@@ -79,8 +100,9 @@ import orjson
 
 from gatekeeper import __version__
 from gatekeeper.masking import Masker, masker_for
+from gatekeeper.notices import AUTHOR, Notice
 from gatekeeper.policy import Decision, Reason, Verdict
-from gatekeeper.verdicts import DRY_RUN, Signer
+from gatekeeper.verdicts import DRY_RUN, NOTICE, Signer
 
 HEADER_PREFIX = "gk."
 OUTCOME_TOO_LARGE = "outcome-too-large"  # gk.reason of a forwarded line its output topic could not hold
@@ -92,6 +114,7 @@ class OutcomeKind(enum.StrEnum):
     OUTPUT = "output"
     DEAD_LETTER = "dead-letter"
     ALERT = "alert"
+    NOTICE = "notice"
 
 
 Headers = tuple[tuple[str, bytes], ...]
@@ -241,9 +264,12 @@ def build(
     conversation: str | None,
     sensitive: Collection[str] = (),
     now: float,
+    notice: Notice | None = None,
 ) -> list[Outcome]:
     """The outcomes of one decided line: one output-or-dead-letter record, plus an alert when the decision
-    raises one. ``now`` is when the outcome is built (the alert's ``at``); the decision carries when it was made."""
+    raises one, plus ``notice`` (``notices.refusal_notice``) for a dead letter of an enforcing route (its dead letter
+    then names it in ``gk.notice.id``). ``now`` is when the outcome is built (the alert's ``at``); the decision
+    carries when it was made."""
     if decision.verdict is Verdict.HOLD:
         raise ValueError("a held line has no outcome yet")
     # a clean forwarded line carries no text of the gatekeeper's that could need masking: skip the work
@@ -266,6 +292,8 @@ def build(
         _hc("gk.decided.at", iso(decision.decided_at)),
     )
     out: list[Outcome] = []
+    if not dead or targets.dry_run or conversation is None:
+        notice = None  # a notice answers a dead letter only: a dry-run route only counts it (``consumers.deciding``)
     if dead and not targets.dry_run:
         tier = next((p.tier for p in decision.problems if p.tier), None)
         error_h: Headers = ()
@@ -281,7 +309,13 @@ def build(
             dead_letter=targets.dead_letter,
             key=source.key,
             value=source.value,
-            required=(*dlq_required[:3], _hc("gk.reason", reason or ""), *dlq_required[3:], *error_h),
+            required=(
+                *dlq_required[:3],
+                _hc("gk.reason", reason or ""),
+                *dlq_required[3:],
+                *error_h,
+                *((_h("gk.notice.id", notice.id),) if notice is not None else ()),
+            ),
             problems=problems_h or (_h("gk.problems", "[]"),),
             optional=(
                 *((_hc("gk.check", decision.check),) if decision.check else ()),
@@ -328,7 +362,40 @@ def build(
     out.append(_render(draft, source, 0))  # type: ignore[arg-type]  # level 0 always renders
     if decision.alerts:
         out.append(_alert(decision, source, targets, conversation, masker, problems, now))
+    if notice is not None:
+        assert conversation is not None  # checked above
+        out.append(_notice(notice, decision, source, targets, conversation))
     return out
+
+
+def _notice(notice: Notice, decision: Decision, source: Source, targets: Targets, conversation: str) -> Outcome:
+    """The refusal notice's record (see the module docstring): the notice's line on the output topic, keyed by the
+    conversation, answering for the refused record (``source``: its partition's transaction, its batch)."""
+    value = notice.line.encode("utf-8")
+    headers: list[tuple[str, bytes]] = [
+        _hc("gk.author", AUTHOR),
+        _h("gk.notice.refused", notice.re),
+        _hc("gk.notice.reason", notice.reason),
+        _hc("gk.notice.why", notice.why),
+        _h("gk.conversation", conversation),
+        _VERSION,
+    ]
+    if decision.repeated:
+        headers.append(_hc("gk.repeated", "true"))
+    if targets.signer is not None:
+        route = targets.name or source.topic
+        headers.append(targets.signer.header(route, conversation, value, NOTICE, repeat=decision.repeated))
+    draft = _Draft(
+        kind=OutcomeKind.NOTICE,
+        topic=targets.output,
+        dead_letter=targets.dead_letter,
+        key=conversation.encode("utf-8"),
+        value=value,
+        required=tuple(headers),
+        problems=(),
+        optional=(),
+    )
+    return _render(draft, source, 0)  # type: ignore[return-value]  # level 0 always renders
 
 
 def bare_dead_letter(source: Source, targets: Targets, error: str, now: float) -> Outcome:
@@ -420,6 +487,8 @@ def _render(d: _Draft, source: Source, level: int) -> Outcome | None:
         if level >= 4:
             return None
         return Outcome(d.kind, d.topic, d.key, _json(doc), d.required + trimmed, source, level, d)
+    if d.kind is OutcomeKind.NOTICE:  # never trimmed: every header says whose and what it is
+        return Outcome(d.kind, d.topic, d.key, d.value, d.required, source, level, d) if level == 0 else None
     if d.kind is OutcomeKind.DEAD_LETTER:
         if level >= 4:
             return None

@@ -59,6 +59,9 @@ class Collected:
     output: list[Got] = field(default_factory=list)
     dead: list[Got] = field(default_factory=list)
     alerts: list[Got] = field(default_factory=list)
+    #: the gatekeeper's refusal notices, read from an output topic (``gatekeeper.notices``): kept apart from the
+    #: forwarded lines, which ``output`` holds
+    notices: list[Got] = field(default_factory=list)
 
     def of(self, kind: str, conversation: str) -> list[Got]:
         records: list[Got] = getattr(self, kind)
@@ -165,9 +168,12 @@ class Collector:
         while True:
             batch = await self._consumer.getmany(timeout_ms=100)
             for tp, records in batch.items():
-                target: list[Got] = getattr(self.got, self.kinds[tp.topic])
+                kind = self.kinds[tp.topic]
                 for r in records:
-                    target.append(Got(r.key, r.value or b"", dict(r.headers or ()), tp.topic, tp.partition, r.offset))
+                    got = Got(r.key, r.value or b"", dict(r.headers or ()), tp.topic, tp.partition, r.offset)
+                    notice = kind == "output" and "gk.notice.reason" in got.headers
+                    target: list[Got] = getattr(self.got, "notices" if notice else kind)
+                    target.append(got)
             if batch:
                 self._changed.set()
 
@@ -193,7 +199,10 @@ class Collector:
 
     def summary(self) -> str:
         g = self.got
-        return f"output={[r.text[:40] for r in g.output]} dead={[r.text[:40] for r in g.dead]} alerts={len(g.alerts)}"
+        return (
+            f"output={[r.text[:40] for r in g.output]} dead={[r.text[:40] for r in g.dead]} alerts={len(g.alerts)} "
+            f"notices={[r.text[:40] for r in g.notices]}"
+        )
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -74,8 +74,18 @@ def origin(r: FakeRecord) -> tuple[int, int]:
     return int(h["gk.original.partition"]), int(h["gk.original.offset"])
 
 
+def forwarded(cluster: Cluster) -> list[FakeRecord]:
+    """The forwarded lines on the output topic (not the gatekeeper's refusal notices beside them)."""
+    return [r for r in cluster.records("out") if "gk.notice.reason" not in dict(r.headers)]
+
+
+def notices(cluster: Cluster) -> list[FakeRecord]:
+    """The gatekeeper's refusal notices on the output topic (``gatekeeper.notices``)."""
+    return [r for r in cluster.records("out") if "gk.notice.reason" in dict(r.headers)]
+
+
 def decided(cluster: Cluster) -> int:
-    return len(cluster.records("out")) + len(cluster.records("dlq"))
+    return len(forwarded(cluster)) + len(cluster.records("dlq"))
 
 
 def send(cluster: Cluster, conversation: str, *lines: str, partition: int = 0) -> None:
@@ -84,16 +94,29 @@ def send(cluster: Cluster, conversation: str, *lines: str, partition: int = 0) -
 
 
 def assert_commits_follow_acks(cluster: Cluster) -> None:
-    """Every commit of an input partition at offset n comes after the acknowledgement of an outcome of every
-    input record below n on that partition."""
-    acked: dict[tuple[int, int], int] = {}  # (input partition, input offset) -> index of its first outcome's ack
+    """Every commit of an input partition at offset n comes after the acknowledgement of every outcome of every
+    input record below n on that partition: its forward or dead letter, and its refusal notice (a notice names no
+    coordinates: it is the one its dead letter names in ``gk.notice.id``)."""
+    noticed: dict[bytes, tuple[int, int]] = {}  # notice id -> the input record it answers for
+    for r in cluster.records("dlq"):
+        nid = dict(r.headers).get("gk.notice.id")
+        if nid is not None:
+            noticed[nid] = origin(r)
+    acked: dict[tuple[int, int], list[int]] = {}  # (input partition, input offset) -> indexes of its outcomes' acks
     for i, (kind, topic, partition, offset) in enumerate(cluster.events):
         if kind == "ack" and topic in ("out", "dlq"):
-            acked.setdefault(origin(cluster.logs[(topic, partition)][offset]), i)
+            record = cluster.logs[(topic, partition)][offset]
+            if "gk.notice.reason" in dict(record.headers):
+                nid = record.value.split()[2]
+                assert nid in noticed, f"a notice no dead letter names: {record.value!r}"
+                acked.setdefault(noticed[nid], []).append(i)
+            else:
+                acked.setdefault(origin(record), []).append(i)
     for i, (kind, topic, partition, offset) in enumerate(cluster.events):
         if kind == "commit" and topic == "in":
             for below in range(offset):
-                assert acked.get((partition, below), len(cluster.events)) < i, (partition, below, cluster.events)
+                acks = acked.get((partition, below), [])
+                assert acks and max(acks) < i, (partition, below, cluster.events)
 
 
 async def test_offsets_are_committed_only_after_the_outcomes_are_acknowledged() -> None:
@@ -102,9 +125,14 @@ async def test_offsets_are_committed_only_after_the_outcomes_are_acknowledged() 
     send(cluster, "c2", BAD, partition=1)
     async with running(cluster):
         await until(lambda: decided(cluster) == 5 and cluster.committed == {("in", 0): 4, ("in", 1): 1})
-    assert [r.value for r in cluster.records("out")] == [x.encode() for x in (HO, RB, AN, DN)]
+    assert [r.value for r in forwarded(cluster)] == [x.encode() for x in (HO, RB, AN, DN)]
     [dead] = cluster.records("dlq")
     assert dict(dead.headers)["gk.reason"] == b"check-ho"
+    # the refused handoff's sender is told, on the output topic, before the offset passes it
+    [notice] = notices(cluster)
+    assert notice.key == b"c2" and notice.value.startswith(b"RW1 UN payer-9")
+    assert b" re=scheduler-1 from=payer to=scheduler " in notice.value
+    assert dict(dead.headers)["gk.notice.id"] == notice.value.split()[2]
     assert_commits_follow_acks(cluster)
 
 
@@ -118,7 +146,7 @@ async def test_a_failed_produce_is_retried_never_dead_lettered_nor_duplicated() 
             "gatekeeper_kafka_errors_total", {"operation": "produce"}
         ) == pytest.approx(3)
         assert len(kafka_of(gk).producers) >= 2  # the producer replaced after each failure
-    assert [r.value for r in cluster.records("out")] == [x.encode() for x in (HO, RB, AN, DN)]
+    assert [r.value for r in forwarded(cluster)] == [x.encode() for x in (HO, RB, AN, DN)]
     assert cluster.records("dlq") == []
     assert_commits_follow_acks(cluster)
 
@@ -133,7 +161,7 @@ async def test_acknowledgements_that_do_not_come_are_waited_for_never_sent_twice
         cluster.hold_acks.set()  # the answers come, after the request timeout
         await until(lambda: cluster.committed.get(("in", 0)) == 2)
         await until(lambda: gk.readiness()[0])
-    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]  # once each
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]  # once each
 
 
 async def test_the_next_batch_is_decided_while_the_last_one_waits_for_its_acknowledgements() -> None:
@@ -149,7 +177,7 @@ async def test_the_next_batch_is_decided_while_the_last_one_waits_for_its_acknow
         assert cluster.records("out") == [] and cluster.committed.get(("in", 0), 0) == 0
         cluster.hold_acks.set()
         await until(lambda: cluster.committed.get(("in", 0)) == 2)
-    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
     assert_commits_follow_acks(cluster)
 
 
@@ -191,7 +219,7 @@ async def test_a_failed_commit_is_tried_again_and_never_passes_an_open_line() ->
         assert gk.metrics.registry.get_sample_value("gatekeeper_kafka_errors_total", {"operation": "commit"}) == 2
         send(cluster, "c1", AN, DN)
         await until(lambda: cluster.committed.get(("in", 0)) == 4)
-    assert len(cluster.records("out")) == 4
+    assert len(forwarded(cluster)) == 4
     assert_commits_follow_acks(cluster)
 
 
@@ -204,7 +232,7 @@ async def test_a_reply_held_for_its_handoff_keeps_the_commit_below_it() -> None:
         assert cluster.committed.get(("in", 0), 0) == 0  # the held line is open: nothing past it
         send(cluster, "c1", HO)
         await until(lambda: decided(cluster) == 2 and cluster.committed.get(("in", 0)) == 2)
-    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
     assert_commits_follow_acks(cluster)
 
 
@@ -214,7 +242,7 @@ async def test_exactly_once_offsets_ride_in_the_transaction_and_an_aborted_one_i
     send(cluster, "c1", HO, RB, AN, DN)
     async with running(cluster, transactional=True):
         await until(lambda: cluster.committed.get(("in", 0)) == 4)
-    assert [r.value for r in cluster.records("out")] == [x.encode() for x in (HO, RB, AN, DN)]  # once each
+    assert [r.value for r in forwarded(cluster)] == [x.encode() for x in (HO, RB, AN, DN)]  # once each
     kinds = [k for k, *_ in cluster.events]
     assert kinds.index("commit") > max(i for i, k in enumerate(kinds) if k == "ack")  # offsets after the records
     assert_commits_follow_acks(cluster)
@@ -227,8 +255,8 @@ async def test_exactly_once_each_input_partition_has_its_own_transactional_produ
     async with running(cluster, transactional=True, transactional_id_prefix="gk"):
         await until(lambda: cluster.committed == {("in", 0): 2, ("in", 1): 1})
         assert sorted(cluster.transactional) == ["gk-in-0", "gk-in-1"]
-    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
-    assert len(cluster.records("dlq")) == 1
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
+    assert len(cluster.records("dlq")) == 1 and len(notices(cluster)) == 1  # in in-1's transaction
     assert_commits_follow_acks(cluster)
 
 
@@ -258,8 +286,11 @@ async def test_a_zombie_fenced_mid_transaction_drops_that_partition_and_rejoins_
         send(cluster, "c2", BAD, partition=1)
         await until(lambda: cluster.committed.get(("in", 1)) == 2)
         assert gk._work is not None and not gk._work.done()
-    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]  # once each
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]  # once each
     assert [origin(r) for r in cluster.records("dlq")] == [(1, 0), (1, 1)]
+    # the same line again: its stored first decision, and the byte-identical notice (marked a repeat)
+    first, again = notices(cluster)
+    assert first.value == again.value and dict(again.headers)["gk.repeated"] == b"true"
     assert_commits_follow_acks(cluster)
 
 
@@ -290,7 +321,7 @@ async def test_a_partition_whose_producer_did_not_start_stays_paused_until_it_do
             assert gk._pauses.unopened == set()
     finally:
         fake_kafka.FakeProducer.start = real_start  # type: ignore[method-assign]
-    assert [r.value for r in cluster.records("out")] == [HO.encode()]
+    assert [r.value for r in forwarded(cluster)] == [HO.encode()]
 
 
 async def test_records_of_a_partition_given_away_are_not_taken_in_and_leave_no_watermark() -> None:
@@ -316,7 +347,7 @@ async def test_records_of_a_partition_given_away_are_not_taken_in_and_leave_no_w
         consumer.rejoin()  # in-1 given back: read again from its committed offset
         await until(lambda: cluster.committed.get(("in", 1)) == 2)
     assert [origin(r) for r in cluster.records("dlq")] == [(1, 0), (1, 1)]  # once each
-    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
     assert_commits_follow_acks(cluster)
 
 
@@ -341,7 +372,7 @@ async def test_a_rebalance_during_the_backoff_leaves_no_partition_paused(transac
         cluster.fail_sends = 0
         send(cluster, "c1", RB, partition=0)
         await until(lambda: cluster.committed.get(("in", 0)) == 2 and cluster.committed.get(("in", 1)) == 1)
-    assert [r.value for r in cluster.records("out")] == [HO.encode(), RB.encode()]
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
     assert [origin(r) for r in cluster.records("dlq")] == [(1, 0)]
 
 
