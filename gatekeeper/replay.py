@@ -16,6 +16,15 @@ exactly as if the daemon had decided the line now). Then:
 - a line an earlier replay already forwarded (its stored decision is no longer a dead letter) is skipped: replaying
   the same range twice forwards nothing twice.
 
+**Refusal notices** (``gatekeeper.notices``) are the daemon's alone: a replay writes none, neither for a line it
+forwards nor for one that still fails. A line that still fails was refused once already and its sender was told
+then (its letter names the notice, ``gk.notice.id``, and a requeued copy keeps it); a second notice would tell it
+twice about one line, under another id when the reason changed. A line whose first refusal had no notice (the
+route's ``refusal_notices`` off, a letter of an earlier release) gets none from a replay either: a replay is the
+operator's act, and the operator tells. A line the replay forwards although its sender was told it was refused is
+delivered after all: its handoff, closed for its sender by the notice, reaches its receiver. The report notes it
+(``notified``), so that an operator replays such a line only when its sender has not re-issued it.
+
 What the rules forbid stays held, because the decision is the daemon's: a handoff past its ``exp=`` (``expired``), a
 clearance of a readback that failed (``refused-handoff`` / ``clearance``), a handoff whose approval is now bound to
 another (``record-used``). Replay never holds a line: a reply whose handoff is still unknown stays dead-lettered.
@@ -123,6 +132,8 @@ PARKED_REASON = "max-attempts"
 SUPERSEDED = "superseded: a newer copy of its line (a later requeue) is the one replayed"
 PARKED = "parked at its last attempt (gk.parked): replayed only with --include-parked"
 STATE_GONE = "its conversation has no state in Redis (expired after retention, or deleted): decided as a new one"
+NOTICE_ID_HEADER = "gk.notice.id"  # on a letter whose sender was told (the daemon's refusal notice's id)
+NOTIFIED = "notified: its sender was told it was refused (refusal notice {id}); delivered after all"
 REPLAYED_HEADERS = ("gk.replayed.from.topic", "gk.replayed.from.partition", "gk.replayed.from.offset", "gk.replayed.at")
 
 
@@ -1090,6 +1101,10 @@ class Replayer:
         status = Status.ALERTED if d.alerts else Status.FORWARDED
         reason = d.reason.value if d.reason is not None and d.alerts else None
         note = "re-sent: an earlier replay did not finish" if d.repeated else None
+        notified = _header(it.headers, NOTICE_ID_HEADER)
+        if notified is not None:
+            said = NOTIFIED.format(id=notified)
+            note = said if note is None else f"{note}; {said}"
         line = dataclasses.replace(base, status=status, reason=reason, problems=d.problems, note=note)
         if dry_run:
             return line, []
@@ -1166,12 +1181,17 @@ def _replayed(it: _Item, now: float) -> tuple[tuple[str, bytes], ...]:
 def _extra(kind: OutcomeKind, it: _Item, now: float, *, parked: bool = False) -> tuple[tuple[str, bytes], ...]:
     """The replay's headers on an outcome: where it was replayed from; on a forwarded record (a dead letter has it
     already) ``gk.attempt``, one more than the dead letter's; on a requeued letter at its last attempt
-    ``gk.parked`` (why: ``max-attempts``) and ``gk.parked.at``."""
+    ``gk.parked`` (why: ``max-attempts``) and ``gk.parked.at``; on a requeued letter whose sender was told,
+    ``gk.notice.id`` as the letter had it."""
     extra = _replayed(it, now)
     if kind is OutcomeKind.OUTPUT:
         extra = (*extra, ("gk.attempt", str(next_attempt(tuple(it.headers.items()))).encode()))
-    elif kind is OutcomeKind.DEAD_LETTER and parked:
-        extra = (*extra, (PARKED_HEADER, PARKED_REASON.encode()), (PARKED_AT_HEADER, iso(now).encode()))
+    elif kind is OutcomeKind.DEAD_LETTER:
+        notice = it.headers.get(NOTICE_ID_HEADER)
+        if notice is not None:
+            extra = (*extra, (NOTICE_ID_HEADER, notice))
+        if parked:
+            extra = (*extra, (PARKED_HEADER, PARKED_REASON.encode()), (PARKED_AT_HEADER, iso(now).encode()))
     return extra
 
 
@@ -1215,6 +1235,8 @@ def replayed_headers(headers: Iterable[tuple[str, bytes]]) -> dict[str, str]:
 
 __all__ = [
     "MAX_ATTEMPTS",
+    "NOTICE_ID_HEADER",
+    "NOTIFIED",
     "PARKED",
     "PARKED_AT_HEADER",
     "PARKED_HEADER",

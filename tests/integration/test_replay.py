@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from gatekeeper.cli import app
 from gatekeeper.policy import Record
-from gatekeeper.replay import RedisMarkers, Replayer, Selection, Status
+from gatekeeper.replay import NOTIFIED, RedisMarkers, Replayer, Selection, Status
 from tests.integration._pipeline import Collected, Pipeline, TopicFactory, committed
 from tests.policy.world import AN, DN, HO, RB, RECORD
 
@@ -56,6 +56,10 @@ async def test_a_handoff_held_for_its_approval_is_forwarded_once_the_record_land
         (line,) = first.lines
         assert (line.conversation, line.id, line.was) == ("late", "scheduler-1", "no-record")
         assert line.output is not None and line.output[0] == route.output
+        # its sender was told it was refused (a refusal notice): the report says the replay delivers it after all
+        notified = NOTIFIED.format(id=dl.h("gk.notice.id"))
+        assert dl.h("gk.notice.id") == got.of("notices", "late")[0].text.split()[2]
+        assert line.note is not None and line.note.endswith(notified)
 
         got = await p.collect(lambda g: len(g.of("output", "late")) >= 1)
         (fwd,) = got.of("output", "late")
@@ -85,7 +89,7 @@ async def test_a_handoff_held_for_its_approval_is_forwarded_once_the_record_land
         await markers.close()
         resent = await Replayer(p.settings).run(route=route.input)
         assert [(ln.status, ln.note) for ln in resent.lines] == [
-            (Status.FORWARDED, "re-sent: an earlier replay did not finish")
+            (Status.FORWARDED, f"re-sent: an earlier replay did not finish; {notified}")
         ]
         last = await Replayer(p.settings).run(route=route.input)
         assert [ln.status for ln in last.lines] == [Status.ALREADY_FORWARDED]

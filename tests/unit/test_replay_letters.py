@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from gatekeeper.config import Settings
+from gatekeeper.consumers.outcomes import OutcomeKind
 from gatekeeper.replay import (
+    NOTICE_ID_HEADER,
+    NOTIFIED,
     PARKED,
     SUPERSEDED,
     Copy,
@@ -19,9 +22,11 @@ from gatekeeper.replay import (
     ReplayError,
     ReplayReport,
     Status,
+    _extra,
     check_original,
     well_formed,
 )
+from tests.policy.world import HO, NOW, pay_world
 
 A = {"input": "a.in", "output": "a.out", "dead_letter": "a.dlq", "alerts": "a.alerts", "profile": "pay"}
 B = {"input": "b.in", "output": "b.out", "dead_letter": "b.dlq", "alerts": "b.alerts", "profile": "pay"}
@@ -224,3 +229,22 @@ def test_a_parked_letter_is_skipped_unless_asked_for() -> None:
         assert item is not None and item.parked and item.attempt == 5
         assert r._passed_over(item, index, include, report) is skipped
         assert [ln.note for ln in report.lines] == ([PARKED] if skipped else [])
+
+
+def test_a_letter_whose_sender_was_told_keeps_its_notice_and_a_replay_that_forwards_it_says_so() -> None:
+    """A replay writes no refusal notice; a requeued copy keeps the letter's ``gk.notice.id``, and a line forwarded
+    although its sender was told it was refused is noted (``notified``)."""
+    r = _replayer()
+    owners = r.owners("a.dlq", None)
+    report = ReplayReport(topic="a.dlq", dry_run=True, requeue_failed=True)
+    told = r._item("a.dlq", _letter(0, **{NOTICE_ID_HEADER: "payer-951234567"}), None, owners, INPUTS, report)
+    untold = r._item("a.dlq", _letter(1, original="4"), None, owners, INPUTS, report)
+    assert told is not None and untold is not None
+    assert (NOTICE_ID_HEADER, b"payer-951234567") in _extra(OutcomeKind.DEAD_LETTER, told, NOW)  # a requeued copy
+    assert all(k != NOTICE_ID_HEADER for k, _ in _extra(OutcomeKind.OUTPUT, told, NOW))
+    assert all(k != NOTICE_ID_HEADER for k, _ in _extra(OutcomeKind.DEAD_LETTER, untold, NOW))
+    forwarded = pay_world().send(HO)
+    line, outcomes = r._outcome(told, forwarded, NOW, True, True, False)
+    assert line.status is Status.FORWARDED and line.note == NOTIFIED.format(id="payer-951234567") and outcomes == []
+    line, _ = r._outcome(untold, forwarded, NOW, True, True, False)
+    assert line.status is Status.FORWARDED and line.note is None
