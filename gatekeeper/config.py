@@ -228,6 +228,11 @@ class Route(_Strict):
         description="tell the sender of a dead-lettered line, when it is known: the gatekeeper's UN on the output "
         "topic (gatekeeper.notices); false: no notice. A dry-run route writes none, it only counts them",
     )
+    refuse_unverified_comprehension: bool = Field(
+        False,
+        description="refuse (check-rb) a comprehension readback (rb=acc, rb=plan) whose record holds no withheld "
+        "criteria (expect_acc); false: forward it with the note comprehension-unverified (gk.notes)",
+    )
 
     @field_validator("conversation_header")
     @classmethod

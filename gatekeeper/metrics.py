@@ -55,7 +55,10 @@ seconds``                                                 an answer (epoch secon
 ``gatekeeper_handoff_problems_total``          counter    route, code: the thread audit's problems (``thread-closed-
                                                           twice``, ``thread-done-after-cancel``, ``thread-cancel-
                                                           wrong-agent``, ``thread-cancel-no-handoff``,
-                                                          ``thread-orphaned``, ``cleared-not-done``)
+                                                          ``thread-orphaned``, ``cleared-not-done``), the authority
+                                                          table's refusals (``thread-*-wrong-agent``...,
+                                                          ``acted-after-expiry``, ``done-without-readback``) and the
+                                                          note ``comprehension-unverified``: ``HANDOFF_PROBLEM_CODES``
 ``gatekeeper_sweep_seconds``                   histogram  one sweep of the partitions this instance holds
 ``gatekeeper_internal_errors_total``           counter    route, stage (decide, outcome, sweep): a line or a
                                                           handoff whose handling raised (a bug; the line is
@@ -98,6 +101,19 @@ HANDOFF_PROBLEM_CODES = frozenset(
         "thread-cancel-no-handoff",
         "thread-orphaned",
         "cleared-not-done",
+        # who may say what (gatekeeper.policy.authority): lines refused or flagged for their sender's role
+        "thread-reissue-wrong-agent",
+        "thread-reissue-other-item",
+        "thread-close-wrong-agent",
+        "thread-done-wrong-agent",
+        "thread-ack-wrong-agent",
+        "thread-answer-wrong-agent",
+        "thread-question-wrong-agent",
+        "thread-question-answered",
+        "acted-after-expiry",
+        "done-without-readback",
+        # a note, not a problem: a comprehension readback forwarded with nothing on record to check it against
+        "comprehension-unverified",
     }
 )
 BATCH_BUCKETS = (1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)

@@ -67,7 +67,7 @@ def account(
         if d.alerts:
             child(m.alerts, name, reason).inc()
         if not d.repeated:
-            for pr in d.problems:
+            for pr in (*d.problems, *d.notes):
                 if pr.code in HANDOFF_PROBLEM_CODES:
                     m.handoff_problems.labels(route=name, code=pr.code).inc()
             if d.reason is Reason.INTERNAL_ERROR:

@@ -52,6 +52,7 @@ def route_policy(route: Route, settings: Settings) -> RoutePolicy:
         max_line_bytes=route.max_line_bytes,
         readback_timeout_seconds=route.readback_timeout_seconds,
         sender_auth=route.sender_auth,
+        refuse_unverified_comprehension=route.refuse_unverified_comprehension,
         state_ttl_seconds=float(min(settings.redis.retention_seconds, settings.redis.open_retention_seconds)),
     )
 

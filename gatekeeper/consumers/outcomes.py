@@ -282,6 +282,7 @@ def build(
         _h("gk.original.timestamp", source.timestamp if source.timestamp is not None else -1),
         *((_h("gk.conversation", conversation),) if conversation is not None else ()),
         *((_hc("gk.repeated", "true"),) if decision.repeated else ()),
+        *((_h("gk.notes", ",".join(sorted({n.code for n in decision.notes}))),) if decision.notes else ()),
     )
     reason = decision.reason.value if decision.reason is not None else None
     dead = decision.verdict is Verdict.DEAD_LETTER

@@ -340,3 +340,19 @@ def test_a_trimmed_forwarded_record_keeps_its_signature_and_a_moved_one_loses_it
 def test_without_a_signer_nothing_is_signed() -> None:
     (o,) = build(pay_world().send(HO), source(HO.encode()), TARGETS, conversation="c1", now=NOW)
     assert "gk.sig" not in headers(o)
+
+
+def test_the_checks_notes_ride_along_as_gk_notes() -> None:
+    """A comprehension readback with nothing on record to check it against is forwarded, noted."""
+    from gatekeeper.policy import Record
+    from tests.policy.world import World
+
+    w = World().add(Record("doc:1", "DRAFT", {"to": "desk", "item": "doc:1", "ask": "DRAFT"}))
+    w.send("RW1 HO scheduler-1 from=scheduler to=desk item=doc:1 ask=DRAFT rb=acc p=pay")
+    rb = "RW1 RB desk-1 re=scheduler-1 from=desk to=scheduler item=doc:1 ask=DRAFT acc=len:120w p=pay"
+    d = w.send(rb)
+    (o,) = build(d, source(rb.encode()), TARGETS, conversation="c1", now=NOW)
+    assert o.kind is OutcomeKind.OUTPUT
+    assert "comprehension-unverified" in headers(o)["gk.notes"].split(",")
+    (clean,) = build(pay_world().send(HO), source(HO.encode()), TARGETS, conversation="c1", now=NOW)
+    assert "gk.notes" not in headers(clean)
