@@ -52,6 +52,8 @@ seconds``                                                 an answer (epoch secon
                                                           ran out while open (cancelled or alerted)
 ``gatekeeper_cancels_total``                   counter    route, why (EXPIRED, TIMEOUT): CX lines the gatekeeper
                                                           published on a sender's behalf
+``gatekeeper_unanswered_questions_total``      counter    route: questions (AQ) still unanswered past their by=, each
+                                                          alerted once (``unanswered-question``)
 ``gatekeeper_handoff_problems_total``          counter    route, code: the thread audit's problems (``thread-closed-
                                                           twice``, ``thread-done-after-cancel``, ``thread-cancel-
                                                           wrong-agent``, ``thread-cancel-no-handoff``,
@@ -212,6 +214,12 @@ class Metrics:
         )
         self.cancels = Counter(
             "gatekeeper_cancels", "CX lines the gatekeeper published for a sender.", ["route", "why"], registry=r
+        )
+        self.unanswered_questions = Counter(
+            "gatekeeper_unanswered_questions",
+            "Questions still unanswered past their by= (alerted once).",
+            ["route"],
+            registry=r,
         )
         self.handoff_problems = Counter(
             "gatekeeper_handoff_problems", "The thread audit's problems.", ["route", "code"], registry=r

@@ -23,7 +23,8 @@ Key layout (``<p>`` is ``redis.key_prefix``; the part in braces is the Redis Clu
 
 The handoff lifecycle (``gatekeeper.sweeper``) adds, per route and input partition ``<n>`` (decimal)::
 
-    <p>:due:{<route>/#<n>}              ZSET: open handoffs with a pending deadline, score = that deadline (epoch)
+    <p>:due:{<route>/#<n>}              ZSET: open handoffs with a pending deadline, and questions (AQ) with a
+                                        pending by=, score = that deadline (epoch)
     <p>:open:{<route>/#<n>}             ZSET: every open handoff, score = when it was forwarded (epoch)
     <p>:lapsed:{<route>/#<n>}           ZSET: handoffs the gatekeeper cancelled or alerted when their time ran out,
                                         score = when; kept after they close, for ``retention_seconds``
@@ -964,7 +965,7 @@ class RedisStore:
             args: list[Any] = [min(epochs) if epochs else ""]
             for e in group:
                 member = _member(e.conversation, e.ho)
-                args += ("due", member, _score(e.due_at)) if e.open and e.due_at is not None else ("-due", member, 0)
+                args += ("due", member, _score(e.due_at)) if e.due_at is not None else ("-due", member, 0)
                 args += ("open", member, _score(e.opened_at or 0.0)) if e.open else ("-open", member, 0)
                 if e.lapsed_at is not None:
                     args += ("lapsed", member, _score(e.lapsed_at))

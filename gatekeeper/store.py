@@ -363,7 +363,7 @@ class MemoryStore:
             member = (e.conversation, e.ho)
             due = self._index.setdefault((route, e.partition, "due"), {})
             opened = self._index.setdefault((route, e.partition, "open"), {})
-            if e.open and e.due_at is not None:
+            if e.due_at is not None:  # an open handoff's next deadline, or a pending question's by=
                 due[member] = e.due_at
             else:
                 due.pop(member, None)

@@ -70,6 +70,12 @@ Why not a Kafka transaction: the bookkeeping lives in Redis, outside any Kafka t
 through the worker's idempotent producer, outside transactions even in exactly-once mode (a ``read_committed``
 receiver sees them as they are written); the intent and the search make them safe against a zombie all the same.
 
+**Questions** (``AQ``) with a ``by=`` are in the same deadline index, under the question's id (never in the open
+index: they are not handoffs). Past ``by=`` and still unanswered (no AN, no UN from the one asked), the sweep
+publishes one ``unanswered-question`` alert (``question_alert_document``, header ``gk.question``), counts
+``gatekeeper_unanswered_questions_total`` and records it on the question's entry (``MarkUnanswered``), which takes it
+out of the index: as an alert-only expiry, once, by the partition's owner; no CX.
+
 Alerts are at least once: published before the state records them, a crash in between repeats one, never loses
 one. A dry-run route publishes no CX: its alert says ``"action": "would-cancel"`` with the line, and the state
 records the cancel as enforce mode would (the shadow state stays enforce's).
@@ -96,19 +102,23 @@ from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import ConversationState, Overlay, RoutePolicy, apply
 from gatekeeper.policy.decide import error_text
 from gatekeeper.policy.lifecycle import (
+    UNANSWERED,
     Action,
     IndexEntry,
     Overdue,
+    QuestionDeadline,
     cancel_id,
     expire,
     index_of,
     mark_overdue,
     overdue,
+    question_deadline,
     record_cancel,
+    unanswered,
 )
 from gatekeeper.store import CancelIntent, Indexed, LifecycleStore, StoreError
 from gatekeeper.verdicts import CANCEL, Signer
-from rwcore import Problem
+from rwcore import Problem, parse_line
 
 if TYPE_CHECKING:
     from gatekeeper.consumers.sending import OutcomeSender
@@ -120,6 +130,7 @@ AUTHOR = "gatekeeper"
 CANCEL_HANDOFF_HEADER = "gk.cancel.handoff"
 CANCEL_WHY_HEADER = "gk.cancel.why"
 ALERT_HEADER = "gk.alert"
+QUESTION_HEADER = "gk.question"
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -403,7 +414,11 @@ class Sweeper:
         intent: CancelIntent | None,
         report: SweepReport,
     ) -> bool:
-        """Act on everything due for one handoff (at most a readback cancel, then its expiry). True: state changed."""
+        """Act on everything due for one handoff (at most a readback cancel, then its expiry), or one question (its
+        ``unanswered-question`` alert). True: state changed."""
+        line = state.lines.get(e.ho)
+        if e.ho not in state.handoffs and line is not None and line.type == "AQ":
+            return await self._question(rt, e, state, now, report)
         changed = False
         rt_seconds = rt.policy.readback_timeout_seconds
         for _ in range(3):  # a readback cancel, then the expiry; never more (each round consumes a deadline)
@@ -425,6 +440,37 @@ class Sweeper:
                 report.handled.append(Handled(rt.name, e.conversation, e.ho, o.alert or "alerted"))
             changed = True
         return changed
+
+    async def _question(
+        self, rt: SweepRoute, e: Indexed, state: ConversationState, now: float, report: SweepReport
+    ) -> bool:
+        """A question past its ``by=``: ``unanswered-question`` on the alerts topic, then marked in the state
+        (``MarkUnanswered``) so it is raised once; the save takes it out of the deadline index. Answered or alerted
+        already (an index entry a failed write left behind): nothing, and the save takes it out."""
+        decision = unanswered(state, e.ho, now)
+        if decision is None:
+            return False
+        q = question_deadline(state, e.ho)
+        assert q is not None
+        doc = question_alert_document(rt, e.conversation, state, q, decision.problems, now)
+        headers: Headers = (
+            (AUTHOR_HEADER, AUTHOR.encode()),
+            (ALERT_HEADER, UNANSWERED.encode()),
+            (QUESTION_HEADER, e.ho.encode()),
+            ("gk.conversation", e.conversation.encode("utf-8")),
+            ("gk.version", __version__.encode()),
+        )
+        value = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        await self.publisher.publish([OutRecord(rt.alerts, e.conversation.encode("utf-8"), value, headers)])
+        apply(state, decision, Overlay())
+        if self.metrics is not None:
+            self.metrics.unanswered_questions.labels(route=rt.name).inc()
+        report.handled.append(Handled(rt.name, e.conversation, e.ho, UNANSWERED))
+        log.info(
+            f"question unanswered past by={q.value}",
+            extra={"route": rt.name, "conversation": e.conversation, "question": e.ho},
+        )
+        return True
 
     # ------------------------------------------------------------------------------------------------ the cancel
 
@@ -672,6 +718,49 @@ def alert_document(
     }
 
 
+def question_alert_document(
+    rt: SweepRoute,
+    conversation: str,
+    state: ConversationState,
+    q: QuestionDeadline,
+    problems: Sequence[Problem],
+    now: float,
+) -> dict[str, Any]:
+    """The sweeper's alert for a question (``AQ``) still unanswered past its ``by=``, JSON on the route's alerts
+    topic::
+
+        {"alert": "unanswered-question", "author": "gatekeeper", "action": "alerted", "route": "agents.pay",
+         "conversation": "c-17", "question": "payer-8", "from": "payer", "to": "scheduler", "re": "scheduler-1",
+         "item": null, "by": "20261005", "deadline": {"kind": "by", "value": "20261005", "at": "..."},
+         "line": "RW1 AQ payer-8 ...", "problems": [{"code": "unanswered-question", ...}], "at": "...",
+         "dry_run": false, "version": "0.1.0"}
+
+    The line and the problems are masked (``gatekeeper.masking``)."""
+    entry = state.lines.get(q.aq)
+    text = entry.text if entry is not None and entry.text else ""
+    msg = parse_line(text).message if text else None
+    masker = masker_for(text, problems, rt.sensitive)
+    return {
+        "alert": UNANSWERED,
+        "author": AUTHOR,
+        "action": "alerted",
+        "route": rt.name,
+        "conversation": conversation,
+        "question": q.aq,
+        "from": None if msg is None else msg.from_,
+        "to": None if msg is None else msg.to,
+        "re": None if msg is None else msg.re,
+        "item": None if msg is None else msg.item,
+        "by": q.value,
+        "deadline": {"kind": "by", "value": q.value, "at": iso(q.at) if q.at != float("inf") else None},
+        "line": masker.text(text) if text else None,
+        "problems": [masker.problem(p).to_dict() for p in problems],
+        "at": iso(now),
+        "dry_run": rt.dry_run,
+        "version": __version__,
+    }
+
+
 # ------------------------------------------------------------------------------------------------ Kafka
 
 
@@ -756,6 +845,7 @@ __all__ = [
     "AUTHOR_HEADER",
     "CANCEL_HANDOFF_HEADER",
     "CANCEL_WHY_HEADER",
+    "QUESTION_HEADER",
     "Handled",
     "KafkaPublisher",
     "OutRecord",
@@ -765,4 +855,5 @@ __all__ = [
     "Sweeper",
     "alert_document",
     "cancel_id",
+    "question_alert_document",
 ]

@@ -21,6 +21,7 @@ from gatekeeper.policy.model import (
     FeedThread,
     GatekeeperCancel,
     MarkOverdue,
+    MarkUnanswered,
     OpenHandoff,
     PassReadback,
     RecordReadback,
@@ -133,6 +134,9 @@ def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> Non
                 state.mark(f"o:{ho}")
             case AnswerQuestion(aq=aq, by=by):
                 state.lines[aq] = msgspec.structs.replace(state.lines[aq], answered=by)
+                state.mark(f"l:{aq}")
+            case MarkUnanswered(aq=aq, at=at):
+                state.lines[aq] = msgspec.structs.replace(state.lines[aq], unanswered_at=at)
                 state.mark(f"l:{aq}")
             case GatekeeperCancel(ho=ho, cx=cx, why=why, at=at):
                 entry = state.handoffs[ho]

@@ -41,6 +41,12 @@ gatekeeper keeps for its own lines (an agent line using it is dead-lettered ``re
 and the same every time. The whole line is a function of the state and the route only, never of the clock, so a
 cancel built again after a crash is byte for byte the one built before.
 
+**Questions** (spec rule 2, an AQ always gets an AN): a delivered ``AQ`` with ``by=`` has a deadline
+(``question_deadline``: a date as ``due=``, from the start of the next day; a time as ``exp=``) until an AN, or a UN
+from the one asked, answers it (``AnswerQuestion``). Past it, ``unanswered`` raises ``unanswered-question`` once
+(``MarkUnanswered`` on the question's line entry). A question kept without its text (an earlier release) has none.
+Its index entry is under the question's id, in the deadline index only.
+
 **Deliberate differences** from ``check_thread`` (each pinned by a test):
 
 - a handoff superseded by a re-issue (``HandoffEntry.superseded_by``) is closed, never orphaned;
@@ -65,12 +71,14 @@ from gatekeeper.policy.decide import line_digest, rw_time
 from gatekeeper.policy.model import (
     RESERVED_ID_MAX,
     RESERVED_ID_MIN,
+    AnswerQuestion,
     Clear,
     Decision,
     Effect,
     FeedThread,
     GatekeeperCancel,
     MarkOverdue,
+    MarkUnanswered,
     OpenHandoff,
     PassReadback,
     Reason,
@@ -87,6 +95,7 @@ EXPIRED = "EXPIRED"
 TIMEOUT = "TIMEOUT"
 ORPHANED = "thread-orphaned"
 CLEARED_NOT_DONE = "cleared-not-done"
+UNANSWERED = "unanswered-question"
 
 #: What the gatekeeper says in the tail of its own cancels (kept short: a tail holds 300 characters).
 _BEHALF = "cancelled by the gatekeeper on the sender's behalf"
@@ -165,6 +174,9 @@ class IndexEntry(msgspec.Struct, frozen=True, gc=False):
     (in the deadline index; None: not there); ``lapsed_at``: when the gatekeeper acted on its time running out (in
     the lapsed index, kept after it closes). A closed handoff's entry has ``open=False``: it leaves the open and
     deadline indexes. ``partition`` is the input partition of the conversation: the indexes are bucketed by it.
+
+    A question (``AQ``) has an entry too, under its own id in ``ho``: never open, in the deadline index while its
+    ``by=`` is pending (``question_deadline``), out of it once answered or alerted.
     """
 
     partition: int
@@ -519,6 +531,80 @@ def mark_overdue(state: ConversationState, o: Overdue, now: float) -> Decision:
     )
 
 
+# ---------------------------------------------------------------- questions
+
+
+class QuestionDeadline(msgspec.Struct, frozen=True, gc=False):
+    """A question's ``by=`` (``value`` as written): overdue from ``at`` (epoch seconds) on."""
+
+    aq: str
+    at: float
+    value: str
+
+
+_DELIVERED = frozenset({Verdict.FORWARD.value, Verdict.ALERT.value})
+
+
+_BY_RE = re.compile(r"(?:^| )by=(\S+)")
+
+
+def _by_of(text: str) -> str | None:
+    """The ``by=`` of a kept question's line, as written (read from its slots, before the tail: the line was checked
+    under its route's profile when it was forwarded)."""
+    m = _BY_RE.search(text.split(" // ", 1)[0])
+    return None if m is None else m.group(1)
+
+
+def by_deadline(by: str | None) -> float | None:
+    """When a question with this ``by=`` is overdue: a time (``YYYYMMDDTHHMMZ``) as ``exp=`` (from that minute on),
+    a date (``YYYYMMDD``) as ``due=`` (from the start of the next day, UTC). None when it is neither."""
+    if by is None:
+        return None
+    return exp_deadline(by) if "T" in by else due_deadline(by)
+
+
+def question_deadline(state: ConversationState, aq: str) -> QuestionDeadline | None:
+    """The pending deadline of the question ``aq``: a delivered ``AQ`` with a ``by=``, not answered (an AN, or a UN
+    from the one asked, accepted by ``decide``) and not alerted yet. None otherwise, and for a question kept by an
+    earlier release without its text (no ``by=`` to read)."""
+    line = state.lines.get(aq)
+    if line is None or line.type != "AQ" or line.verdict not in _DELIVERED or line.text is None:
+        return None
+    if line.answered is not None or line.unanswered_at is not None:
+        return None
+    by = _by_of(line.text)
+    at = by_deadline(by)
+    return None if at is None or by is None else QuestionDeadline(aq, at, by)
+
+
+def unanswered(state: ConversationState, aq: str, now: float) -> Decision | None:
+    """What is due for the question ``aq`` at ``now``: past its ``by=`` and still unanswered, the decision that raises
+    ``unanswered-question`` (its problem, and ``MarkUnanswered``: raised once); else None."""
+    d = question_deadline(state, aq)
+    if d is None or d.at > now:
+        return None
+    line = state.lines[aq]
+    assert line.text is not None
+    msg = parse_line(line.text).message
+    who = "" if msg is None else f" from {msg.from_} to {msg.to}"
+    problem = Problem(
+        code=UNANSWERED,
+        message=f"{aq}: question{who} unanswered past by={d.value}: an AQ always gets an AN (or a UN)",
+        tier="thread",
+        slot="by",
+        expected=f"answered by {d.value}",
+        got=rw_time(now),
+    )
+    return Decision(
+        verdict=Verdict.ALERT,
+        reason=Reason.CHECK_THREAD,
+        problems=(problem,),
+        message=msg,
+        decided_at=now,
+        effects=(MarkUnanswered(aq, now),),
+    )
+
+
 # ---------------------------------------------------------------- the indexes
 
 
@@ -527,7 +613,12 @@ def _index_entry(
 ) -> IndexEntry | None:
     entry = state.handoffs.get(ho)
     if entry is None:
-        return None
+        line = state.lines.get(ho)
+        if line is None or line.type != "AQ":
+            return None
+        # a question: in the deadline index only (never open), while its by= is pending
+        q = question_deadline(state, ho)
+        return IndexEntry(partition, conversation, ho, open=False, due_at=None if q is None else q.at)
     one = _live_one(state, ho)
     if one is None:
         return IndexEntry(partition, conversation, ho, open=False, lapsed_at=entry.lapsed_at)
@@ -547,12 +638,18 @@ def index_entries(
     state: ConversationState, conversation: str, partition: int, readback_timeout: float | None = None
 ) -> dict[str, IndexEntry]:
     """The index entries of the open handoffs the state holds (those a batch loaded: its lines' handoffs, never the
-    whole conversation), by handoff id."""
+    whole conversation), by handoff id, and of the questions it holds (by the question's id: in the deadline index
+    while its ``by=`` is pending, out of it otherwise)."""
     out: dict[str, IndexEntry] = {}
     for entry, _view in _live(state):
         e = _index_entry(state, conversation, partition, entry.id, readback_timeout)
         if e is not None:
             out[entry.id] = e
+    for line_id, line in state.lines.items():  # the loaded questions: pending ones in, the others out
+        if line.type == "AQ" and line_id not in out:
+            e = _index_entry(state, conversation, partition, line_id, readback_timeout)
+            if e is not None:
+                out[line_id] = e
     return out
 
 
@@ -576,7 +673,7 @@ def index_of(
 def touched(state: ConversationState, effects: Iterable[Effect]) -> set[str]:
     """The handoffs whose place in the indexes these effects may change (apply them first: an answer to a cancel is
     traced to its handoff through the state): the handoff opened, superseded, read back, cleared, released, closed,
-    cancelled or acknowledged. O(effects)."""
+    cancelled or acknowledged; and the questions asked, answered or alerted. O(effects)."""
     out: set[str] = set()
     for eff in effects:
         match eff:
@@ -591,6 +688,10 @@ def touched(state: ConversationState, effects: Iterable[Effect]) -> set[str]:
                 | MarkOverdue(ho=ho)
             ):
                 out.add(ho)
+            case RememberLine(id=line_id, entry=line) if line.type == "AQ":
+                out.add(line_id)
+            case AnswerQuestion(aq=aq) | MarkUnanswered(aq=aq):
+                out.add(aq)
             case FeedThread(message=msg) if msg.re is not None:
                 if msg.type in ("DN", "UN", "FL", "CX"):
                     out.add(msg.re)
@@ -608,13 +709,16 @@ __all__ = [
     "NOTICE_ID_MIN",
     "ORPHANED",
     "TIMEOUT",
+    "UNANSWERED",
     "Action",
     "Deadline",
     "DeadlineKind",
     "IndexEntry",
     "LifecycleError",
     "Overdue",
+    "QuestionDeadline",
     "all_deadlines",
+    "by_deadline",
     "cancel_id",
     "cancel_line",
     "deadlines_of",
@@ -629,6 +733,8 @@ __all__ = [
     "overdue",
     "overdue_all",
     "overdue_problem",
+    "question_deadline",
     "record_cancel",
     "touched",
+    "unanswered",
 ]

@@ -236,9 +236,17 @@ class MarkOverdue(msgspec.Struct, frozen=True, gc=False):
     at: float
 
 
+class MarkUnanswered(msgspec.Struct, frozen=True, gc=False):
+    """The question ``aq`` was still unanswered past its ``by=`` and the gatekeeper raised ``unanswered-question`` for
+    it at ``at`` (``policy.lifecycle``): once."""
+
+    aq: str
+    at: float
+
+
 Effect = (
     RememberLine | OpenHandoff | Supersede | RecordReadback | PassReadback | RefuseReadback | Clear | FeedThread | Bind
-) | (Release | GatekeeperCancel | MarkOverdue | AnswerQuestion | Relay)
+) | (Release | GatekeeperCancel | MarkOverdue | AnswerQuestion | Relay | MarkUnanswered)
 
 
 class Decision(msgspec.Struct, frozen=True, gc=False):

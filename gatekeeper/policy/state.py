@@ -140,6 +140,7 @@ class LineEntry(msgspec.Struct, frozen=True, gc=False):
     problems: tuple[Problem, ...] = ()
     text: str | None = None  # kept for forwarded HOs, checked RBs and questions: later checks need them
     answered: str | None = None  # a question's: the line that answered it (an AN, or a UN from the one asked)
+    unanswered_at: float | None = None  # a question's: when the gatekeeper raised unanswered-question (past by=)
 
     def to_dict(self) -> dict[str, Any]:
         # ``at`` to the millisecond and no ``r`` for no reason: every open handoff keeps one of these (memory)
@@ -154,6 +155,8 @@ class LineEntry(msgspec.Struct, frozen=True, gc=False):
             d["x"] = self.text
         if self.answered is not None:
             d["ans"] = self.answered
+        if self.unanswered_at is not None:
+            d["una"] = round(self.unanswered_at, 3)
         return d
 
     @classmethod
@@ -168,6 +171,7 @@ class LineEntry(msgspec.Struct, frozen=True, gc=False):
             problems=tuple(_problem_from(p) for p in d.get("p", ())),
             text=d.get("x"),
             answered=d.get("ans"),
+            unanswered_at=None if d.get("una") is None else float(d["una"]),
         )
 
 

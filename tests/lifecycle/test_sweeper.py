@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 
 from gatekeeper.policy import Verdict
-from gatekeeper.policy.lifecycle import ORPHANED
+from gatekeeper.policy.lifecycle import ORPHANED, UNANSWERED
 from gatekeeper.store import CancelIntent
-from gatekeeper.sweeper import AUTHOR_HEADER, CANCEL_HANDOFF_HEADER, CANCEL_WHY_HEADER
+from gatekeeper.sweeper import AUTHOR_HEADER, CANCEL_HANDOFF_HEADER, CANCEL_WHY_HEADER, QUESTION_HEADER
 from tests.lifecycle.memory import Clock, Crash, Lifecycle
-from tests.policy.test_lifecycle import EXP, HO_EXP, RB_EXP, T_EXP
-from tests.policy.world import ACK, AN, CX, DN, NOW, RECORD, route
+from tests.policy.test_lifecycle import ANSWER, AQ, EXP, HO_EXP, RB_EXP, T_BY, T_EXP, UNABLE
+from tests.policy.world import ACK, AN, CX, DN, HO, NOW, RECORD, route
 
 CONV = "c-17"
 
@@ -359,3 +359,72 @@ async def test_without_a_signer_the_cancel_is_not_signed() -> None:
     await lc.sweep()
     (cx,) = lc.cancels()
     assert "gk.sig" not in cx.headers
+
+
+# ---------------------------------------------------------------- questions unanswered past by=
+
+
+async def test_a_question_unanswered_past_by_is_alerted_once_across_sweeps_and_restarts() -> None:
+    lc = await world()
+    await lc.send(CONV, HO, AQ)
+    (due,) = await lc.store.index("agents.pay", "due")
+    assert (due[1].ho, due[1].score) == ("payer-8", T_BY)
+    assert [m.ho for _, m in await lc.store.index("agents.pay", "open")] == ["scheduler-1"]  # not a handoff
+    lc.clock.now = T_BY - 60
+    assert (await lc.sweep()).handled == [] and lc.alerts_() == []
+    lc.clock.now = T_BY + 60
+    report = await lc.sweep()
+    assert [(h.what, h.ho) for h in report.handled] == [(UNANSWERED, "payer-8")]
+    (alert,) = lc.alerts_()
+    doc = alert.doc
+    assert (doc["alert"], doc["action"], doc["conversation"], doc["question"]) == (
+        UNANSWERED,
+        "alerted",
+        CONV,
+        "payer-8",
+    )
+    assert (doc["from"], doc["to"], doc["re"], doc["by"]) == ("payer", "scheduler", "scheduler-1", "20261005")
+    assert doc["line"] == AQ and doc["deadline"]["kind"] == "by" and doc["problems"][0]["code"] == UNANSWERED
+    assert alert.headers["gk.alert"] == UNANSWERED.encode() and alert.headers[QUESTION_HEADER] == b"payer-8"
+    assert alert.key == CONV.encode() and lc.cancels() == []
+    assert value(lc, "gatekeeper_unanswered_questions_total", route="agents.pay") == 1
+    assert value(lc, "gatekeeper_open_handoffs", route="agents.pay") == 1  # the question is not counted
+    # recorded in the state and out of the deadline index: raised once, by this sweeper or a restarted one
+    assert lc.state(CONV).lines["payer-8"].unanswered_at == T_BY + 60
+    assert await lc.store.index("agents.pay", "due") == []
+    lc.clock.now = T_BY + 86400
+    assert (await lc.sweep()).handled == [] and (await lc.sweep(lc.new_sweeper())).handled == []
+    assert len(lc.alerts_()) == 1 and value(lc, "gatekeeper_unanswered_questions_total", route="agents.pay") == 1
+
+
+async def test_an_answered_question_is_never_alerted() -> None:
+    for answer in (ANSWER, UNABLE):
+        lc = await world()
+        await lc.send(CONV, HO, AQ)
+        (d,) = await lc.send(CONV, answer)
+        assert d.verdict is Verdict.FORWARD
+        assert await lc.store.index("agents.pay", "due") == []
+        lc.clock.now = T_BY + 86400
+        assert (await lc.sweep()).handled == [] and lc.alerts_() == []
+        assert value(lc, "gatekeeper_unanswered_questions_total", route="agents.pay") == 0
+
+
+async def test_a_question_answered_after_a_lost_index_write_is_not_alerted() -> None:
+    # the index still holds the question (as if the answer's index write was lost): the sweep finds it answered,
+    # raises nothing and takes it out of the index
+    lc = await world()
+    await lc.send(CONV, HO, AQ)
+    stale = await lc.store.index("agents.pay", "due")
+    await lc.send(CONV, ANSWER)
+    lc.store._index[("agents.pay", 0, "due")].update({(m.conversation, m.ho): m.score for _, m in stale})
+    lc.clock.now = T_BY + 60
+    assert (await lc.sweep()).handled == [] and lc.alerts_() == []
+    assert await lc.store.index("agents.pay", "due") == []
+
+
+async def test_a_question_without_by_is_never_in_the_deadline_index() -> None:
+    lc = await world()
+    await lc.send(CONV, HO, AQ.replace(" by=20261005", ""))
+    assert await lc.store.index("agents.pay", "due") == []
+    lc.clock.now = T_BY + 365 * 86400
+    assert (await lc.sweep()).handled == [] and lc.alerts_() == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import calendar
 import time
 
+import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,10 +16,12 @@ from gatekeeper.policy.lifecycle import (
     EXPIRED,
     ORPHANED,
     TIMEOUT,
+    UNANSWERED,
     Action,
     DeadlineKind,
     LifecycleError,
     all_deadlines,
+    by_deadline,
     cancel_line,
     deadlines_of,
     due_deadline,
@@ -29,8 +32,11 @@ from gatekeeper.policy.lifecycle import (
     mark_overdue,
     orphans,
     overdue,
+    question_deadline,
     touched,
+    unanswered,
 )
+from gatekeeper.policy.state import ConversationState
 from rwcore import check_thread, encode_message, get_profile, make_readback, parse_line
 from tests.policy.world import ACK, AN, CX, DN, HO, NOW, RB, RECORD, World, core_world, epoch, pay_world, route
 
@@ -398,3 +404,98 @@ def test_the_index_is_written_for_the_handoffs_a_line_touches() -> None:
         "RW1 ST extractor-1 p=pay from=extractor to=reconciler item=inv:7731 src=email:7 amt=1.00 cur=GBP kind=NET"
     )
     assert touched(w.state(), st.effects) == set()
+
+
+# ---------------------------------------------------------------- questions: an AQ always gets an AN (or a UN)
+
+AQ = "RW1 AQ payer-8 re=scheduler-1 p=pay from=payer to=scheduler need=ENUM opts=APPROVE+HOLD by=20261005"
+ANSWER = "RW1 AN scheduler-9 re=payer-8 p=pay from=scheduler to=payer val=APPROVE"
+UNABLE = "RW1 UN scheduler-9 re=payer-8 p=pay from=scheduler to=payer why=NOCAP"
+T_BY = epoch("20261006T0000Z")  # a date: overdue from the start of the next day, UTC
+
+
+def asked(aq: str = AQ) -> World:
+    w = pay_world()
+    w.send(HO)
+    assert w.send(aq).verdict is Verdict.FORWARD
+    return w
+
+
+def test_by_is_a_date_as_due_or_a_time_as_exp() -> None:
+    assert by_deadline("20261005") == due_deadline("20261005") == T_BY
+    assert by_deadline("20261005T1000Z") == exp_deadline("20261005T1000Z") == epoch("20261005T1000Z")
+    assert by_deadline("soon") is None and by_deadline(None) is None
+
+
+def test_a_question_with_by_has_a_deadline_in_the_index() -> None:
+    w = asked()
+    state = w.state()
+    q = question_deadline(state, "payer-8")
+    assert q is not None and (q.aq, q.at, q.value) == ("payer-8", T_BY, "20261005")
+    (e,) = index_of(state, "c1", 4, ["payer-8"])
+    assert (e.ho, e.open, e.due_at, e.partition) == ("payer-8", False, T_BY, 4)  # never in the open index
+    assert index_entries(state, "c1", 4)["payer-8"].due_at == T_BY
+    assert "payer-9" in touched(state, w.send(AQ.replace("payer-8", "payer-9")).effects)
+
+
+def test_an_answer_removes_the_deadline_and_no_alert_is_raised() -> None:
+    for answer in (ANSWER, UNABLE):
+        w = asked()
+        d = w.send(answer)
+        assert d.verdict is Verdict.FORWARD
+        assert "payer-8" in touched(w.state(), d.effects)
+        assert question_deadline(w.state(), "payer-8") is None
+        (e,) = index_of(w.state(), "c1", 0, ["payer-8"])
+        assert e.due_at is None
+        assert unanswered(w.state(), "payer-8", T_BY + 86400) is None
+
+
+def test_a_question_unanswered_past_by_is_alerted_once() -> None:
+    w = asked()
+    state = w.state()
+    assert unanswered(state, "payer-8", T_BY - 1) is None  # not yet: all of the 5th is in time
+    d = unanswered(state, "payer-8", T_BY)
+    assert d is not None and d.verdict is Verdict.ALERT and d.reason is Reason.CHECK_THREAD
+    (p,) = d.problems
+    assert (p.code, p.slot, p.expected) == (UNANSWERED, "by", "answered by 20261005")
+    assert "payer-8" in p.message and "from payer to scheduler" in p.message
+    apply(state, d, Overlay())
+    assert state.lines["payer-8"].unanswered_at == T_BY and "l:payer-8" in state.dirty
+    assert "payer-8" in touched(state, d.effects)
+    assert unanswered(state, "payer-8", T_BY + 86400) is None  # once
+    (e,) = index_of(state, "c1", 0, ["payer-8"])
+    assert e.due_at is None
+    # the mark is kept by the store: a state loaded again does not raise it a second time
+    again = ConversationState.from_fields(state.all_fields())
+    assert again.lines["payer-8"].unanswered_at == T_BY and unanswered(again, "payer-8", T_BY + 86400) is None
+    # a late answer is still an answer
+    assert w.send(ANSWER).verdict is Verdict.FORWARD
+
+
+def test_a_question_without_by_is_never_alerted() -> None:
+    w = asked(AQ.replace(" by=20261005", ""))
+    assert question_deadline(w.state(), "payer-8") is None
+    assert unanswered(w.state(), "payer-8", T_BY + 365 * 86400) is None
+    (e,) = index_of(w.state(), "c1", 0, ["payer-8"])
+    assert e.due_at is None
+
+
+def test_a_refused_question_has_no_deadline() -> None:
+    w = pay_world()
+    w.send(HO)
+    stranger = AQ.replace("AQ payer-8", "AQ desk-8").replace("from=payer", "from=desk")
+    assert w.send(stranger).verdict is Verdict.DEAD_LETTER
+    assert question_deadline(w.state(), "desk-8") is None
+
+
+def test_a_question_kept_by_an_earlier_release_has_no_deadline() -> None:
+    # an earlier release kept an AQ's entry without its text (and so without its by=): nothing to alert on
+    w = asked()
+    state = w.state()
+    fields = state.all_fields()
+    entry = orjson.loads(fields["l:payer-8"])
+    del entry["x"]
+    fields["l:payer-8"] = orjson.dumps(entry).decode()
+    old = ConversationState.from_fields(fields)
+    assert question_deadline(old, "payer-8") is None and unanswered(old, "payer-8", T_BY + 86400) is None
+    assert index_of(old, "c1", 0, ["payer-8"])[0].due_at is None
