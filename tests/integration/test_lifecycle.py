@@ -21,13 +21,13 @@ from gatekeeper.consumers.loop import Gatekeeper
 from gatekeeper.consumers.sending import OutcomeSender
 from gatekeeper.metrics import Metrics
 from gatekeeper.policy import bound_handoff
-from gatekeeper.policy.lifecycle import ORPHANED
+from gatekeeper.policy.lifecycle import ORPHANED, UNANSWERED
 from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import RedisStore
 from gatekeeper.sweeper import KafkaPublisher, OutRecord, Sweeper, SweepRoute
 from tests.integration._pipeline import Collected, Collector, Got, TopicFactory, make_route, settings_for, wait_ready
 from tests.lifecycle.memory import Clock, Crash
-from tests.policy.test_lifecycle import EXP, HO_EXP, RB_EXP, T_EXP
+from tests.policy.test_lifecycle import ANSWER, AQ, EXP, HO_EXP, RB_EXP, T_BY, T_EXP
 from tests.policy.world import ACK, DN, NOW, RECORD
 
 pytestmark = pytest.mark.integration
@@ -362,3 +362,52 @@ async def test_a_gatekeeper_stopped_mid_cancel_and_restarted_emits_one_cancel(
         assert len(cancels(got, "stop")) == 1
     finally:
         await r.stop()
+
+
+# ---------------------------------------------------------------- questions unanswered past by=
+
+
+def question_alerts(got: Collected, conversation: str) -> list[Got]:
+    return [x for x in got.of("alerts", conversation) if x.h("gk.alert") == UNANSWERED]
+
+
+async def test_a_question_unanswered_past_by_is_alerted_once_and_an_answered_one_never(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    async with running(topic_factory, kafka_bootstrap, redis_url) as r:
+        review = "RW1 HO scheduler-1 p=pay from=scheduler to=payer item=inv:Q-{} ask=REVIEW"  # no record, no exp
+        await r.send("asked", review.format(1), AQ)
+        await r.send("told", review.format(2), AQ)
+        await r.collector.wait(lambda g: len(forwarded(g, "asked")) >= 2 and len(forwarded(g, "told")) >= 2)
+        await r.send("told", ANSWER)
+        await r.collector.wait(lambda g: ANSWER in forwarded(g, "told"))
+        r.clock.now = T_BY - 60  # the last minute of the day named by by=: in time
+        await r.collector.settle(0.5)
+        assert r.collector.got.alerts == []
+        r.clock.now = T_BY + 60
+        got = await r.collector.wait(lambda g: len(question_alerts(g, "asked")) >= 1)
+        await r.collector.settle(1.0)  # many sweeps (every 0.1 s): still one
+        (alert,) = question_alerts(r.collector.got, "asked")
+        doc = alert.doc
+        assert (doc["question"], doc["from"], doc["to"], doc["by"]) == ("payer-8", "payer", "scheduler", "20261005")
+        assert alert.h("gk.question") == "payer-8" and alert.doc["conversation"] == "asked"
+        assert question_alerts(got, "told") == [] and cancels(got) == []
+        assert len(r.collector.got.alerts) == 1
+        gk = r.gatekeepers[0][0]
+        m = gk.metrics.registry.get_sample_value
+        assert m("gatekeeper_unanswered_questions_total", {"route": r.route.input}) == 1
+        loaded = await r.store.load(r.route.input, {"asked": None}, [])
+        assert loaded.states["asked"].lines["payer-8"].unanswered_at == T_BY + 60
+        assert await r.store.index(r.route.input, "due") == []
+        # a restarted gatekeeper (another process, another sweeper) raises it no second time
+        gk.request_stop()
+        await asyncio.wait_for(r.gatekeepers[0][1], 20.0)
+        r.gatekeepers.clear()
+        r.clock.now = T_BY + 86400
+        gk2 = Gatekeeper(r.settings, store=RedisStore(r.settings.redis), http=False, clock=r.clock)
+        r.gatekeepers.append((gk2, asyncio.create_task(gk2.run())))
+        await wait_ready(*r.gatekeepers[0])
+        await r.collector.settle(1.0)
+        assert len(r.collector.got.alerts) == 1
+        again = gk2.metrics.registry.get_sample_value("gatekeeper_unanswered_questions_total", {"route": r.route.input})
+        assert again in (None, 0.0)
