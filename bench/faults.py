@@ -154,6 +154,8 @@ class Outcomes:
             for tp, recs in (await self.reader.getmany(timeout_ms=200, max_records=5000)).items():
                 for r in recs:
                     h = {k: v.decode() for k, v in (r.headers or ())}
+                    if h.get("gk.author") == "gatekeeper":  # its own lines (refusal notices, cancels): no outcome
+                        continue
                     coord = (int(h["gk.original.partition"]), int(h["gk.original.offset"]))
                     self.count[coord] += 1
                     if tp.topic == self.tps[1].topic:
