@@ -550,9 +550,6 @@ class _Decider:
         item = ho.item or ""
         key = RecordKey(item, ask)
         exec_ask = bool(self.route.profile.exec_slots(ask))
-        relayed = self._relayed(ho)
-        if relayed is not None:
-            return self._relay(ho, relayed, item, ask, exec_ask)
         reissued = self._reissued(ho)
         if reissued is not None and (reissued.item, reissued.ask) != (item, ask):
             return self._dead(
@@ -580,6 +577,9 @@ class _Decider:
                     ho.to,
                 ),
             )
+        relayed = self._relayed(ho)
+        if relayed is not None:
+            return self._relay(ho, relayed, item, ask, exec_ask)
         record = self.records.record(key)
         if record is None and exec_ask:
             return self._dead(

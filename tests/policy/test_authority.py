@@ -378,3 +378,9 @@ def test_a_comprehension_readback_without_withheld_criteria_is_forwarded_with_a_
     with_criteria.send(HO_ACC)
     checked = with_criteria.send(RB_ACC)
     assert checked.verdict is Verdict.FORWARD and "comprehension-unverified" not in [n.code for n in checked.notes]
+
+
+def test_a_relay_of_an_irreversible_act_to_oneself_is_refused() -> None:
+    w = relay_world()
+    own = RELAY.replace("to=payer", "to=coordinator")
+    assert codes(w.send(own)) == ["ho-self"]
