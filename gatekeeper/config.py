@@ -302,16 +302,27 @@ class SenderAuthSettings(_Strict):
         return self
 
 
+#: What a token may do beyond gating its agents' lines. ``operator``: see the record's values and the holder of a
+#: binding in a gate answer (``gatekeeper.api.redaction``). One list, so that other scopes can join it.
+ApiScope = Literal["operator"]
+
+
 class ApiToken(_Strict):
     """A bearer token of ``POST /v1/gate``, stored hashed: the token itself is never in the configuration.
 
     ``sha256`` is the hex SHA-256 of the token's UTF-8 text (``printf %s "$TOKEN" | sha256sum``). The token speaks
-    for ``agents`` only: a line whose ``from=`` is not one of them is refused (403); ``"*"`` is any agent."""
+    for ``agents`` only: a line whose ``from=`` is not one of them is refused (403); ``"*"`` is any agent. Its
+    ``scopes`` (none by default) widen what it sees, never whom it speaks for."""
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$", description="for logs and errors")
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$", description="hex SHA-256 of the token")
     agents: list[str] = Field(min_length=1, description='the from= agents it may speak for ("*": any)')
     routes: list[str] | None = Field(None, description="the routes (input topics) it may gate; none: every route")
+    scopes: list[ApiScope] = Field(
+        default_factory=list,
+        description="what more it may see: operator, the record's values and the holder of a binding in a gate "
+        "answer's problems (none: codes, tiers, slots and the line's own values only)",
+    )
 
     @field_validator("sha256")
     @classmethod

@@ -568,7 +568,8 @@ def _add_gate(app: FastAPI, gate: Any) -> None:
                 "speak Kafka is gated exactly as one that does. `dry_run`: decided against the current state, "
                 "nothing produced or saved. Needs `Authorization: Bearer <token>`, a token that speaks for the "
                 "line's from=. 504: no outcome yet within the timeout; the line is in the pipeline and will be "
-                "decided, it was not refused.\n\nAlso served at `/gate`."
+                "decided, it was not refused. The problems show their codes, tiers and slots; the record's values "
+                "and the holder of a binding only to a token with the operator scope.\n\nAlso served at `/gate`."
             ),
             tags=["gate"],
             response_model=GateAnswer,

@@ -5,11 +5,13 @@
         sha256: 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08   # printf %s "$TOKEN" | sha256sum
         agents: [payer]
         routes: [agents.pay]          # optional; every route when absent
+        scopes: [operator]            # optional; none when absent
 
 A request carries ``Authorization: Bearer <token>``. The token is hashed and compared with every configured hash in
 constant time; the token itself is never stored, logged or echoed. A line is gated only when its ``from=`` is one of
 the token's agents (``"*"``: any) and its route is one of the token's routes: a token for ``payer`` cannot gate a line
-``from=scheduler`` (403).
+``from=scheduler`` (403). Its scopes widen what it sees, never whom it speaks for: without ``operator`` a gate
+answer withholds the record's values and the holder of a binding (``gatekeeper.api.redaction``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class Principal:
     name: str
     agents: frozenset[str]
     routes: frozenset[str] | None
+    scopes: frozenset[str] = frozenset()
 
     def speaks_for(self, agent: str | None) -> bool:
         if ANY_AGENT in self.agents:
@@ -59,7 +62,12 @@ class TokenBook:
         self._entries = [
             (
                 bytes.fromhex(t.sha256),
-                Principal(t.name, frozenset(t.agents), None if t.routes is None else frozenset(t.routes)),
+                Principal(
+                    t.name,
+                    frozenset(t.agents),
+                    None if t.routes is None else frozenset(t.routes),
+                    frozenset(t.scopes),
+                ),
             )
             for t in tokens
         ]

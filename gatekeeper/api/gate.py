@@ -31,7 +31,10 @@ agent's signature (``signature``: the ``rw-sig`` header's value, ``gatekeeper.au
 header; without it the request is refused (422 ``signature-required``) rather than producing a line the daemon would
 dead-letter ``sender-auth``. The token does not stand in for the signature: the daemon verifies it like any other.
 
-The answer (200) is the outcome, with sensitive values masked as in the outcome's headers::
+The answer (200) is the outcome, with sensitive values masked as in the outcome's headers, and, dry run or not,
+without the record's values and the holder of a binding unless the token has the ``operator`` scope
+(``gatekeeper.api.redaction``: otherwise the gate would be an oracle of approved values); the dead-letter topic's
+headers keep them::
 
     {"ok": false, "verdict": "dead-letter", "reason": "check-ho", "check": "check_ho", "problems": ["..."],
      "notes": [], "repeated": false, "route": "agents.pay", "conversation": "c-17",
@@ -56,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gatekeeper.api.auth import Principal, TokenBook
 from gatekeeper.api.functions import HO_EXAMPLE, MAX_TEXT, Unicode, problem_document
+from gatekeeper.api.redaction import redact
 from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.kafka import client_kwargs, make_producer
@@ -159,8 +163,11 @@ def answer_of(
     dry_run: bool,
     detail: bool,
     original: Original | None,
+    scopes: Collection[str] = (),
 ) -> dict[str, Any]:
-    """The answer of an outcome record (``kind``: output or dead-letter), from its headers."""
+    """The answer of an outcome record (``kind``: output or dead-letter), from its headers, its problems as a token
+    with ``scopes`` may see them (``gatekeeper.api.redaction``: the record's values and a binding's holder only
+    with ``operator``)."""
 
     def h(name: str) -> str | None:
         v = headers.get(name)
@@ -180,6 +187,7 @@ def answer_of(
             problems = [p for p in loaded if isinstance(p, dict)] if isinstance(loaded, list) else []
         except orjson.JSONDecodeError:
             problems = []
+    problems = redact(problems, scopes)
     out: dict[str, Any] = {
         "ok": verdict == "forward" and not problems,
         "verdict": verdict,
@@ -494,8 +502,8 @@ class Gate:
                 f"in `signature` ({self.settings.sender_auth.header}: v2 <key id> <signature>)",
             )
         if req.dry_run:
-            return await self._dry_run(req, route, value)
-        return await self._gate(req, route, value)
+            return await self._dry_run(req, route, value, principal.scopes)
+        return await self._gate(req, route, value, principal.scopes)
 
     def _headers(self, req: GateRequest) -> list[tuple[str, bytes]]:
         """The record's headers: the agent's signature, when the request carries one."""
@@ -513,7 +521,9 @@ class Gate:
             return 403, problem_document(403, "forbidden", f"token {principal.name} speaks for {agents}, not for {who}")
         return None
 
-    async def _gate(self, req: GateRequest, route: Route, value: bytes) -> tuple[int, dict[str, Any]]:
+    async def _gate(
+        self, req: GateRequest, route: Route, value: bytes, scopes: Collection[str]
+    ) -> tuple[int, dict[str, Any]]:
         if not self.ready or self._producer is None or self._correlator is None:
             return 503, problem_document(503, "gate-unavailable", f"the gate cannot reach Kafka: {self._error}")
         timeout = self.settings.http.gate_timeout_seconds
@@ -553,9 +563,12 @@ class Gate:
             dry_run=False,
             detail=req.detail,
             original=original,
+            scopes=scopes,
         )
 
-    async def _dry_run(self, req: GateRequest, route: Route, value: bytes) -> tuple[int, dict[str, Any]]:
+    async def _dry_run(
+        self, req: GateRequest, route: Route, value: bytes, scopes: Collection[str]
+    ) -> tuple[int, dict[str, Any]]:
         """The dry run's answer; 503 ``redis-data-lost`` while Redis lost its data (``generation.require``, as the
         daemon and the operator's commands check it), 503 ``gate-unavailable`` when Redis (or, to tell a first start
         from a loss, Kafka) does not answer. A loss met by a store whose marker was pinned drops the store and
@@ -563,7 +576,7 @@ class Gate:
         accepted the dry runs answer again."""
         for again in (True, False):
             try:
-                return 200, await self._dry_decide(req, route, value)
+                return 200, await self._dry_decide(req, route, value, scopes)
             except DataLost as exc:
                 pinned = self._pinned
                 await self._forget_store()
@@ -575,7 +588,9 @@ class Gate:
                 return 503, problem_document(503, "gate-unavailable", f"the dry run cannot be decided: {exc}")
         raise AssertionError("unreachable: the second attempt returns")
 
-    async def _dry_decide(self, req: GateRequest, route: Route, value: bytes) -> dict[str, Any]:
+    async def _dry_decide(
+        self, req: GateRequest, route: Route, value: bytes, scopes: Collection[str]
+    ) -> dict[str, Any]:
         store = await self._dry_store()
         processor = self._processors.get(route.input)
         if processor is None:
@@ -595,7 +610,7 @@ class Gate:
                 value,
             )
         (decision,) = await processor.process([Line(req.conversation, value, first_seen=now, sender=sender)], now)
-        return self._dry_answer(req, route, processor, decision, value, now)
+        return self._dry_answer(req, route, processor, decision, value, now, scopes)
 
     async def _dry_store(self) -> Store:
         """The dry runs' store. One the gate makes (a ``RedisStore``) is checked first as the operator's commands
@@ -626,15 +641,23 @@ class Gate:
                 await closer()
 
     def _dry_answer(
-        self, req: GateRequest, route: Route, processor: Processor, d: Decision, value: bytes, now: float
+        self,
+        req: GateRequest,
+        route: Route,
+        processor: Processor,
+        d: Decision,
+        value: bytes,
+        now: float,
+        scopes: Collection[str],
     ) -> dict[str, Any]:
         if d.verdict is Verdict.HOLD:
+            problems = redact([p.to_dict() for p in d.problems], scopes)
             return {
                 "ok": False,
                 "verdict": "hold",
                 "reason": None if d.reason is None else d.reason.value,
                 "check": d.check,
-                "problems": [p.message for p in d.problems],
+                "problems": [str(p["message"]) for p in problems],
                 "notes": [],
                 "repeated": d.repeated,
                 "route": route.input,
@@ -642,7 +665,7 @@ class Gate:
                 "original": None,
                 "decided_at": None,
                 "dry_run": True,
-                **({"detail": {"problems": [p.to_dict() for p in d.problems], "notes": []}} if req.detail else {}),
+                **({"detail": {"problems": problems, "notes": []}} if req.detail else {}),
             }
         source = Source(topic=route.input, partition=-1, offset=-1, value=value, key=req.conversation.encode())
         targets = Targets(route.output, route.dead_letter, route.alerts, route.input, route.mode == "dry-run")
@@ -657,6 +680,7 @@ class Gate:
             dry_run=True,
             detail=req.detail,
             original=None,
+            scopes=scopes,
         )
 
 
