@@ -43,8 +43,8 @@ import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from gatekeeper.auth import parse_public_key
-from gatekeeper.config import ApproverKey, ConfigError, RecordSettings, load_entries
+from gatekeeper.auth import KeyRing, parse_public_key, public_key_raw
+from gatekeeper.config import ApproverKey, ConfigError, RecordSettings, Settings, load_entries
 from gatekeeper.policy.state import Record
 from gatekeeper.verdicts import b64url
 from rwcore import Problem
@@ -92,17 +92,28 @@ class ApproverRing:
     def __init__(self, keys: Iterable[ApproverKey], *, require_signed: bool = False) -> None:
         self.require_signed = require_signed
         self._keys: dict[str, _Key] = {}
+        owners: dict[bytes, tuple[str, str]] = {}  # raw public key: (key id, approver)
         for k in keys:
             if k.id in self._keys:
                 raise ConfigError(f"records: approver key id {k.id} is configured twice")
-            self._keys[k.id] = _Key(k.approver, parse_public_key(k.public_key))
+            public = parse_public_key(k.public_key)
+            first = owners.setdefault(public_key_raw(public), (k.id, k.approver))
+            if first[1] != k.approver:
+                raise ConfigError(
+                    f"records: approver key ids {first[0]} (approver {first[1]}) and {k.id} (approver {k.approver}) "
+                    "have the same public key: either approver could sign as the other. Give each approver its own "
+                    "key pair (gatekeeper keys generate --approver NAME) and remove the entry that is not its own"
+                )
+            self._keys[k.id] = _Key(k.approver, public)
         self._verified: OrderedDict[tuple[bytes, str], str | None] = OrderedDict()
 
     @classmethod
     def from_settings(cls, settings: RecordSettings) -> ApproverRing:
         keys = list(settings.approvers)
         if settings.approvers_file is not None:
-            keys += load_entries(settings.approvers_file, ApproverKey, "records.approvers_file", "approvers")
+            keys += load_entries(
+                settings.approvers_file, ApproverKey, "records.approvers_file", "approvers", empty_ok=False
+            )
         if settings.require_signed and not keys:
             raise ConfigError(
                 "records.require_signed is on but no approver key is configured: every record would be refused. "
@@ -113,6 +124,10 @@ class ApproverRing:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def publics(self) -> dict[bytes, tuple[str, str]]:
+        """The raw public keys configured, each with (key id, approver)."""
+        return {public_key_raw(k.public): (kid, k.approver) for kid, k in self._keys.items()}
 
     def check(self, record: Record) -> Problem | None:
         """None when ``record`` may be honoured: signed by a configured approver key over exactly its content, or
@@ -169,12 +184,43 @@ class ApproverRing:
         return None
 
 
+def check_shared_keys(senders: KeyRing, approvers: ApproverRing) -> None:
+    """Refuse a public key that is both an agent's (``sender_auth``) and an approver's (``records.approvers``): the
+    agent could sign approvals, the approver lines. ``ConfigError`` naming both key ids, never the key."""
+    theirs = approvers.publics()
+    for raw, (kid, agent) in sorted(senders.publics().items(), key=lambda kv: kv[1]):
+        found = theirs.get(raw)
+        if found is not None:
+            raise ConfigError(
+                f"sender_auth key id {kid} (agent {agent}) and records approver key id {found[0]} (approver "
+                f"{found[1]}) have the same public key: the agent could sign approvals of its own handoffs. An "
+                "approving system and an agent each have their own key pair (gatekeeper keys generate)"
+            )
+
+
+def check_key_settings(settings: Settings) -> None:
+    """The daemon's key checks at start, for every key configured whether a route uses it or not: the keys files
+    load and hold keys, no public key is two agents' or two approvers', none is both an agent's and an approver's,
+    and the signing key (``signing.private_key_file``) loads and is readable by its owner (and group) only. Raises
+    ``ConfigError``."""
+    from gatekeeper.verdicts import signer_for
+
+    auth = settings.sender_auth
+    senders = KeyRing.from_settings(auth) if auth.keys or auth.keys_file is not None else KeyRing(())
+    records = settings.records
+    if records.require_signed or records.approvers or records.approvers_file is not None:
+        check_shared_keys(senders, ApproverRing.from_settings(records))
+    signer_for(settings.signing)
+
+
 __all__ = [
     "BAD_SIGNATURE",
     "DOMAIN",
     "UNSIGNED",
     "VERSION",
     "ApproverRing",
+    "check_key_settings",
+    "check_shared_keys",
     "record_bytes",
     "sign_record",
 ]

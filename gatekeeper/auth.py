@@ -89,10 +89,14 @@ def sign(private_key: Ed25519PrivateKey, key_id: str, conversation: str, value: 
 # ---------------------------------------------------------------- keys
 
 
+def public_key_raw(key: Ed25519PublicKey) -> bytes:
+    """A public key's raw 32 bytes."""
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
 def public_key_text(key: Ed25519PublicKey) -> str:
     """A public key as configured: standard base64 of its raw 32 bytes."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return base64.b64encode(raw).decode("ascii")
+    return base64.b64encode(public_key_raw(key)).decode("ascii")
 
 
 def private_key_text(key: Ed25519PrivateKey) -> str:
@@ -129,11 +133,21 @@ class KeyRing:
 
     def __init__(self, keys: Iterable[SenderKey]) -> None:
         self._keys: dict[str, _Key] = {}
+        owners: dict[bytes, tuple[str, str]] = {}  # raw public key: (key id, agent)
         for k in keys:
             if k.id in self._keys:
                 raise ConfigError(f"sender_auth: key id {k.id} is configured twice")
             routes = None if k.routes is None else frozenset(k.routes)
-            self._keys[k.id] = _Key(k.agent, parse_public_key(k.public_key), routes)
+            public = parse_public_key(k.public_key)
+            raw = public_key_raw(public)
+            first = owners.setdefault(raw, (k.id, k.agent))
+            if first[1] != k.agent:
+                raise ConfigError(
+                    f"sender_auth: key ids {first[0]} (agent {first[1]}) and {k.id} (agent {k.agent}) have the same "
+                    "public key: either agent could sign as the other. Give each agent its own key pair (gatekeeper "
+                    "keys generate) and remove the entry that is not that agent's"
+                )
+            self._keys[k.id] = _Key(k.agent, public, routes)
 
     @classmethod
     def from_settings(cls, settings: SenderAuthSettings) -> KeyRing:
@@ -144,6 +158,10 @@ class KeyRing:
 
     def __len__(self) -> int:
         return len(self._keys)
+
+    def publics(self) -> dict[bytes, tuple[str, str]]:
+        """The raw public keys configured, each with (key id, agent)."""
+        return {public_key_raw(k.public): (kid, k.agent) for kid, k in self._keys.items()}
 
     def key(self, key_id: str) -> _Key | None:
         return self._keys.get(key_id)
@@ -156,8 +174,8 @@ class KeyRing:
 
 def load_keys_file(path: Path) -> list[SenderKey]:
     """The entries of ``sender_auth.keys_file`` (YAML or JSON: a list of key entries, or ``{keys: [...]}``).
-    Raises ConfigError."""
-    return load_entries(path, SenderKey, "sender_auth.keys_file", "keys")
+    Raises ConfigError, also when it holds no key."""
+    return load_entries(path, SenderKey, "sender_auth.keys_file", "keys", empty_ok=False)
 
 
 # ---------------------------------------------------------------- verifying
@@ -255,6 +273,7 @@ __all__ = [
     "parse_public_key",
     "private_key_from_text",
     "private_key_text",
+    "public_key_raw",
     "public_key_text",
     "sign",
     "signed_bytes",

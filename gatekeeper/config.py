@@ -592,10 +592,11 @@ def _settings_error(exc: SettingsError) -> str:
     return "an environment value cannot be parsed"
 
 
-def load_entries(path: Path, model: type[T], setting: str, wrapper: str) -> list[T]:
+def load_entries(path: Path, model: type[T], setting: str, wrapper: str, *, empty_ok: bool = True) -> list[T]:
     """The entries of a file a setting names (``http.tokens_file``, ``sender_auth.keys_file``): YAML or JSON, a list
     of entries or ``{<wrapper>: [...]}``, each validated as ``model``. Raises ``ConfigError`` naming the setting,
-    never echoing a value (the entries may hold secrets' hashes)."""
+    never echoing a value (the entries may hold secrets' hashes); also when the file holds no entry and not
+    ``empty_ok`` (a keys file: an empty one is a mistake, a mount of the wrong key or a file not yet written)."""
     try:
         loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -603,11 +604,17 @@ def load_entries(path: Path, model: type[T], setting: str, wrapper: str) -> list
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{setting} {path} cannot be read: {type(exc).__name__}") from None
     if loaded is None:
-        return []
+        loaded = []
     if isinstance(loaded, dict) and wrapper in loaded:
         loaded = loaded[wrapper]
     try:
-        return TypeAdapter(list[model]).validate_python(loaded)  # type: ignore[valid-type]
+        entries = TypeAdapter(list[model]).validate_python(loaded)  # type: ignore[valid-type]
     except ValidationError as exc:
         where = "; ".join(f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in exc.errors())
         raise ConfigError(f"{setting} {path}: {where}") from None
+    if not entries and not empty_ok:
+        raise ConfigError(
+            f"{setting} {path} holds no entry: list the keys in it (a YAML or JSON list, or {{{wrapper}: [...]}}), or "
+            f"remove the setting"
+        )
+    return entries

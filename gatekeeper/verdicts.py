@@ -61,7 +61,9 @@ import base64
 import binascii
 import functools
 import hashlib
+import os
 import re
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,6 +108,27 @@ class SignatureError(ValueError):
 class KeyLoadError(ConfigError, ValueError):
     """A key that cannot be loaded (the message never contains the key's bytes). A ``ConfigError``: the daemon
     refuses to start (exit 2) with a signing key it cannot read."""
+
+
+#: The permission bits a private key file may not have: none for others, and the group may only read (a
+#: Kubernetes Secret mounted with ``defaultMode: 0440`` and the pod's ``fsGroup``; kubelet gives the group read on
+#: such a volume whatever the mode asked).
+PRIVATE_KEY_MODE_REFUSED = 0o037
+
+
+def check_private_key_file(path: str | Path, what: str) -> None:
+    """Refuse a private key file that others may read (or the group write): ``KeyLoadError`` naming ``what`` (the
+    setting or option) and the file, never its content, saying what to do. 0600, 0400 and 0440 pass. Does nothing
+    when the file cannot be stat'ed (reading it then fails with its own message)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISREG(mode) and mode & PRIVATE_KEY_MODE_REFUSED:
+        raise KeyLoadError(
+            f"{what} {path}: the private key file has mode {stat.S_IMODE(mode):04o}, readable or writable by others "
+            f"than its owner: chmod 600 {path} (0400, or 0440 for a Kubernetes Secret read through fsGroup, pass too)"
+        )
 
 
 def b64url(data: bytes) -> str:
@@ -244,6 +267,7 @@ class Signer:
 
     @classmethod
     def from_file(cls, key_id: str, path: str | Path) -> Signer:
+        check_private_key_file(path, "signing.private_key_file")
         try:
             data = Path(path).read_bytes()
         except OSError as exc:
@@ -305,6 +329,7 @@ def signer_for(signing: SigningSettings) -> Signer | None:
         raise KeyLoadError(
             f"signing.private_key_file {path}: cannot read it ({exc.strerror or type(exc).__name__})"
         ) from None
+    check_private_key_file(path, "signing.private_key_file")  # each time: a chmod changes no mtime
     return _load(key_id, str(path), mtime)
 
 
@@ -452,6 +477,7 @@ __all__ = [
     "Signer",
     "Verifier",
     "b64url",
+    "check_private_key_file",
     "clears_text",
     "new_key_pair",
     "private_key_from",

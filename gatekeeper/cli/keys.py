@@ -18,6 +18,7 @@ import yaml
 from gatekeeper.auth import KEY_ID, generate, private_key_from_text, private_key_text, public_key_text, sign
 from gatekeeper.cli import app
 from gatekeeper.cli.common import EXIT_USAGE, fail
+from gatekeeper.verdicts import KeyLoadError, check_private_key_file
 
 keys_app = typer.Typer(
     name="keys",
@@ -116,6 +117,10 @@ def sign_cmd(
     ],
 ) -> None:
     """Print the signature header value of LINE in a conversation on a route, signed with the agent's private key."""
+    try:
+        check_private_key_file(key, "--key")
+    except KeyLoadError as exc:
+        fail(str(exc), EXIT_USAGE)
     try:
         private = private_key_from_text(key.read_text(encoding="ascii"))
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:

@@ -40,6 +40,7 @@ from gatekeeper.record_changes import raise_alerts, refusal
 from gatekeeper.records import load_records_file
 from gatekeeper.redis_store import RedisStore
 from gatekeeper.store import RecordExists
+from gatekeeper.verdicts import KeyLoadError, check_private_key_file
 
 records_app = typer.Typer(
     name="records",
@@ -321,6 +322,10 @@ def sign(
     """Sign the records of FILE with an approver's key: JSON lines, each with its signature."""
     if not file.exists():
         fail(f"records file {file} does not exist", EXIT_USAGE)
+    try:
+        check_private_key_file(key, "--key")
+    except KeyLoadError as exc:
+        fail(str(exc), EXIT_USAGE)
     try:
         private = private_key_from_text(key.read_text(encoding="ascii"))
     except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:

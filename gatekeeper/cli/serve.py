@@ -43,11 +43,13 @@ async def serve_api(
     install_signals: bool = False,
 ) -> None:
     """Serve the API until ``stop`` is set (or SIGTERM/SIGINT with ``install_signals``). Raises ``OSError`` when
-    the address cannot be bound, ``ConfigError`` for a bad tokens file."""
+    the address cannot be bound, ``ConfigError`` for a bad tokens file or key."""
     from gatekeeper.api.gate import Gate
+    from gatekeeper.approvals import check_key_settings
     from gatekeeper.http import HttpServer
     from gatekeeper.metrics import Metrics
 
+    check_key_settings(settings)
     metrics = Metrics()
     gate = Gate(settings, metrics) if settings.http.api else None
     metrics.ready.set(0)

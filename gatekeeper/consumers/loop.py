@@ -113,6 +113,7 @@ from aiokafka import TopicPartition
 from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
+from gatekeeper.approvals import check_key_settings
 from gatekeeper.config import Settings
 from gatekeeper.consumers.accounting import Children, account
 from gatekeeper.consumers.alerting import Alerts, data_lost_alert, flood_alert
@@ -190,6 +191,7 @@ class Gatekeeper:
     ) -> None:
         if not settings.routes:
             raise ConfigError("routes: no route configured; the gatekeeper has nothing to consume")
+        check_key_settings(settings)
         self.settings = settings
         self.metrics = metrics if metrics is not None else Metrics()
         if store is None:

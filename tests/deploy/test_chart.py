@@ -606,8 +606,15 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
         assert {"key": "signing.pem", "path": "signing.pem"} in volumes["signing-key"]["secret"]["items"]
         pem, public = new_key_pair()
         settings.signing.private_key_file.write_bytes(pem)
+        # the mode the Secret volume gives it (kubelet adds group read for the pod's fsGroup): one the daemon takes
+        mode = volumes["signing-key"]["secret"]["defaultMode"]
+        assert mode & 0o007 == 0, f"the signing key is mounted readable by others ({mode:04o})"
+        settings.signing.private_key_file.chmod(mode | 0o040)
         signer = signer_for(settings.signing)
         assert signer is not None and signer.public_key == public
+        settings.signing.private_key_file.chmod(0o644)  # what a Secret's default (0644) would give: refused
+        with pytest.raises(ConfigError, match="chmod 600"):
+            signer_for(settings.signing)
     if values == "custom-profile":
         assert settings.routes[0].profile == "acme"
 

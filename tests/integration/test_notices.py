@@ -27,6 +27,7 @@ async def test_the_sender_of_a_refused_readback_is_told_and_nobody_else(
 ) -> None:
     pem, public = new_key_pair()
     (tmp_path / "gk.pem").write_bytes(pem)
+    (tmp_path / "gk.pem").chmod(0o600)
     signing = {"key_id": KEY_ID, "private_key_file": str(tmp_path / "gk.pem")}
     told = await make_route(topic_factory)
     off = await make_route(topic_factory, refusal_notices=False)

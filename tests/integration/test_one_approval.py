@@ -34,6 +34,7 @@ def _signing(tmp_path: Path) -> tuple[dict[str, Any], str]:
     pem, public = new_key_pair()
     path = tmp_path / "gk.pem"
     path.write_bytes(pem)
+    path.chmod(0o600)
     return {"key_id": KEY_ID, "private_key_file": str(path)}, public
 
 

@@ -57,6 +57,7 @@ async def test_a_record_nobody_approved_or_changed_since_is_never_honoured(
         config = _config(p.settings, tmp_path)
         key_file = tmp_path / "finance.key"
         key_file.write_text(private_key_text(FINANCE))
+        key_file.chmod(0o600)
         rec_key = Keys(p.settings.redis.key_prefix).record(RECORD.key)
 
         # a raw SET with the daemon's (or anyone's) Redis rights: an approval paying 99999.00 to a new account
@@ -126,6 +127,7 @@ async def test_a_bound_record_is_neither_superseded_nor_deleted_and_that_is_aler
         )
         key_file = tmp_path / "finance.key"
         key_file.write_text(private_key_text(FINANCE))
+        key_file.chmod(0o600)
         signed = tmp_path / "raised.signed.jsonl"
         assert (
             await _cli("records", "sign", str(raised), "-k", str(key_file), "--id", "finance-1", "-o", str(signed))

@@ -29,6 +29,7 @@ def _key(tmp_path: Path) -> tuple[dict[str, Any], str]:
     pem, public = new_key_pair()
     path = tmp_path / "gk-signing.pem"
     path.write_bytes(pem)
+    path.chmod(0o600)
     return {"key_id": KEY_ID, "private_key_file": str(path)}, public
 
 

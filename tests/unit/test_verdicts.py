@@ -211,6 +211,7 @@ def test_the_settings_turn_signing_on_and_a_bad_key_file_is_a_config_error(tmp_p
     pem, public = new_key_pair()
     path = tmp_path / "gk.pem"
     path.write_bytes(pem)
+    path.chmod(0o600)
     s = signer_for(SigningSettings(key_id="gk-7", private_key_file=path))
     assert s is not None and s.key_id == "gk-7" and s.public_key == public
     assert "PRIVATE" not in repr(s) and pem.decode() not in repr(s)
@@ -230,6 +231,7 @@ def test_the_daemon_s_routes_and_its_sweeper_get_the_signer(tmp_path: Path) -> N
 
     pem, public = new_key_pair()
     (tmp_path / "gk.pem").write_bytes(pem)
+    (tmp_path / "gk.pem").chmod(0o600)
     route = {"input": "sig.in", "output": "sig.out", "dead_letter": "sig.dlq", "alerts": "sig.alerts", "profile": "pay"}
     signing = {"key_id": "gk-3", "private_key_file": str(tmp_path / "gk.pem")}
     settings = Settings.model_validate({"routes": [route], "signing": signing})
