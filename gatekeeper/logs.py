@@ -14,6 +14,10 @@ logger (aiokafka's and the gatekeeper's own); the rest are counted, and one
 ``suppressed K similar messages in the last Ns: <template>`` line follows when the interval is over (with the next
 record logged). DEBUG and INFO lines are not limited.
 
+Nothing a record carries acts on the reader: in text form the message and every extra are escaped
+(``gatekeeper.inert``: a newline, ESC, a bidi override), so a record is one line; in JSON, DEL, C1 controls, bidi
+controls and separators are JSON escapes too.
+
 Nothing sensitive is logged: settings hold secrets as ``SecretStr`` (shown as ``**********``), and a line is logged
 only through ``gatekeeper.masking`` (account numbers and addresses masked).
 """
@@ -28,6 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
+
+from gatekeeper.inert import inert, json_inert
 
 #: Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
@@ -49,19 +55,34 @@ class JsonFormatter(logging.Formatter):
             doc.setdefault(k, v)
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json.dumps(doc, default=str, ensure_ascii=False)
+        return json_inert(json.dumps(doc, default=str, ensure_ascii=False))
 
 
 class TextFormatter(logging.Formatter):
+    """``HH:MM:SS LEVEL logger: message key=value ...``, one line per record whatever the message and the extras
+    carry (``gatekeeper.inert``: a newline, ESC, a bidi override are escaped); a traceback follows on its own lines,
+    each escaped and marked ``  | ``."""
+
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S")
 
     def format(self, record: logging.LogRecord) -> str:
-        text = super().format(record)
+        text = f"{self.formatTime(record, self.datefmt)} {record.levelname:<7} {inert(record.name)}: "
+        text += inert(record.getMessage())
         extras = _extras(record)
         if extras:
-            text += " " + " ".join(f"{k}={v}" for k, v in extras.items())
+            text += " " + " ".join(f"{inert(k)}={inert(v)}" for k, v in extras.items())
+        if record.exc_info:
+            text += _continued(self.formatException(record.exc_info))
+        if record.stack_info:
+            text += _continued(self.formatStack(record.stack_info))
         return text
+
+
+def _continued(block: str) -> str:
+    """A traceback under its record: each of its lines escaped and marked ``  | ``, so that an exception's message
+    with a newline cannot start what looks like a record of its own."""
+    return "".join(f"\n  | {inert(ln)}" for ln in block.rstrip("\n").split("\n"))
 
 
 @dataclass(slots=True)
