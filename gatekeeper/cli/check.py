@@ -44,6 +44,7 @@ from gatekeeper.cli.common import (
     stdout_is_tty,
 )
 from gatekeeper.config import Settings
+from gatekeeper.inert import inert, json_inert
 from gatekeeper.masking import masker_for
 from gatekeeper.policy import Decision, Mode, Record, RoutePolicy, Verdict
 from gatekeeper.processor import Line, Processor
@@ -342,9 +343,9 @@ def render_table(rows: list[dict[str, Any]], colour: bool, times: bool = False) 
         [
             str(r["lineno"]),
             *([r["decided_at"][:19] + "Z"] if times else []),
-            *([r["conversation"]] if several else []),
-            r["id"] or "-",
-            r["type"] or "-",
+            *([inert(r["conversation"])] if several else []),
+            inert(r["id"] or "-"),
+            inert(r["type"] or "-"),
             r["verdict"],
             r["reason"] or "-",
         ]
@@ -365,8 +366,8 @@ def render_table(rows: list[dict[str, Any]], colour: bool, times: bool = False) 
     out = [fmt(heads, False)]
     for r, cells in zip(rows, table, strict=True):
         out.append(fmt(cells, colour))
-        out.extend(f"    ! {p['code']}: {p['message']}" for p in r["problems"])
-        out.extend(f"    . {n['code']}: {n['message']}" for n in r["notes"])
+        out.extend(f"    ! {p['code']}: {inert(p['message'])}" for p in r["problems"])  # messages quote values
+        out.extend(f"    . {n['code']}: {inert(n['message'])}" for n in r["notes"])
     counts = {v: sum(1 for r in rows if r["verdict"] == v) for v in ("forward", "dead-letter", "alert")}
     out.append("")
     out.append(
@@ -464,7 +465,7 @@ def check(
                     text.encode("utf-8")
                 except UnicodeEncodeError:  # a lone surrogate from a JSON input line: escaped, as JSON allows
                     text = json.dumps(row, separators=(",", ":"))
-            typer.echo(text)
+            typer.echo(json_inert(text))
     else:
         times = any(ln.given is not None for ln in lines)
         typer.echo(render_table(rows, colour=stdout_is_tty(), times=times))

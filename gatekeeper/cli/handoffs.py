@@ -17,6 +17,7 @@ from gatekeeper.cli import app
 from gatekeeper.cli.common import EXIT_USAGE, ConfigOption, cli_errors, fail, not_found, run, settings_from
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.outcomes import iso
+from gatekeeper.inert import inert, json_inert
 from gatekeeper.policy import ConversationState
 from gatekeeper.policy.lifecycle import all_deadlines, deadlines_of, opened_at
 from gatekeeper.redis_store import RedisStore
@@ -237,7 +238,7 @@ def list_(
     routes = [chosen] if chosen is not None else list(settings.routes)
     rows = run(_list(settings, routes, conversation, open_, expired, time.time()))
     if as_json:
-        typer.echo(json.dumps(rows, ensure_ascii=False, indent=2))
+        typer.echo(json_inert(json.dumps(rows, ensure_ascii=False, indent=2)))
     elif rows:
         _print_table(rows)
     else:  # an empty list is an answer, not an error
@@ -301,22 +302,25 @@ def _print_table(rows: list[dict[str, Any]]) -> None:
         return
     head = ("ROUTE", "CONVERSATION", "HANDOFF", "FROM>TO", "ITEM", "ASK", "OPENED", "NEXT DEADLINE", "STATUS")
     table = [
-        (
-            r["route"],
-            r["conversation"],
-            r["handoff"],
-            f"{r['from']}>{r['to']}",
-            r["item"],
-            r["ask"],
-            (r["opened_at"] or "-")[:16],
-            r["next_deadline"] or "-",
-            r["status"],
+        tuple(
+            inert(x)  # what agents wrote (a conversation key, a name, an item): escaped
+            for x in (
+                r["route"],
+                r["conversation"],
+                r["handoff"],
+                f"{r['from']}>{r['to']}",
+                r["item"],
+                r["ask"],
+                (r["opened_at"] or "-")[:16],
+                r["next_deadline"] or "-",
+                r["status"],
+            )
         )
         for r in rows
     ]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *table, strict=True)]
     for line in (head, *table):
-        typer.echo("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
+        typer.echo("  ".join(x.ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
 
 
 # ---------------------------------------------------------------- show
@@ -362,7 +366,7 @@ def show(
             "at": _when(intent.at),
         }
     if as_json:
-        typer.echo(json.dumps(doc, ensure_ascii=False, indent=2))
+        typer.echo(json_inert(json.dumps(doc, ensure_ascii=False, indent=2)))
         return
     _print_show(doc)
 
@@ -380,7 +384,9 @@ async def _show(
 
 
 def _print_show(doc: dict[str, Any]) -> None:
-    echo = typer.echo
+    def echo(line: str) -> None:
+        typer.echo(inert(line))  # each line is one line: what agents wrote (the thread's lines, the key) escaped
+
     echo(f"{doc['handoff']}  {doc['from']} > {doc['to']}  item={doc['item']} ask={doc['ask']}")
     echo(f"  route         {doc['route']}")
     echo(f"  conversation  {doc['conversation']}")

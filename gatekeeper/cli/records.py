@@ -34,6 +34,7 @@ from gatekeeper.cli.common import (
 )
 from gatekeeper.config import Settings
 from gatekeeper.generation import require
+from gatekeeper.inert import json_inert
 from gatekeeper.masking import mask_values
 from gatekeeper.policy import Record, RecordKey
 from gatekeeper.record_changes import raise_alerts, refusal
@@ -234,7 +235,8 @@ def get(
         slots = sensitive_slots(settings)
         found = [(_masked(r, slots), b) for r, b in found]
     if as_json:
-        typer.echo(json.dumps([{**r.to_dict(), "binding": b} for r, b in found], ensure_ascii=False, indent=2))
+        doc = [{**r.to_dict(), "binding": b} for r, b in found]
+        typer.echo(json_inert(json.dumps(doc, ensure_ascii=False, indent=2)))
     else:
         for r, b in found:
             typer.echo(_describe(r, b, stdout_is_tty()))

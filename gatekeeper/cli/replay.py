@@ -21,6 +21,7 @@ from gatekeeper.cli.common import (
     sensitive_slots,
     settings_from,
 )
+from gatekeeper.inert import inert, json_inert
 from gatekeeper.masking import Masker
 from gatekeeper.replay import (
     MAX_ATTEMPTS,
@@ -171,7 +172,7 @@ def replay(
     if not unmasked:
         report = masked(report, sensitive_slots(settings))
     if as_json:
-        typer.echo(json.dumps(report.to_dict(), ensure_ascii=False, indent=2))
+        typer.echo(json_inert(json.dumps(report.to_dict(), ensure_ascii=False, indent=2)))
     else:
         print_report(report, details)
     if report.failing:
@@ -237,6 +238,7 @@ def _run_with_progress(
 def print_report(report: ReplayReport, details: bool = False) -> None:
     """The summary table (and, with ``details``, one row per line) on stdout."""
     from rich.table import Table
+    from rich.text import Text
 
     out = console()
     title = f"replay of {report.topic}" + (" (dry run: nothing was changed)" if report.dry_run else "")
@@ -256,7 +258,8 @@ def print_report(report: ReplayReport, details: bool = False) -> None:
                     why += f"; decided as new: {ln.reason}"
             elif ln.problems and ln.status in (Status.STILL_FAILING, Status.REQUEUED, Status.PARKED):
                 why = f"{why}: {ln.problems[0].message}"
-            lines.add_row(where, ln.conversation or "-", f"{ln.type or '?'} {ln.id or '?'}", ln.was or "-", now, why)
+            cells = (where, ln.conversation or "-", f"{ln.type or '?'} {ln.id or '?'}", ln.was or "-", now, why)
+            lines.add_row(*(Text(inert(c)) for c in cells))  # what a record wrote: escaped, never markup
         out.print(lines)
     table = Table(title=title, show_edge=False, pad_edge=False)
     table.add_column("result")
