@@ -18,7 +18,7 @@ from typing import Any
 import msgspec
 
 from gatekeeper.policy.authority import Role, Target, rule
-from gatekeeper.policy.gate import impossible_dates, screen
+from gatekeeper.policy.gate import conversation_problem, impossible_dates, screen
 from gatekeeper.policy.model import (
     AFFIRMATIVE,
     CANCEL_WHY,
@@ -265,6 +265,9 @@ class _Decider:
                 Reason.NO_CONVERSATION,
                 _p("no-conversation", "the record has no conversation id (the Kafka record key)", "gate"),
             )
+        refused_key = conversation_problem(self.conversation)
+        if refused_key is not None:
+            return self._dead(Reason.NO_CONVERSATION, refused_key)
         prepared = self.prepared or prepare(self.raw, self.route)
         if prepared.text is None or prepared.parsed is None:
             return self._dead(Reason.INVALID, *prepared.gate_problems)

@@ -50,6 +50,22 @@ def _first_refused(text: str) -> tuple[int, str] | None:
     return None
 
 
+def conversation_problem(conversation: str) -> Problem | None:
+    """The input rules for a conversation id (the record key, or the route's conversation header): a character the
+    gate refuses in a line (a control, format, separator, surrogate, private-use or unassigned one) makes it no
+    conversation id at all: it would forge a log line or reorder a terminal where the id is shown, and a model
+    reading it would read something else than a program does."""
+    found = _first_refused(conversation)
+    if found is None:
+        return None
+    pos, category = found
+    return _problem(
+        "conversation-invalid",
+        f"the conversation id (the record key) has U+{ord(conversation[pos]):04X} ({category}) at {pos}: a "
+        "conversation id follows the input rules of a line",
+    )
+
+
 def screen(raw: bytes, max_bytes: int) -> tuple[str | None, tuple[Problem, ...]]:
     """Apply the gate's input rules to a record value. Returns ``(text, ())`` or ``(None, problems)``."""
     if len(raw) > max_bytes:

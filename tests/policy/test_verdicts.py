@@ -567,3 +567,14 @@ def test_a_second_statement_of_a_cleared_handoff_is_not_cleared() -> None:
     second = w.send(AN.replace("scheduler-2", "scheduler-8").replace("re=payer-1", "re=payer-9"))
     assert (second.verdict, second.reason) == (Verdict.DEAD_LETTER, Reason.CLEARANCE)
     assert codes(second) == ["clearance-second-statement"]
+
+
+@pytest.mark.parametrize("key", ["c-1\x1b]0;pwned\x07", "c-1\nFAKE log line", "c\u202e1", "c\u20281", "c-\x00"])
+def test_a_conversation_id_follows_the_input_rules_of_a_line(key: str) -> None:
+    """A record key carrying a control, format or separator character is no conversation id (issue 30: a key would
+    forge a log line or reorder a terminal where it is shown); nothing of the line is remembered."""
+    w = pay_world()
+    d = w.send(HO, key)
+    assert (d.verdict, d.reason, codes(d)) == (Verdict.DEAD_LETTER, Reason.NO_CONVERSATION, ["conversation-invalid"])
+    assert w.state(key).lines == {}
+    assert w.send(HO, "c-1 with spaces, é and NBSP\u00a0").verdict is Verdict.FORWARD  # printable text is kept
