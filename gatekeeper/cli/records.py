@@ -34,7 +34,7 @@ from gatekeeper.cli.common import (
 )
 from gatekeeper.config import Settings
 from gatekeeper.generation import require
-from gatekeeper.inert import json_inert
+from gatekeeper.inert import inert, json_inert
 from gatekeeper.masking import mask_values
 from gatekeeper.policy import Record, RecordKey
 from gatekeeper.record_changes import raise_alerts, refusal
@@ -255,16 +255,17 @@ async def _get(settings: Settings, item: str, ask: str | None) -> list[tuple[Rec
 
 
 def _describe(r: Record, binding: str | None, colour: bool) -> str:
-    head = f"{r.item} {r.ask}"
+    """A record as ``records get`` prints it: every text from Redis made inert (``gatekeeper.inert``)."""
+    head = inert(f"{r.item} {r.ask}")
     if colour:
         head = typer.style(head, bold=True)
     values = " ".join(f"{k}={_show(v)}" for k, v in r.values.items() if k not in ("item", "ask"))
-    lines = [head, f"  values    {values}"]
+    lines = [head, f"  values    {inert(values)}"]
     if r.resolved:
-        lines.append("  resolved  " + " ".join(f"{k}={v}" for k, v in r.resolved.items()))
+        lines.append("  resolved  " + inert(" ".join(f"{k}={v}" for k, v in r.resolved.items())))
     if r.expect_acc is not None:
-        lines.append("  expect    acc=" + "+".join(r.expect_acc))
-    lines.append(f"  binding   {binding or '(none)'}")
+        lines.append("  expect    acc=" + inert("+".join(r.expect_acc)))
+    lines.append(f"  binding   {inert(binding) if binding else '(none)'}")
     return "\n".join(lines)
 
 

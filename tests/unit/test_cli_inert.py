@@ -30,3 +30,14 @@ def test_check_prints_a_key_and_a_line_escaped(tmp_path: Path) -> None:
         assert "\x1b" not in r.stdout and "\u202e" not in r.stdout
     table = CliRunner().invoke(app, ["check", str(file), "--format", "table"]).stdout
     assert "c-1\\x1b]0;owned\\x07\\x1b[2J\\x0a\\u202eevil" in table
+
+
+def test_records_get_prints_a_record_s_text_inert() -> None:
+    from gatekeeper.cli.records import _describe
+    from gatekeeper.policy import Record
+
+    rec = Record("inv:1\x1b[2J", "PAY", {"to": "payer", "ref": "A\u202eB", "note": "x\ny"}, {"acct": "\x07"})
+    shown = _describe(rec, "agents.pay/c\x1b]0;t\x07/scheduler-1#0123456789abcdef@1", colour=False)
+    assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
+    assert "\\x1b[2J" in shown and "\\u202e" in shown and "x\\x0ay" in shown
+    assert shown.count("\n") == 3  # its own four lines, no line a record added
