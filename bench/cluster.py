@@ -167,8 +167,7 @@ class KraftCluster:
             node,
             "kafka.tools.StorageTool",
             "format",
-            "-t",
-            self.cluster_id,
+            f"--cluster-id={self.cluster_id}",  # one argument: a base64url id may start with "-"
             "-c",
             str(d / "server.properties"),
             heap=False,

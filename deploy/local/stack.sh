@@ -254,9 +254,12 @@ start_kafka() {
     write_kafka_config "$broker" "$controller"
     local java_opts=(-Djava.awt.headless=true "-Dlog4j2.configurationFile=$RUN_DIR/kafka/log4j2.xml"
         "-Dkafka.logs.dir=$LOG_DIR")
+    # A cluster id is base64url: it may start with "-", so it is passed as --cluster-id=<id>, never as a separate
+    # argument the option parser would take for an option (one start in 64 failed "expected one argument").
     cluster_id="$("$(python_bin)" -c \
         'import base64, uuid; print(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))')"
-    java "${KAFKA_JVM[@]}" "${java_opts[@]}" -cp "$LIBS/*" kafka.tools.StorageTool format --standalone -t "$cluster_id" \
+    java "${KAFKA_JVM[@]}" "${java_opts[@]}" -cp "$LIBS/*" kafka.tools.StorageTool format --standalone \
+        "--cluster-id=$cluster_id" \
         -c "$RUN_DIR/kafka/server.properties" </dev/null >>"$LOG_DIR/kafka.out" 2>&1 8>&- ||
         die "formatting the Kafka storage failed; see $LOG_DIR/kafka.out"
     # setsid: the broker leaves the caller's process group, so ^C in `make` does not kill it mid-write;

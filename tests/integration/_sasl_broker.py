@@ -309,8 +309,7 @@ num.recovery.threads.per.data.dir=1
             "kafka.tools.StorageTool",
             "format",
             "--standalone",
-            "-t",
-            cluster_id,
+            f"--cluster-id={cluster_id}",  # one argument: a base64url id may start with "-"
             "-c",
             str(self.directory / "server.properties"),
             *scram,
