@@ -20,11 +20,10 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-import orjson
-
 from gatekeeper import __version__
 from gatekeeper.config import Settings
 from gatekeeper.consumers.outcomes import iso
+from gatekeeper.inert import json_document
 from gatekeeper.policy import RecordKey, bound_handoff
 
 RECORD_CHANGE_ALERT = "record-change-refused"
@@ -73,7 +72,7 @@ async def raise_alerts(settings: Settings, refused: Iterable[tuple[str, RecordKe
     records = []
     now = time.time()
     for operation, key, binding in refused:
-        doc = orjson.dumps(alert_document(operation, key, binding, now=now))
+        doc = json_document(alert_document(operation, key, binding, now=now))
         records += [(topic, route.encode(), doc) for route, topic in alert_routes(settings, binding)]
     if not records:
         return

@@ -85,7 +85,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
@@ -97,6 +96,7 @@ from aiokafka.errors import KafkaError
 
 from gatekeeper import __version__
 from gatekeeper.consumers.outcomes import iso
+from gatekeeper.inert import json_document
 from gatekeeper.masking import masker_for
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import ConversationState, Overlay, RoutePolicy, apply
@@ -373,7 +373,7 @@ class Sweeper:
             ("gk.conversation", conversation.encode("utf-8")),
             ("gk.version", __version__.encode()),
         )
-        value = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        value = json_document(doc)
         await self.publisher.publish([OutRecord(rt.alerts, conversation.encode("utf-8"), value, headers)])
 
     async def _save(
@@ -460,7 +460,7 @@ class Sweeper:
             ("gk.conversation", e.conversation.encode("utf-8")),
             ("gk.version", __version__.encode()),
         )
-        value = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        value = json_document(doc)
         await self.publisher.publish([OutRecord(rt.alerts, e.conversation.encode("utf-8"), value, headers)])
         apply(state, decision, Overlay())
         if self.metrics is not None:
@@ -630,7 +630,7 @@ class Sweeper:
             ("gk.conversation", conversation.encode("utf-8")),
             ("gk.version", __version__.encode()),
         )
-        value = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        value = json_document(doc)
         return OutRecord(rt.alerts, conversation.encode("utf-8"), value, headers)
 
     # ------------------------------------------------------------------------------------------------ metrics

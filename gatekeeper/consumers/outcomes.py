@@ -96,9 +96,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-import orjson
 
 from gatekeeper import __version__
+from gatekeeper.inert import json_document
 from gatekeeper.masking import Masker, masker_for
 from gatekeeper.notices import AUTHOR, Notice
 from gatekeeper.policy import Decision, Reason, Verdict
@@ -277,7 +277,7 @@ def build(
         masker_for(source.value, decision.problems, sensitive) if decision.problems or decision.alerts else Masker()
     )
     problems = _masked_problems(decision, masker)
-    problems_h: Headers = (("gk.problems", orjson.dumps(problems)),) if problems else ()
+    problems_h: Headers = (("gk.problems", json_document(problems)),) if problems else ()
     common_optional: Headers = (
         _h("gk.original.timestamp", source.timestamp if source.timestamp is not None else -1),
         *((_h("gk.conversation", conversation),) if conversation is not None else ()),
@@ -466,7 +466,7 @@ def _alert(
 
 
 def _json(doc: dict[str, Any]) -> bytes:
-    return orjson.dumps(doc)
+    return json_document(doc)  # an alert quotes the line: its text made inert (gatekeeper.inert)
 
 
 _TRIMMED = ("problems", "headers", "value")

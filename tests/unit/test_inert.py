@@ -85,3 +85,28 @@ def test_the_json_log_writes_bidi_c1_and_del_as_escapes() -> None:
     assert "\n" not in out and _shown(out)
     doc = json.loads(out)
     assert doc["msg"] == f"refused {HOSTILE}" and doc["conversation"] == HOSTILE
+
+
+def test_json_documents_alerts_and_problems_carry_no_raw_control_bidi_or_separator() -> None:
+    """Alerts and the gk.problems header are written by json_document: what they quote is escaped and parses back
+    to the same values. A line with such characters never passes the gate; its dead letter's problems say so
+    without the raw character."""
+    import json
+
+    from gatekeeper.consumers.outcomes import OutcomeKind, Source, Targets, build
+    from gatekeeper.inert import json_document
+    from tests.policy.world import DN, HO, RB, pay_world
+
+    doc = {"alert": "x", "item": "inv:1\u202egnp.exe", "line": "a\x85b\u2028c", "n": 1}
+    raw = json_document(doc).decode("utf-8")
+    assert not any(ch in raw for ch in "\u202e\x85\u2028") and json.loads(raw) == doc
+    w = pay_world()
+    for line in (HO, RB):
+        w.send(line)
+    bad = DN.replace("// as executed", "// done \u202egnp.exe ok")
+    d = w.send(bad)
+    targets = Targets(output="out", dead_letter="dlq", alerts="alerts", name="agents.pay")
+    source = Source(topic="agents.pay", partition=0, offset=1, value=bad.encode(), key=b"c1")
+    (dead,) = [o for o in build(d, source, targets, conversation="c1", now=0.0) if o.kind is OutcomeKind.DEAD_LETTER]
+    problems = dict(dead.headers)["gk.problems"].decode("utf-8")
+    assert "\u202e" not in problems and json.loads(problems)
