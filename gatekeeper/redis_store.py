@@ -1046,7 +1046,10 @@ class RedisStore:
             raise self._error("claim_cancel", exc) from exc
         if not res:
             return None
-        return self._decode_intent(key, dict(zip(res[::2], res[1::2], strict=True)))
+        existing = self._decode_intent(key, dict(zip(res[::2], res[1::2], strict=True)))
+        # this very claim, written by an attempt whose answer was lost and retried by the client (a cluster client
+        # retries a timed-out command): it is ours, not another sweeper's
+        return None if existing == intent else existing
 
     async def take_over_cancel(
         self, route: str, conversation: str, ho: str, seen_token: int, owner: str, at: float

@@ -218,7 +218,8 @@ class LifecycleStore(Store, Protocol):
         ...
 
     async def claim_cancel(self, route: str, conversation: str, ho: str, intent: CancelIntent) -> CancelIntent | None:
-        """Record ``intent`` unless one exists (atomically). None: recorded; else the intent that was there."""
+        """Record ``intent`` unless one exists (atomically). None: recorded (or already recorded, the same intent: a
+        retried claim); else the intent that was there."""
         ...
 
     async def take_over_cancel(
@@ -410,7 +411,7 @@ class MemoryStore:
     async def claim_cancel(self, route: str, conversation: str, ho: str, intent: CancelIntent) -> CancelIntent | None:
         existing = self._intents.get((route, conversation, ho))
         if existing is not None:
-            return existing
+            return None if existing == intent else existing
         self._intents[(route, conversation, ho)] = intent
         return None
 

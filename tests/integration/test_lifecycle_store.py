@@ -89,9 +89,16 @@ def test_a_buckets_keys_share_a_slot_and_an_intent_its_conversations(store: Redi
 
 
 async def test_a_cancel_intent_is_claimed_once_and_taken_over_once(store: RedisStore, redis_client: Any) -> None:
-    intent = CancelIntent("a-900000001", "RW1 CX a-900000001 ...", "EXPIRED", "out", 1, 41, "one", 1, 100.0)
-    claims = await asyncio.gather(*(store.claim_cancel(ROUTE, "c", "a-1", intent) for _ in range(5)))
-    assert claims.count(None) == 1 and all(c == intent for c in claims if c is not None)
+    intents = [
+        CancelIntent("a-900000001", "RW1 CX a-900000001 ...", "EXPIRED", "out", 1, 41, f"sweeper-{n}", 1, 100.0)
+        for n in range(5)
+    ]
+    claims = await asyncio.gather(*(store.claim_cancel(ROUTE, "c", "a-1", i) for i in intents))
+    assert claims.count(None) == 1
+    (winner,) = [i for i, c in zip(intents, claims, strict=True) if c is None]
+    assert all(c == winner for c in claims if c is not None)
+    intent = winner
+    assert await store.claim_cancel(ROUTE, "c", "a-1", winner) is None  # the same claim again (a client's retry)
     ttl = await redis_client.ttl(store.keys.cancel(ROUTE, "c", "a-1"))
     assert 0 < ttl <= store.settings.open_retention_seconds
     takes = await asyncio.gather(*(store.take_over_cancel(ROUTE, "c", "a-1", 1, f"o{n}", 200.0) for n in range(5)))
