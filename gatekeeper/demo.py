@@ -904,6 +904,14 @@ class Demo:
             )
         return out
 
+    async def _state_keys(self, client: Any) -> list[Any]:
+        """The demo's keys under its prefix, but the generation marker (and its copies) and the owner epochs: those
+        say this Redis is the one the demo's consumer group ran against (its offsets survive in Kafka), so the next
+        run's gatekeeper starts instead of stopping for a data loss."""
+        kept = (f"{self.prefix}:generation", f"{self.prefix}:epoch:")
+        keys = [k async for k in client.scan_iter(match=f"{self.prefix}:*", count=500)]
+        return [k for k in keys if not (k.decode() if isinstance(k, bytes) else k).startswith(kept)]
+
     async def fresh_state(self) -> None:
         """Clear what an earlier demo left under the prefix (each run starts afresh: one approval, one act, so the
         clean payment could not be paid twice), and mark the prefix as the demo's. Keys no demo wrote are left
@@ -913,7 +921,7 @@ class Demo:
         marker = f"{self.prefix}:{DEMO_MARKER}"
         client = client_from_settings(self.settings.redis)
         try:
-            keys = [k async for k in client.scan_iter(match=f"{self.prefix}:*", count=500)]
+            keys = await self._state_keys(client)
             if keys:
                 previous = await client.get(marker)
                 if previous is None:
@@ -938,7 +946,7 @@ class Demo:
 
         client = client_from_settings(self.settings.redis)
         try:
-            keys = [k async for k in client.scan_iter(match=f"{self.prefix}:*", count=500)]
+            keys = await self._state_keys(client)
             if keys:
                 await client.delete(*keys)
         except Exception as exc:  # a demo's leftovers are not worth failing over

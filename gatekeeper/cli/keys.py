@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 import yaml
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from gatekeeper.auth import KEY_ID, generate, private_key_from_text, private_key_text, public_key_text, sign
 from gatekeeper.cli import app
@@ -56,6 +57,18 @@ that conversation on that route (the route's input topic): the signature covers 
 route or in another conversation does not verify. For a test, [cyan]gatekeeper check[/cyan]'s JSON lines or the
 [cyan]signature[/cyan] of POST /v1/gate. Agents sign in their own code with [cyan]gatekeeper.auth.sign[/cyan].
 """
+
+
+def read_private_key(key: Path) -> Ed25519PrivateKey:
+    """The private key of ``--key``: a usage error (exit 2) when others may read it or it is no Ed25519 key."""
+    try:
+        check_private_key_file(key, "--key")
+    except KeyLoadError as exc:
+        fail(str(exc), EXIT_USAGE)
+    try:
+        return private_key_from_text(key.read_text(encoding="ascii"))
+    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
+        fail(f"--key {key}: not a readable Ed25519 private key ({type(exc).__name__})", EXIT_USAGE)
 
 
 @keys_app.command("generate", epilog=GENERATE_EPILOG)
@@ -117,14 +130,7 @@ def sign_cmd(
     ],
 ) -> None:
     """Print the signature header value of LINE in a conversation on a route, signed with the agent's private key."""
-    try:
-        check_private_key_file(key, "--key")
-    except KeyLoadError as exc:
-        fail(str(exc), EXIT_USAGE)
-    try:
-        private = private_key_from_text(key.read_text(encoding="ascii"))
-    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
-        fail(f"--key {key}: not a readable Ed25519 private key ({type(exc).__name__})", EXIT_USAGE)
+    private = read_private_key(key)
     try:
         typer.echo(sign(private, key_id, conversation, line.encode("utf-8"), route=route))
     except ValueError as exc:

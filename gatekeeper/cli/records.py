@@ -16,7 +16,6 @@ from typing import Annotated, Any
 import typer
 
 from gatekeeper.approvals import ApproverRing, sign_record
-from gatekeeper.auth import private_key_from_text
 from gatekeeper.cli import app
 from gatekeeper.cli.common import (
     EXIT_FINDING,
@@ -32,6 +31,7 @@ from gatekeeper.cli.common import (
     stdout_is_tty,
     warn,
 )
+from gatekeeper.cli.keys import read_private_key
 from gatekeeper.config import Settings
 from gatekeeper.generation import require
 from gatekeeper.inert import inert, json_inert
@@ -41,7 +41,6 @@ from gatekeeper.record_changes import raise_alerts, refusal
 from gatekeeper.records import load_records_file
 from gatekeeper.redis_store import RedisStore
 from gatekeeper.store import RecordExists
-from gatekeeper.verdicts import KeyLoadError, check_private_key_file
 
 records_app = typer.Typer(
     name="records",
@@ -325,14 +324,7 @@ def sign(
     """Sign the records of FILE with an approver's key: JSON lines, each with its signature."""
     if not file.exists():
         fail(f"records file {file} does not exist", EXIT_USAGE)
-    try:
-        check_private_key_file(key, "--key")
-    except KeyLoadError as exc:
-        fail(str(exc), EXIT_USAGE)
-    try:
-        private = private_key_from_text(key.read_text(encoding="ascii"))
-    except (OSError, UnicodeDecodeError, ValueError, TypeError) as exc:
-        fail(f"--key {key}: not a readable Ed25519 private key ({type(exc).__name__})", EXIT_USAGE)
+    private = read_private_key(key)
     prof = None if profile is None else profile_from(profile, settings_from(None))
     with cli_errors():
         records = load_records_file(file, prof)

@@ -16,38 +16,18 @@ import pytest
 
 from gatekeeper.policy import Record
 from gatekeeper.redis_store import Keys
-from gatekeeper.twophase import Clearance, ForgedClearance, TwoPhaseTool
-from gatekeeper.verdicts import Verifier, new_key_pair
+from gatekeeper.twophase import ForgedClearance, TwoPhaseTool
+from gatekeeper.verdicts import Verifier
 from tests.integration._pipeline import Got, Pipeline, TopicFactory, make_route, produce, settings_for
 from tests.integration.test_lifecycle import Running
 from tests.integration.test_sender_auth import KEYS, PAYER, SCHEDULER, signed
+from tests.integration.test_signed_verdicts import KEY_ID, Bank, _clearance
+from tests.integration.test_signed_verdicts import _key as _signing
 from tests.lifecycle.memory import Clock
 from tests.policy.world import AN, HO, NOW, RECORD
 from tests.seed import RECORD_VALUES
 
 pytestmark = pytest.mark.integration
-
-KEY_ID = "gk-it-28"
-
-
-def _signing(tmp_path: Path) -> tuple[dict[str, Any], str]:
-    pem, public = new_key_pair()
-    path = tmp_path / "gk.pem"
-    path.write_bytes(pem)
-    path.chmod(0o600)
-    return {"key_id": KEY_ID, "private_key_file": str(path)}, public
-
-
-def _clearance(r: Got) -> Clearance:
-    return Clearance(r.value, tuple(r.headers.items()))
-
-
-class Bank:
-    def __init__(self) -> None:
-        self.calls: list[dict[str, str]] = []
-
-    def __call__(self, values: Any) -> None:
-        self.calls.append(dict(values))
 
 
 def _copy(records: list[Got]) -> list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]:
