@@ -43,7 +43,7 @@ from gatekeeper.cli.common import (
     settings_from,
     stdout_is_tty,
 )
-from gatekeeper.config import Settings
+from gatekeeper.config import CONFIG_ENV, Settings
 from gatekeeper.inert import inert, json_inert
 from gatekeeper.masking import masker_for
 from gatekeeper.policy import Decision, Mode, Record, RoutePolicy, Verdict
@@ -64,7 +64,7 @@ EPILOG = """\
   Several conversations in one file, JSON lines [cyan]{"key": "<conversation>", "line": "<RW1 line>"}[/cyan],
   one JSON object per input line on stdout:
 
-    [cyan]gatekeeper check lines.jsonl --records records.json --format jsonl | jq 'select(.verdict != "forward")'[/cyan]
+    [cyan]gatekeeper check lines.jsonl --records records.json --json | jq 'select(.verdict != "forward")'[/cyan]
 
   An incident replayed with its clock: each JSON line may carry [cyan]"at"[/cyan], the time it was decided, so
   the expiry rules decide as they did on the route. Here the clearance comes after the handoff's exp=:
@@ -75,14 +75,21 @@ EPILOG = """\
 
     [cyan]gatekeeper check incident.jsonl --records records.json --format table[/cyan]   (AN: clearance-expired)
 
-  With a route of the configuration (its profile and sender binding):
+  As a route of the configuration checks them (its profile, sender binding and sender_auth):
 
     [cyan]gatekeeper check flow.rw1 --records records.json --config gk.yaml --route agents.pay[/cyan]
 
 A plain FILE is one conversation: one RW1 line per line, in order; blank lines and lines starting with # are
 skipped. A file whose first non-blank character is [cyan]{[/cyan] is read as JSON lines.
 
-[bold]Sender authentication.[/bold] A route with [cyan]sender_auth: true[/cyan] ([cyan]--route[/cyan]) is checked as
+[bold]Which rules.[/bold] A configuration with routes ([cyan]--config[/cyan] or [cyan]GK_CONFIG[/cyan]) has the lines
+checked as one of its routes checks them, never by a profile alone (which would pass what the route's
+[cyan]senders[/cyan] or [cyan]sender_auth[/cyan] refuses): the route [cyan]--route[/cyan] names; without it, the
+configuration's only route (said on stderr); a configuration with several routes and no [cyan]--route[/cyan] is
+refused (exit 2, naming them). Only without routes in the configuration do the lines meet [cyan]--profile[/cyan]
+alone (default pay): no sender binding, no signatures.
+
+[bold]Sender authentication.[/bold] A route with [cyan]sender_auth: true[/cyan] is checked as
 the daemon checks it: every line's signature is verified against the configured keys, never assumed. A plain
 line has no headers, so it is dead-lettered [cyan]sender-auth[/cyan] (sender-auth-missing); give JSON lines with the
 record's headers to check signed lines:
@@ -97,7 +104,7 @@ with no [cyan]at[/cyan] (a plain file never has one) is decided at [cyan]--now[/
 never go backwards: an [cyan]at[/cyan] before the line before it, or before [cyan]--now[/cyan], is refused (exit 2);
 put the lines in the order they were decided. Offline nothing else can arrive, so a reply whose handoff is not known
 at its time is decided as at the end of its hold window (refused, or alerted for a done report). Each line's time is
-printed as [cyan]decided_at[/cyan] ([cyan]--format jsonl[/cyan]) and, when the file gives times, in the table's AT
+printed as [cyan]decided_at[/cyan] ([cyan]--json[/cyan]) and, when the file gives times, in the table's AT
 column.
 
 Sensitive values (acct, prev, addr, and those the profile lists) are masked in what is printed, the lines
@@ -105,7 +112,7 @@ included, as in the gatekeeper's headers and logs ([cyan]acct=****2938[/cyan]); 
 them in full (the verdicts are the same either way: the check itself always sees the whole values).
 
 Exit status: 0 every line forwarded, 1 any line dead-lettered or alerted, 2 usage error (missing file, bad --now,
-a bad or backward at, bad records file, unknown profile or route).
+a bad or backward at, bad records file, unknown profile or route, several routes configured and no --route).
 """
 
 
@@ -244,8 +251,23 @@ def timeline(lines: Sequence[InputLine], now: float | None, source: str) -> list
 
 
 def route_policy(settings: Settings, route_name: str | None, profile_name: str | None) -> RoutePolicy:
-    """The route policy of the check: a configured route's (``--route``), else one built from ``--profile``.
-    Offline, the hold window is 0: nothing else can arrive."""
+    """The route policy of the check: a configured route's, else one built from ``--profile``. Offline, the hold
+    window is 0: nothing else can arrive.
+
+    Which route: ``--route``; without it, a configuration with routes has its one route checked (said on stderr),
+    and one with several is a usage error naming them. Never the profile alone while routes are configured: that
+    leaves out a route's ``senders`` and ``sender_auth``, and would pass a line the route refuses. Only a
+    configuration without routes (no ``--config``, no ``GK_CONFIG``) checks against ``--profile`` alone."""
+    implied = route_name is None and len(settings.routes) == 1
+    if route_name is None and settings.routes:
+        if len(settings.routes) > 1:
+            names = ", ".join(r.input for r in settings.routes)
+            fail(
+                f"the configuration has {len(settings.routes)} routes ({names}): give --route ROUTE, the route whose "
+                "rules (profile, senders, sender_auth) the lines are checked by",
+                EXIT_USAGE,
+            )
+        route_name = settings.routes[0].input
     if route_name is None:
         return RoutePolicy(
             name="check", profile=profile_from(profile_name or DEFAULT_PROFILE, settings), hold_seconds=0.0
@@ -253,7 +275,16 @@ def route_policy(settings: Settings, route_name: str | None, profile_name: str |
     with cli_errors():
         route = settings.route(route_name)
     if profile_name is not None and profile_name != route.profile:
+        if implied:
+            fail(
+                f"--profile {profile_name}: route {route.input}, the configuration's only route, uses profile "
+                f"{route.profile} (a check by a profile alone is one without a configuration: no --config, no "
+                f"{CONFIG_ENV})",
+                EXIT_USAGE,
+            )
         fail(f"--profile {profile_name}: route {route.input} uses profile {route.profile}", EXIT_USAGE)
+    if implied:
+        typer.echo(f"note: checking as route {route.input}, the configuration's only route", err=True)
     return RoutePolicy(
         name=route.input,
         profile=profile_from(route.profile, settings),
@@ -408,9 +439,18 @@ def check(
             "--format", "-f", metavar="jsonl|table", help="The output \\[default: table on a terminal, else jsonl]."
         ),
     ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print JSON lines, one object per input line (the same as --format jsonl).")
+    ] = False,
     route: Annotated[
         str | None,
-        typer.Option("--route", "-r", metavar="ROUTE", help="Check as a configured route (its input topic) would."),
+        typer.Option(
+            "--route",
+            "-r",
+            metavar="ROUTE",
+            help="Check as this configured route (its input topic) would \\[default: the configuration's only route; "
+            "required when it has several].",
+        ),
     ] = None,
     unmasked: Annotated[
         bool,
@@ -426,6 +466,10 @@ def check(
     """
     if output_format not in (None, "jsonl", "table"):
         fail(f"--format {output_format!r}: expected jsonl or table", EXIT_USAGE)
+    if as_json:
+        if output_format == "table":
+            fail("--json and --format table: give one (--json is --format jsonl)", EXIT_USAGE)
+        output_format = "jsonl"
     try:
         start = None if now is None else parse_now(now)
     except ValueError as exc:

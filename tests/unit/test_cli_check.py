@@ -164,7 +164,10 @@ def test_a_configured_route_applies_its_sender_binding(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert _rows(result)[0]["reason"] == "sender-binding"
     without_route = _check(tmp_path, intruder + "\n", "--records", RECORDS, "--now", NOW, "--config", CONFIG)
-    assert without_route.exit_code == 0
+    assert without_route.exit_code == 1  # the configuration's only route, never the profile alone
+    assert _rows(without_route)[0]["reason"] == "sender-binding"
+    profile_alone = _check(tmp_path, intruder + "\n", "--records", RECORDS, "--now", NOW)  # no configuration
+    assert profile_alone.exit_code == 0
 
 
 def test_an_invalid_line_is_dead_lettered(tmp_path: Path) -> None:

@@ -1,0 +1,152 @@
+"""The newcomer's path through the command line, without services: what a first session meets and must not be
+misled by. ``check`` with a configuration never checks by a profile alone; ``--json`` works on ``check`` as on the
+other commands; the help says what is true and reflows to the terminal; ``gatekeeper rw`` names itself; an
+unreachable built-in default address says how to reach the local stack; ``make status`` on a stopped stack says so.
+
+(What needs Kafka and Redis, ``status`` on a Redis that lost its data, is in tests/integration/test_cli_newcomer.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from typer.testing import CliRunner, Result
+
+from gatekeeper.auth import generate, public_key_text
+from gatekeeper.cli import app
+from tests.seed import HO
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = str(ROOT / "config" / "records.example.json")
+NOW = "20261001T0900Z"
+ROUTE = {"input": "agents.pay", "output": "o", "dead_letter": "d", "alerts": "a", "profile": "pay"}
+INTRUDER = HO.replace("from=scheduler", "from=extractor").replace("scheduler-1", "extractor-1")
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in list(os.environ):
+        if name.startswith("GK_"):
+            monkeypatch.delenv(name)
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app, list(args), env=env)
+
+
+def _config(tmp_path: Path, *routes: dict[str, Any], **extra: Any) -> str:
+    path = tmp_path / "gk.yaml"
+    path.write_text(yaml.safe_dump({"routes": list(routes), **extra}))
+    return str(path)
+
+
+def _signed_route_config(tmp_path: Path) -> str:
+    key = {"id": "s-1", "agent": "scheduler", "public_key": public_key_text(generate().public_key())}
+    return _config(tmp_path, {**ROUTE, "sender_auth": True}, sender_auth={"keys": [key]})
+
+
+def _check(tmp_path: Path, text: str, *args: str) -> Result:
+    path = tmp_path / "flow.rw1"
+    path.write_text(text + "\n")
+    return cli("check", str(path), "--records", RECORDS, "--now", NOW, *args)
+
+
+def _rows(result: Result) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+# ---------------------------------------------------------------- 1. check with a configuration never assumes
+
+
+def test_check_without_route_applies_the_only_routes_sender_auth(tmp_path: Path) -> None:
+    """The finding: an unsigned line on a route that requires signatures came back forward, exit 0, when --route was
+    left out (the profile alone was checked)."""
+    config = _signed_route_config(tmp_path)
+    result = _check(tmp_path, HO, "--config", config, "--json")
+    assert result.exit_code == 1, result.output
+    [row] = _rows(result)
+    assert (row["verdict"], row["reason"]) == ("dead-letter", "sender-auth")
+    assert "checking as route agents.pay, the configuration's only route" in result.stderr
+    assert _rows(_check(tmp_path, HO, "--config", config, "--route", "agents.pay", "--json")) == [row]
+
+
+def test_check_without_route_applies_the_only_routes_sender_binding(tmp_path: Path) -> None:
+    config = _config(tmp_path, {**ROUTE, "senders": ["scheduler", "payer"]})
+    result = _check(tmp_path, INTRUDER, "--config", config, "--json")
+    assert result.exit_code == 1, result.output
+    assert [r["reason"] for r in _rows(result)] == ["sender-binding"]
+
+
+def test_check_with_the_configuration_from_the_environment_applies_its_route(tmp_path: Path) -> None:
+    config = _config(tmp_path, {**ROUTE, "senders": ["scheduler"]})
+    path = tmp_path / "flow.rw1"
+    path.write_text(INTRUDER + "\n")
+    result = cli("check", str(path), "--records", RECORDS, "--now", NOW, "--json", env={"GK_CONFIG": config})
+    assert result.exit_code == 1 and _rows(result)[0]["reason"] == "sender-binding", result.output
+
+
+def test_check_without_route_refuses_a_configuration_with_several_routes(tmp_path: Path) -> None:
+    other = {**ROUTE, "input": "agents.clin", "output": "o2", "dead_letter": "d2", "alerts": "a2", "profile": "clin"}
+    config = _config(tmp_path, {**ROUTE, "senders": ["payer"]}, other)
+    result = _check(tmp_path, HO, "--config", config, "--json")
+    assert result.exit_code == 2 and result.stdout == "", result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith("gatekeeper: error: the configuration has 2 routes (agents.pay, agents.clin)")
+    assert "--route" in line
+    named = _check(tmp_path, HO, "--config", config, "--route", "agents.pay", "--json")
+    assert named.exit_code == 1 and _rows(named)[0]["reason"] == "sender-binding"
+
+
+def test_check_without_routes_in_the_configuration_checks_the_profile(tmp_path: Path) -> None:
+    result = _check(tmp_path, INTRUDER, "--config", _config(tmp_path), "--json")
+    assert result.exit_code == 0 and _rows(result)[0]["verdict"] == "forward", result.output
+    assert result.stderr == ""
+    assert _check(tmp_path, INTRUDER, "--json").exit_code == 0  # no configuration at all: the profile alone
+
+
+def test_check_a_profile_against_the_only_route_is_a_usage_error(tmp_path: Path) -> None:
+    result = _check(tmp_path, HO, "--config", _config(tmp_path, ROUTE), "--profile", "clin")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert "--profile clin: route agents.pay, the configuration's only route, uses profile pay" in result.stderr
+    assert _check(tmp_path, HO, "--config", _config(tmp_path, ROUTE), "--profile", "pay", "--json").exit_code == 0
+
+
+def test_check_help_says_which_rules_apply() -> None:
+    text = " ".join(cli("check", "--help", env={"COLUMNS": "200", "TERM": "dumb"}).stdout.split())
+    assert "never by a profile alone" in text and "the configuration's only route" in text
+    assert "several routes and no --route is refused" in text
+
+
+# ---------------------------------------------------------------- 8. --json everywhere
+
+
+def test_check_takes_json_as_the_other_commands_do(tmp_path: Path) -> None:
+    as_json = _check(tmp_path, HO, "--json")
+    jsonl = _check(tmp_path, HO, "--format", "jsonl")
+    table = _check(tmp_path, HO, "--format", "table")
+    assert as_json.exit_code == jsonl.exit_code == table.exit_code == 0, as_json.output
+    assert as_json.stdout == jsonl.stdout != table.stdout
+    assert _rows(as_json)[0]["verdict"] == "forward"
+    assert _check(tmp_path, HO, "--json", "--format", "jsonl").stdout == jsonl.stdout
+    both = _check(tmp_path, HO, "--json", "--format", "table")
+    assert both.exit_code == 2 and "--json and --format table" in both.stderr and both.stdout == ""
+
+
+def test_every_command_that_prints_json_takes_json() -> None:
+    import typer.main
+
+    def walk(path: list[str], cmd: Any) -> list[tuple[list[str], Any]]:
+        out = [(path, cmd)]
+        for name, sub in getattr(cmd, "commands", {}).items():
+            out += walk([*path, name], sub)
+        return out
+
+    for path, cmd in walk([], typer.main.get_command(app)):
+        opts = {o for p in cmd.params for o in getattr(p, "opts", ())}
+        if "--format" in opts:
+            assert "--json" in opts, path
