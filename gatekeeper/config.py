@@ -304,7 +304,7 @@ class SenderAuthSettings(_Strict):
 
 #: What a token may do beyond gating its agents' lines. ``operator``: see the record's values and the holder of a
 #: binding in a gate answer (``gatekeeper.api.redaction``). One list, so that other scopes can join it.
-ApiScope = Literal["operator"]
+ApiScope = Literal["operator", "metrics"]
 
 
 class ApiToken(_Strict):
@@ -316,18 +316,31 @@ class ApiToken(_Strict):
 
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$", description="for logs and errors")
     sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$", description="hex SHA-256 of the token")
-    agents: list[str] = Field(min_length=1, description='the from= agents it may speak for ("*": any)')
+    agents: list[str] = Field(
+        default_factory=list, description='the from= agents it may speak for ("*": any; none: it gates no line)'
+    )
     routes: list[str] | None = Field(None, description="the routes (input topics) it may gate; none: every route")
     scopes: list[ApiScope] = Field(
         default_factory=list,
         description="what more it may see: operator, the record's values and the holder of a binding in a gate "
-        "answer's problems (none: codes, tiers, slots and the line's own values only)",
+        "answer's problems (none: codes, tiers, slots and the line's own values only); metrics, /metrics when "
+        "http.metrics_auth is on",
     )
 
     @field_validator("sha256")
     @classmethod
     def _lower(cls, v: str) -> str:
         return v.lower()
+
+
+class InFlightLimits(_Strict):
+    """Requests in progress at once, per class of endpoint; one more is answered 503 ``busy`` at once (with
+    ``Retry-After``). The probes have no limit: they answer from what the worker last published."""
+
+    metrics: int = Field(2, ge=1, le=1000, description="/metrics")
+    api: int = Field(4, ge=1, le=1000, description="the stateless checks, /v1/legend, /openapi.json and /docs")
+    gate: int = Field(64, ge=1, le=10_000, description="POST /v1/gate (most of its time is spent waiting)")
+    mcp: int = Field(4, ge=1, le=1000, description="/mcp")
 
 
 class HttpSettings(_Strict):
@@ -347,9 +360,34 @@ class HttpSettings(_Strict):
     rate_limit: float = Field(
         50.0,
         ge=0,
-        description="API requests per second per client address (0: no limit); probes and /metrics are never limited",
+        description="requests per second per client address to the API, MCP and /metrics (0: no limit); the "
+        "probes are never limited",
     )
     rate_burst: int = Field(100, ge=1, description="requests a client may make at once before rate_limit applies")
+    max_answer_bytes: int = Field(
+        2 * 1_048_576,
+        ge=65_536,
+        le=256 * 1_048_576,
+        description="an answer larger than this is not sent: 413 answer-too-large instead (send fewer lines)",
+    )
+    in_flight: InFlightLimits = Field(default_factory=InFlightLimits)
+    idle_timeout_seconds: float = Field(
+        5.0, gt=0, le=3600, description="a connection with no request in progress that sends nothing this long closes"
+    )
+    read_timeout_seconds: float = Field(
+        10.0, gt=0, le=3600, description="a request's head and body must arrive within this from its first byte (408)"
+    )
+    max_connections: int = Field(
+        256,
+        ge=8,
+        le=100_000,
+        description="open connections; past it a new one closes the longest-idle (the daemon's open files stay "
+        "bounded)",
+    )
+    max_requests_per_connection: int = Field(1000, ge=1, description="keep-alive: then the connection closes")
+    metrics_auth: bool = Field(
+        False, description="/metrics needs a bearer token with the metrics (or operator) scope, from tokens"
+    )
     tokens: list[ApiToken] = Field(default_factory=list, description="the bearer tokens of POST /v1/gate, hashed")
     tokens_file: Path | None = Field(
         None, description="a YAML or JSON file with more tokens, a list of entries as in tokens (a mounted secret)"

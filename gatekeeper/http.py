@@ -1,4 +1,4 @@
-"""The gatekeeper's one HTTP port: a real ASGI server (uvicorn) in the daemon's own event loop.
+"""The gatekeeper's one HTTP port: a real ASGI server (uvicorn) on a thread of its own, with its own event loop.
 
 It serves the probes and ``/metrics`` as before, and the HTTP API, its OpenAPI and the MCP tools
 (``gatekeeper.api.app``, where every path is listed):
@@ -8,9 +8,9 @@ path            answer
 ==============  ===========================================================================================
 ``/metrics``    200, the Prometheus text exposition of the gatekeeper's registry
 ``/healthz``    200 ``{"status": "alive"}`` while the work loop turns (liveness); 503 ``{"status": "stalled",
-                ...}`` when it has not turned for ``http.stall_seconds`` while it holds partitions with lag: a
-                call that hangs (heartbeats still answered by the client's own task) is cured by a restart. A
-                service that is down is not a stall: the loop turns, retrying, and ``/readyz`` says why
+                ...}`` when it has not turned for ``http.stall_seconds`` while it holds partitions with lag (a
+                call that hangs: a restart cures it), or when the worker's event loop has not run for that long.
+                A service that is down is not a stall: the loop turns, retrying, and ``/readyz`` says why
 ``/readyz``     200 ``{"status": "ready", ...}`` when Kafka and Redis answer and the consumer group is joined
                 (partitions assigned, or none to assign yet); 503 ``{"status": "not-ready", "reason": ...}``
                 otherwise (readiness: a load balancer or Kubernetes stops sending traffic, nothing restarts)
@@ -18,12 +18,19 @@ path            answer
 ``/mcp``        the MCP tools (``http.mcp``), streamable HTTP
 ==============  ===========================================================================================
 
-The probes and ``/metrics`` take ``GET`` and ``HEAD``, need no token and are never rate limited.
+**The worker's loop is the worker's.** The server runs on a thread of its own with its own event loop, so that
+nothing a client does (a flood of ``/metrics``, heavy checks, MCP, connections left open) queues in front of the
+worker's callbacks: what the HTTP side can still take is CPU, through the GIL, and that is bounded by the requests
+in progress per endpoint class (``http.in_flight``), the rate limit per client, the answer size cap and the
+connection bounds (``gatekeeper.http_connections``). A thread rather than a process: the probes, ``/metrics`` and
+``/v1/gate`` share the worker's registry and state without a second copy or an exchange; ``bench/http_flood.py``
+measures what is left. The probes read what the worker's loop publishes (``consumers.health.Published``), never the
+worker's live state, and liveness fails when the worker's loop stops publishing. The switch interval of the GIL is
+lowered (``SWITCH_INTERVAL``) so that the worker's thread gets the GIL back quickly after each wait.
 
-The server runs as a task of the running loop: it installs no signal handlers (the daemon owns SIGTERM and SIGINT),
-and uvicorn's own logs are quiet (warnings and errors only; no access log: ``gatekeeper_api_requests_total`` counts
-the requests). The socket is bound by ``start()`` itself, so a port in use raises ``OSError`` there and ``port=0``
-is resolved at once.
+The server installs no signal handlers (the daemon owns SIGTERM and SIGINT), and uvicorn's own logs are quiet
+(warnings and errors only; no access log: ``gatekeeper_api_requests_total`` counts the requests). The socket is
+bound by ``start()`` itself, so a port in use raises ``OSError`` there and ``port=0`` is resolved at once.
 """
 
 from __future__ import annotations
@@ -31,14 +38,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import resource
 import socket
+import sys
+import threading
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+from gatekeeper.http_connections import ConnectionLimits, protocol_class
 from gatekeeper.metrics import Metrics
 
 if TYPE_CHECKING:
-    from gatekeeper.config import Settings
+    from gatekeeper.config import HttpSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +61,10 @@ Readiness = Probe
 #: or cancelled: its line is on the input topic either way).
 SHUTDOWN_SECONDS = 3
 
+#: The GIL's switch interval while a server runs (Python's default is 5 ms): a thread that waits for the GIL asks
+#: for it after this long, so the worker's thread is not held for 5 ms behind an HTTP request's CPU after each wait.
+SWITCH_INTERVAL = 0.0005
+
 
 def _alive() -> tuple[bool, dict[str, Any]]:
     return True, {}
@@ -59,7 +74,8 @@ def _server_class() -> Any:
     import uvicorn
 
     class _Server(uvicorn.Server):
-        """uvicorn's server without its signal handling: the daemon's handlers stay in place."""
+        """uvicorn's server without its signal handling: the daemon's handlers stay in place (and a thread other
+        than the main one may not install any)."""
 
         @contextlib.contextmanager
         def capture_signals(self) -> Generator[None, None, None]:
@@ -99,7 +115,8 @@ class HttpServer:
         self.app: Any = None  # the FastAPI app, once started
         self._sock: socket.socket | None = None
         self._server: Any = None
-        self._task: asyncio.Task[None] | None = None
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     @property
     def port(self) -> int:
@@ -112,11 +129,16 @@ class HttpServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def _app(self) -> Any:
-        from gatekeeper.api.app import create_app
+    def _http_settings(self) -> HttpSettings:
         from gatekeeper.config import HttpSettings
 
-        http = self.settings.http if self.settings is not None else HttpSettings()
+        return self.settings.http if self.settings is not None else HttpSettings()
+
+    def _app(self) -> Any:
+        from gatekeeper.api.app import create_app
+        from gatekeeper.api.auth import TokenBook
+
+        http = self._http_settings()
         gate = self.gate
         if gate is None and self.settings is not None and http.api and self.settings.routes:
             from gatekeeper.api.gate import Gate
@@ -133,12 +155,16 @@ class HttpServer:
             rate_limit=http.rate_limit,
             rate_burst=http.rate_burst,
             mcp_host=self.host,
+            in_flight=http.in_flight.model_dump(),
+            max_answer_bytes=http.max_answer_bytes,
+            metrics_tokens=TokenBook.from_settings(http) if http.metrics_auth else None,
         )
         self.app = app
         return guarded
 
     async def start(self) -> None:
-        """Bind and serve. Raises ``OSError`` when the address cannot be bound."""
+        """Bind and serve on the server's thread. Raises ``OSError`` when the address cannot be bound or the server
+        does not start."""
         import uvicorn
 
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
@@ -154,8 +180,18 @@ class HttpServer:
             sock.close()
             raise
         self._sock = sock
+        http = self._http_settings()
+        raise_open_files_limit()
         config = uvicorn.Config(
             self._app(),
+            http=protocol_class(
+                ConnectionLimits(
+                    idle_seconds=http.idle_timeout_seconds,
+                    read_seconds=http.read_timeout_seconds,
+                    max_connections=http.max_connections,
+                    max_requests=http.max_requests_per_connection,
+                )
+            ),
             log_config=None,
             log_level="warning",
             access_log=False,
@@ -165,37 +201,50 @@ class HttpServer:
             proxy_headers=False,
         )
         server = self._server = _server_class()(config)
-        self._task = asyncio.create_task(self._serve(server, sock), name="gatekeeper-http")
+        self._error = None
+        self._thread = threading.Thread(target=self._serve, args=(server, sock), name="gatekeeper-http", daemon=True)
+        if sys.getswitchinterval() > SWITCH_INTERVAL:
+            sys.setswitchinterval(SWITCH_INTERVAL)
+        self._thread.start()
         while not server.started:
-            if self._task.done():
+            if not self._thread.is_alive():
                 self._sock = None
                 sock.close()
-                exc = self._task.exception() if not self._task.cancelled() else None
-                raise OSError(f"the HTTP server did not start: {exc!r}")
+                raise OSError(f"the HTTP server did not start: {self._error!r}")
             await asyncio.sleep(0.01)
 
-    @staticmethod
-    async def _serve(server: Any, sock: socket.socket) -> None:
+    def _serve(self, server: Any, sock: socket.socket) -> None:
+        """The server's thread: its own event loop, until ``close``."""
         try:
-            await server.serve(sockets=[sock])
+            asyncio.run(server.serve(sockets=[sock]))
         except SystemExit as exc:  # uvicorn exits on a startup failure (the lifespan raised)
-            raise RuntimeError(f"uvicorn stopped at startup (exit {exc.code})") from None
+            self._error = RuntimeError(f"uvicorn stopped at startup (exit {exc.code})")
+        except BaseException as exc:
+            self._error = exc
+            log.exception("the HTTP server stopped")
 
     async def close(self) -> None:
-        server, task = self._server, self._task
-        self._server = self._task = None
-        if server is not None and task is not None:
+        server, thread = self._server, self._thread
+        self._server = self._thread = None
+        if server is not None and thread is not None:
             server.should_exit = True
-            try:
-                await asyncio.wait_for(asyncio.shield(task), SHUTDOWN_SECONDS + 2.0)
-            except (TimeoutError, Exception):
+            await asyncio.to_thread(thread.join, SHUTDOWN_SECONDS + 2.0)
+            if thread.is_alive():
                 server.force_exit = True
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await asyncio.to_thread(thread.join, 2.0)
         if self._sock is not None:
             self._sock.close()
             self._sock = None
+
+
+def raise_open_files_limit() -> None:
+    """Raise the soft limit of open files to the hard limit (at most 65,536): the HTTP port's connections are
+    bounded (``http.max_connections``), and the worker's Kafka and Redis sockets must never be the ones refused."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 65_536 if hard == resource.RLIM_INFINITY else min(hard, 65_536)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
 __all__ = ["HttpServer", "Probe", "Readiness"]

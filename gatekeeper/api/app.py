@@ -14,23 +14,27 @@ path                        answer
 ``GET /openapi.json``       the OpenAPI document; ``/docs`` renders it
 ==========================  ========================================================================================
 
-Probes and ``/metrics`` need no token and are never rate limited; ``GET`` and ``HEAD`` only. Bad input is always a
-4xx with a JSON problem document, never a 500::
+The probes need no token and are never rate limited or refused as busy; ``/metrics`` is rate limited like the rest
+and needs a token with the ``metrics`` scope when ``http.metrics_auth`` is on; ``GET`` and ``HEAD`` only. Each class
+of endpoint (``/metrics``, the stateless checks, ``/v1/gate``, MCP) has its own limit of requests in progress
+(``http.in_flight``: one more is 503 ``busy``), and no answer is larger than ``http.max_answer_bytes`` (413
+``answer-too-large``). Bad input is always a 4xx with a JSON problem document, never a 500::
 
     {"ok": false, "status": 400, "code": "malformed-json", "title": "Malformed JSON", "detail": "..."}
 
 Codes: ``malformed-json`` (400), ``unknown-profile`` (400), ``invalid-request`` (422, with ``errors``: where and
 what), ``unauthorized`` (401), ``forbidden`` (403), ``unknown-route`` (404), ``not-found`` (404),
-``method-not-allowed`` (405), ``body-too-large`` (413), ``line-too-large`` (413), ``rate-limited`` (429, with
-``Retry-After``), ``gate-unavailable`` (503), ``redis-data-lost`` (503: a dry run while Redis lost its data),
-``pending`` (504: the line is still in the pipeline).
+``method-not-allowed`` (405), ``request-timeout`` (408: the request did not arrive within
+``http.read_timeout_seconds``), ``body-too-large`` (413), ``line-too-large`` (413), ``answer-too-large`` (413),
+``rate-limited`` (429, with ``Retry-After``), ``busy`` (503, with ``Retry-After``), ``gate-unavailable`` (503),
+``redis-data-lost`` (503: a dry run while Redis lost its data), ``pending`` (504: the line is still in the pipeline).
 """
 
 import json
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Annotated, Any
 
@@ -55,7 +59,7 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: The paths that are never rate limited and need no token.
+#: The operational paths: no token (``/metrics`` may need one: ``http.metrics_auth``), ``GET`` and ``HEAD`` only.
 OPERATIONAL = frozenset({"/healthz", "/readyz", "/metrics"})
 
 DESCRIPTION = """\
@@ -230,18 +234,49 @@ class RateLimiter:
         return (1.0 - b.tokens) / self.rate
 
 
+PROBES = frozenset({"/healthz", "/readyz"})
+
+
+def endpoint_class(path: str) -> str:
+    """The class of a path, each with its own limit of requests in progress (``http.in_flight``): ``probes``,
+    ``metrics``, ``gate``, ``mcp`` or ``api`` (everything else)."""
+    if path in PROBES:
+        return "probes"
+    if path == "/metrics":
+        return "metrics"
+    if path in ("/v1/gate", "/gate"):
+        return "gate"
+    if path == "/mcp" or path.startswith("/mcp/"):
+        return "mcp"
+    return "api"
+
+
 class Guard:
-    """The outermost ASGI layer: API metrics, ``HEAD`` as ``GET``, the body size limit and the rate limit, each
-    refusal a problem document."""
+    """The outermost ASGI layer: API metrics, ``HEAD`` as ``GET``, the rate limit (all but the probes), the token
+    of ``/metrics`` (``metrics_auth``), the limit of requests in progress per endpoint class, the body size limit and
+    the answer size limit, each refusal a problem document."""
 
     def __init__(
-        self, app: ASGIApp, metrics: Metrics, known: frozenset[str], max_body: int, limiter: RateLimiter
+        self,
+        app: ASGIApp,
+        metrics: Metrics,
+        known: frozenset[str],
+        max_body: int,
+        limiter: RateLimiter,
+        *,
+        in_flight: Mapping[str, int] | None = None,
+        max_answer: int = 2 * 1_048_576,
+        metrics_tokens: Any = None,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.known = known
         self.max_body = max_body
         self.limiter = limiter
+        self.in_flight = dict(in_flight or {})
+        self.busy: dict[str, int] = dict.fromkeys(self.in_flight, 0)
+        self.max_answer = max_answer
+        self.metrics_tokens = metrics_tokens  # a TokenBook: /metrics needs a token of it with the metrics scope
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -268,16 +303,58 @@ class Guard:
     async def _handle(self, scope: Scope, receive: Receive, send: Send, path: str) -> None:
         if scope.get("method") == "HEAD":
             scope = dict(scope, method="GET")  # the server still sends no body: it knows the request was HEAD
-        if path not in OPERATIONAL:
-            client = scope.get("client")
-            wait = self.limiter.take(client[0] if client else "-")
-            if wait > 0:
-                retry = str(max(1, int(wait + 0.999)))
-                doc = problem(
-                    429, "rate-limited", f"too many requests: retry in {retry}s", headers={"Retry-After": retry}
-                )
-                await doc(scope, receive, send)
-                return
+        kind = endpoint_class(path)
+        if kind == "probes":
+            await self.app(scope, receive, send)
+            return
+        if kind == "metrics" and self.metrics_tokens is not None and not self._may_scrape(scope):
+            doc = problem(
+                401,
+                "unauthorized",
+                "/metrics needs a bearer token with the metrics scope (http.metrics_auth)",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+            await doc(scope, receive, send)
+            return
+        client = scope.get("client")
+        wait = self.limiter.take(client[0] if client else "-")
+        if wait > 0:
+            retry = str(max(1, int(wait + 0.999)))
+            doc = problem(429, "rate-limited", f"too many requests: retry in {retry}s", headers={"Retry-After": retry})
+            await doc(scope, receive, send)
+            return
+        limit = self.in_flight.get(kind)
+        if limit is not None and self.busy[kind] >= limit:
+            doc = problem(
+                503,
+                "busy",
+                f"{limit} {kind} requests are in progress (http.in_flight.{kind}): retry in 1s",
+                headers={"Retry-After": "1"},
+            )
+            await doc(scope, receive, send)
+            return
+        if limit is not None:
+            self.busy[kind] += 1
+        try:
+            if kind == "metrics":
+                await self.app(scope, receive, send)
+            else:
+                await self._bounded(scope, receive, send)
+        finally:
+            if limit is not None:
+                self.busy[kind] -= 1
+
+    def _may_scrape(self, scope: Scope) -> bool:
+        authorization = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                authorization = value.decode("latin-1")
+        principal = self.metrics_tokens.principal(authorization)
+        return principal is not None and bool(principal.scopes & {"metrics", "operator"})
+
+    async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The request with its body read within ``max_body`` and its answer sent only within ``max_answer``."""
+        send = self._capped(scope, receive, send)
         if scope.get("method") in ("POST", "PUT", "PATCH", "DELETE"):
             declared = _content_length(scope)
             if declared is not None and declared > self.max_body:
@@ -301,6 +378,46 @@ class Guard:
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         doc = problem(413, "body-too-large", f"the request body is larger than {self.max_body} bytes")
         await doc(scope, receive, send)
+
+    def _capped(self, scope: Scope, receive: Receive, send: Send) -> Send:
+        """``send``, holding the answer back until it is complete: one larger than ``max_answer`` bytes is replaced
+        by a 413 ``answer-too-large`` (the work is done, but a client cannot make the port send megabytes)."""
+        cap = self.max_answer
+        start: Message | None = None
+        parts: list[bytes] = []
+        size = 0
+        over = False
+
+        async def capped(message: Message) -> None:
+            nonlocal start, size, over
+            if over:
+                return
+            if message["type"] == "http.response.start":
+                start = message
+                return
+            if message["type"] != "http.response.body":
+                await send(message)
+                return
+            body = message.get("body", b"")
+            size += len(body)
+            if size > cap:
+                over = True
+                parts.clear()
+                doc = problem(
+                    413,
+                    "answer-too-large",
+                    f"the answer is larger than {cap} bytes (http.max_answer_bytes): ask about fewer lines",
+                )
+                await doc(scope, receive, send)
+                return
+            parts.append(body)
+            if message.get("more_body"):
+                return
+            if start is not None:
+                await send(start)
+            await send({"type": "http.response.body", "body": b"".join(parts), "more_body": False})
+
+        return capped
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -367,6 +484,9 @@ def create_app(
     rate_limit: float = 0.0,
     rate_burst: int = 100,
     mcp_host: str = "127.0.0.1",
+    in_flight: Mapping[str, int] | None = None,
+    max_answer_bytes: int = 2 * 1_048_576,
+    metrics_tokens: Any = None,
 ) -> Any:
     """The ASGI app (the ``Guard`` around FastAPI). ``gate`` is a ``gatekeeper.api.gate.Gate`` (started and closed
     by the app's lifespan), or None: ``/v1/gate`` then answers 503."""
@@ -447,7 +567,17 @@ def create_app(
 
     known = frozenset(getattr(r, "path", "") for r in app.router.routes) - {""}
     limiter = RateLimiter(rate_limit, rate_burst)
-    return Guard(app, metrics, known, max_body_bytes, limiter), app
+    guard = Guard(
+        app,
+        metrics,
+        known,
+        max_body_bytes,
+        limiter,
+        in_flight=in_flight,
+        max_answer=max_answer_bytes,
+        metrics_tokens=metrics_tokens,
+    )
+    return guard, app
 
 
 def _metrics_app(metrics: Metrics) -> ASGIApp:

@@ -121,7 +121,16 @@ from gatekeeper.consumers.breaker import Change
 from gatekeeper.consumers.client import AioKafka, Consumer, Kafka
 from gatekeeper.consumers.committing import Committer
 from gatekeeper.consumers.deciding import Batch, RouteRuntime, build_sends, decide, route_policy
-from gatekeeper.consumers.health import KAFKA_PROBE_TIMEOUT, PROBE_INTERVAL, Health, gauge_lag, lagging, probe
+from gatekeeper.consumers.health import (
+    KAFKA_PROBE_TIMEOUT,
+    PROBE_INTERVAL,
+    PUBLISH_INTERVAL,
+    Health,
+    Published,
+    gauge_lag,
+    lagging,
+    probe,
+)
 from gatekeeper.consumers.holds import TP, HoldBuffer, HoldLimits, lowest_offsets, merge_lowest
 from gatekeeper.consumers.intake import conversation_of, take_in
 from gatekeeper.consumers.pausing import Pauses
@@ -242,9 +251,16 @@ class Gatekeeper:
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
         self.metrics.stalled.set_function(self._health.stalled_for)
+        self._published = Published(settings.http.stall_seconds)
+        self._publish_task: asyncio.Task[None] | None = None
         self.http = (
             HttpServer(
-                settings.http.host, settings.http.port, self.metrics, self.readiness, self.liveness, settings=settings
+                settings.http.host,
+                settings.http.port,
+                self.metrics,
+                self._published.readiness,
+                self._published.liveness,
+                settings=settings,
             )
             if http
             else None
@@ -277,6 +293,7 @@ class Gatekeeper:
             return
         log.info("stopping: intake stopped, draining", extra={"grace_seconds": self.settings.grace_seconds})
         self._stop.set()
+        self._update_ready()
 
     def readiness(self) -> tuple[bool, dict[str, Any]]:
         """(ready, detail) for ``/readyz``."""
@@ -317,6 +334,7 @@ class Gatekeeper:
                 except (NotImplementedError, RuntimeError):  # not the main thread, or no signals here
                     pass
         self._update_ready()
+        self._publish_task = asyncio.create_task(self._publish_loop(), name="gatekeeper-publish")
         try:
             if self.http is not None:
                 await self.http.start()
@@ -351,6 +369,10 @@ class Gatekeeper:
                 await self._stop_probe()
                 await self._stop_sweeper()
         finally:
+            self._update_ready()
+            self._publish_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._publish_task
             await asyncio.shield(self._shutdown())
 
     # ------------------------------------------------------------------------------------------------ startup
@@ -993,7 +1015,19 @@ class Gatekeeper:
             self.metrics.hold_pressure.labels(route=name).set(1 if name in pressure else 0)
 
     def _update_ready(self) -> None:
-        self.metrics.ready.set(1 if self.readiness()[0] else 0)
+        """Publish what the probes answer (read by the HTTP server's thread) and the readiness gauge."""
+        ready = self.readiness()
+        self._published.publish(ready, self.liveness())
+        self.metrics.ready.set(1 if ready[0] else 0)
+
+    async def _publish_loop(self) -> None:
+        """Every ``PUBLISH_INTERVAL``: publish; a loop that stops running stops publishing, which /healthz sees."""
+        while True:
+            try:
+                self._update_ready()
+            except Exception:  # the probes must keep answering
+                log.exception("publishing the probes' answers failed")
+            await asyncio.sleep(PUBLISH_INTERVAL)
 
     # ------------------------------------------------------------------------------------------------ the sweeper
 
