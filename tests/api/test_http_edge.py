@@ -250,4 +250,3 @@ async def test_metrics_is_rate_limited_and_the_probes_never_are(edge: HttpServer
     assert metrics[:2] == [200, 200]
     assert 429 in metrics[2:]
     assert set(probes) == {200}
-
