@@ -322,11 +322,14 @@ class Process:
         passthrough: bool,
         transactional: bool = False,
         stamp: bool = False,
+        overrides: dict[str, dict[str, Any]] | None = None,
     ):
         kafka: dict[str, Any] = {"bootstrap_servers": BOOTSTRAP, "group_id": group}
         if transactional:
             kafka["transactional"] = True
         config = gatekeeper_config(topics, prefix, kafka)
+        for section, values in (overrides or {}).items():  # e.g. {"http": {"rate_limit": 0}}
+            config[section] = {**config.get(section, {}), **values}
         self.dir = env.dir / f"{name}-{uuid.uuid4().hex[:6]}"
         self.dir.mkdir()
         (self.dir / "gk.yaml").write_text(yaml.safe_dump(config))

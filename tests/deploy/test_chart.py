@@ -598,7 +598,7 @@ def test_the_daemon_s_loader_accepts_the_rendered_configuration(
         settings.http.tokens_file.write_text(
             yaml.safe_dump([{"name": "desk", "sha256": "ab" * 32, "agents": ["desk"]}])
         )
-        assert len(TokenBook.from_settings(settings.http)) == 2
+        assert len(TokenBook.from_settings(settings.http)) == 3  # payer-service and prometheus, and desk
         # the signing key (signed verdicts): where the Secret volume puts it, and one the daemon loads
         from gatekeeper.verdicts import new_key_pair, signer_for
 
@@ -883,3 +883,26 @@ def test_notes_render(helm: Path, helm_env: dict[str, str], tmp_path: Path) -> N
     assert "would sit idle" in prod
     assert "WARNING" not in prod and "without credentials" not in prod
     assert "WARNING: config.kafka.session_timeout_ms (20000)" in notes("--set", "config.kafka.session_timeout_ms=20000")
+
+
+def test_the_service_monitor_carries_the_metrics_token(
+    helm: Path, helm_env: dict[str, str], rendered: dict[str, str]
+) -> None:
+    """With /metrics behind a token (config.http.metrics_auth), Prometheus sends the token of the Secret the
+    ServiceMonitor names; on without a Secret the render fails rather than a scrape being refused in silence."""
+    manifests = docs(rendered["production"])
+    assert config_of(manifests)["http"]["metrics_auth"] is True
+    prometheus = [t for t in config_of(manifests)["http"]["tokens"] if "metrics" in t.get("scopes", [])]
+    assert prometheus and not prometheus[0].get("agents")  # it speaks for no agent
+    (endpoint,) = kind(manifests, "ServiceMonitor")["spec"]["endpoints"]
+    assert endpoint["authorization"] == {
+        "type": "Bearer",
+        "credentials": {"name": "gatekeeper-metrics-token", "key": "token"},
+    }
+    plain = docs(template(helm, helm_env, "--set", "serviceMonitor.enabled=true"))
+    (default_endpoint,) = kind(plain, "ServiceMonitor")["spec"]["endpoints"]
+    assert "authorization" not in default_endpoint
+    err = template_fails(
+        helm, helm_env, "--set", "serviceMonitor.enabled=true", "--set", "config.http.metrics_auth=true"
+    )
+    assert "config.http.metrics_auth is on but serviceMonitor.bearerTokenSecret.name is empty" in err
