@@ -317,6 +317,29 @@ def _log_summary(daemon: faults.Daemon) -> str:
     return f"daemon log: {levels['warning']} warnings, {levels['error'] + levels['critical']} errors ({top})"
 
 
+def _say_log_tail(daemon: faults.Daemon, outcomes: faults.Outcomes, n: int = 40) -> None:
+    """The daemon's last ``n`` log lines that are not debug (each cut at 300 characters), and which partitions'
+    outcomes stopped: a failing run on a CI machine leaves nothing else to read."""
+    lines: list[str] = []
+    for path in sorted(daemon.dir.glob("process-*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if '"level": "debug"' not in line:
+                lines.append(line[:300])
+    by_partition: dict[int, int] = {}
+    for part, offset in outcomes.count:
+        by_partition[part] = max(by_partition.get(part, -1), offset)
+    say(f"  lines missing: {outcomes.total:,} outcomes cover {outcomes.covered:,} lines")
+    say(f"  the highest input offset answered per input partition: {dict(sorted(by_partition.items()))}")
+    for tp in outcomes.tps:  # a last stable offset behind the high watermark: a transaction left open
+        say(
+            f"  {tp.topic}-{tp.partition}: high watermark {outcomes.reader.highwater(tp)}, "
+            f"last stable offset {outcomes.reader.last_stable_offset(tp)}"
+        )
+    say("  the daemon's last log lines:")
+    for line in lines[-n:]:
+        say(f"    {line}")
+
+
 async def _grow(outcomes: faults.Outcomes, timeout: float) -> bool:
     """True once some outcome more arrived."""
     before = outcomes.total
@@ -463,6 +486,8 @@ async def _run(
         if daemon.proc.poll() is not None:
             notes += f"; the daemon exited {daemon.proc.returncode}"
         notes += f"; {_log_summary(daemon)}"
+        if outcomes.covered < stream.sent:  # lost lines: what the daemon said last, where CI shows it
+            _say_log_tail(daemon, outcomes)
         seconds = time.monotonic() - t0
         return faults.Result(
             "broker-leader",
