@@ -9,7 +9,8 @@ Exit codes (the same for every command)::
        for not there (``records get ITEM``, ``handoffs show CONV ID``)
     2  usage: a bad option, a missing or malformed file, a bad configuration, an unknown profile or route
     3  a service is unavailable: Kafka or Redis cannot be reached or answered with an error (retry later), or
-       Redis lost its data (``records load``, ``records delete``, ``replay``: until ``gatekeeper redis accept-loss``)
+       Redis lost its data (``records load``, ``records delete``, ``replay`` refuse, ``status`` says the gatekeepers
+       decide nothing: until ``gatekeeper redis accept-loss``)
 
 Results go to stdout. Errors are printed as ``gatekeeper: error: <what>`` on stderr, never as a traceback:
 ``cli_errors()`` is the one place errors become a line and an exit code: the gatekeeper's own

@@ -3,6 +3,10 @@
 Read-only and outside the consumer group (it never joins, so it never triggers a rebalance): per route, the group's
 lag on every input partition (end offset minus committed offset), the dead-letter topic's depth (records retained on
 it now), and the open handoffs from the handoff lifecycle's index in Redis.
+
+Before reading Redis it applies the generation marker's rule (``gatekeeper.generation``), as the daemon does at its
+start: a Redis that lost its data is one the gatekeepers decide nothing against, so ``status`` says so and exits 3
+(as the commands that refuse on a loss do), the open handoffs unknown (the index went with the data).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from gatekeeper.cli.common import (
 )
 from gatekeeper.cli.topics import missing_topics, missing_topics_message
 from gatekeeper.config import Route, Settings
+from gatekeeper.generation import RESOLVE, Refused, lost_message, require
 
 EPILOG = """\
 [bold]Examples[/bold]
@@ -41,9 +46,15 @@ dead-letter topic now; [cyan]gatekeeper replay[/cyan] re-drives them, retention 
 (from the handoff lifecycle's index in Redis; "unknown" when no index is kept; the handoffs themselves:
 [cyan]gatekeeper handoffs list --open[/cyan]).
 
+[bold]Redis lost its data.[/bold] When the generation marker is missing while the consumer group has committed
+offsets (the rule the gatekeepers apply at their start: README, Runbook, "Redis lost its data"), the gatekeepers
+decide and forward nothing: the lag is printed, the open handoffs are unknown, and the reason and what resolves it
+([cyan]gatekeeper redis accept-loss[/cyan]) end the output on stderr, exit 3 ([cyan]redis_data_lost[/cyan] in the
+JSON). A first start (no marker, no committed offset) is not a loss.
+
 Exit status: 0 done, 1 a route's topic is missing (named, at once, as [cyan]gatekeeper topics describe[/cyan] names
 it; [cyan]gatekeeper topics create[/cyan] creates it), 2 bad configuration or unknown route, 3 Kafka or Redis
-unreachable.
+unreachable, or Redis lost its data (the gatekeepers decide nothing until the loss is accepted).
 """
 
 
@@ -72,6 +83,8 @@ def status(
         typer.echo(json.dumps(report, indent=2))
     else:
         _print(report)
+    if report["redis_data_lost"]:
+        fail(report["redis_data_lost"], EXIT_UNAVAILABLE)
     if report["redis_error"]:
         fail(f"open handoffs unknown: {report['redis_error']}", EXIT_UNAVAILABLE)
 
@@ -84,7 +97,7 @@ async def _status(settings: Settings, routes: list[Route], timeout: float) -> di
         for r in routes:
             offsets = await partition_offsets(consumer, settings.kafka, r.dead_letter, timeout)
             depths[r.dead_letter] = [{"partition": o.partition, "depth": o.depth} for o in offsets]
-    open_handoffs, redis_error = await _open_handoffs(settings, routes, timeout)
+    open_handoffs, redis_error, data_lost = await _open_handoffs(settings, routes, timeout)
     out_routes = []
     for r in routes:
         parts = [
@@ -104,13 +117,15 @@ async def _status(settings: Settings, routes: list[Route], timeout: float) -> di
                 "open_handoffs": open_handoffs.get(r.input),
             }
         )
-    return {"group": group, "routes": out_routes, "redis_error": redis_error}
+    return {"group": group, "routes": out_routes, "redis_error": redis_error, "redis_data_lost": data_lost}
 
 
 async def _open_handoffs(
     settings: Settings, routes: list[Route], timeout: float
-) -> tuple[dict[str, dict[str, Any] | None], str | None]:
-    """Per route: the open handoffs (count, oldest) from the lifecycle's index; None when no index is kept."""
+) -> tuple[dict[str, dict[str, Any] | None], str | None, str | None]:
+    """Per route: the open handoffs (count, oldest) from the lifecycle's index; None when no index is kept. Then
+    the error that left them unknown (Redis unavailable), and why the gatekeepers decide nothing when Redis lost
+    its data (``gatekeeper.generation``'s rule: the marker missing while the group committed offsets)."""
     import asyncio
 
     from gatekeeper.redis_store import RedisStore
@@ -119,19 +134,30 @@ async def _open_handoffs(
     out: dict[str, dict[str, Any] | None] = {r.input: None for r in routes}
     store = RedisStore(settings.redis)
     try:
+        if await asyncio.wait_for(store.generation(), timeout) is None:
+            try:
+                await require(settings, store, timeout=timeout)  # Kafka asked only here, each step bounded
+            except Refused:
+                return out, None, data_lost_message(settings)
         index = getattr(store, "index", None)
         if index is None:
-            return out, None
+            return out, None, None
         now = time.time()
         for r in routes:
             members = await asyncio.wait_for(index(r.input, "open"), timeout)
             oldest = min((m.score for _, m in members), default=None)
             out[r.input] = {"open": len(members), "oldest_age_seconds": None if oldest is None else now - oldest}
-        return out, None
+        return out, None, None
     except (StoreError, TimeoutError) as exc:
-        return out, str(exc) or f"redis did not answer within {timeout:g}s"
+        return out, str(exc) or f"redis did not answer within {timeout:g}s", None
     finally:
         await store.close()
+
+
+def data_lost_message(settings: Settings) -> str:
+    """Why the gatekeepers decide nothing, in the daemon's words, and what resolves it."""
+    what = lost_message(settings.redis.key_prefix, settings.kafka.group_id)
+    return f"{what}. The gatekeepers decide and forward nothing until the loss is resolved: {RESOLVE}"
 
 
 def _age(seconds: float | None) -> str:
