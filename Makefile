@@ -9,7 +9,9 @@
 #   make test-redis-cluster  the integration suite against a three-master Redis Cluster
 #   make venv       create .venv and install the project with its dev extra
 #   make services   start Kafka and Redis (their addresses in .local/stack/stack.env)
-#   make status     what runs;   make stop   stop the services and delete their data
+#   make status     what runs; when the services are not running it says so and how to start them, and exits 0
+#                   (a script that needs the answer as a status: deploy/local/stack.sh status, exit 3 then)
+#   make stop       stop the services and delete their data
 #   make lint       ruff;        make typecheck   mypy
 #
 # Variables: PYTHON (the interpreter that creates the venv), PYTEST_ARGS (e.g. PYTEST_ARGS='-k smoke -x'),
@@ -33,7 +35,7 @@ PYTEST_ARGS ?=
 .PHONY: help venv services status stop lint typecheck tools test test-faults test-redis-cluster run
 
 help:
-	@sed -n '4,16s/^# \{0,1\}//p' Makefile
+	@sed -n '4,18s/^# \{0,1\}//p' Makefile
 
 $(BIN)/python:
 	@if ! $(PYTHON) -m venv $(VENV); then \
@@ -56,8 +58,15 @@ venv: $(STAMP)
 services:
 	@$(STACK) start
 
+# stack.sh status exits 3 when a service is not running: said plainly here, not as make's "Error 3".
 status:
-	@$(STACK) status
+	@rc=0; $(STACK) status || rc=$$?; \
+	if [ "$$rc" = 3 ]; then \
+	    echo "the local stack is not running: 'make services' starts it, then its addresses:" \
+	        "set -a; . $(STATE_DIR)/stack.env; set +a"; \
+	elif [ "$$rc" != 0 ]; then \
+	    exit "$$rc"; \
+	fi
 
 stop:
 	@$(STACK) stop

@@ -150,3 +150,32 @@ def test_every_command_that_prints_json_takes_json() -> None:
         opts = {o for p in cmd.params for o in getattr(p, "opts", ())}
         if "--format" in opts:
             assert "--json" in opts, path
+
+
+# ---------------------------------------------------------------- 3. make status on a stopped stack
+
+
+def _make(*args: str, state_dir: Path) -> Any:
+    import shutil
+    import subprocess
+
+    make = shutil.which("make")
+    assert make is not None, "make is not installed"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GK_", "MAKE"))}
+    env["GK_STATE_DIR"] = str(state_dir)
+    return subprocess.run(
+        [make, "--no-print-directory", "-C", str(ROOT), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_make_status_on_a_stopped_stack_says_so_without_makes_error(tmp_path: Path) -> None:
+    """The finding: ``make status`` with the stack stopped ended in ``make: *** [Makefile:58: status] Error 3``."""
+    result = _make("status", state_dir=tmp_path)
+    assert result.returncode == 0, (result.stdout, result.stderr)
+    assert "kafka: not running" in result.stdout and "redis: not running" in result.stdout
+    assert "the local stack is not running: 'make services' starts it" in result.stdout
+    assert f". {tmp_path}/stack.env" in result.stdout
+    assert "Error" not in result.stderr and "***" not in result.stderr, result.stderr
+    helped = _make("help", state_dir=tmp_path)
+    assert "make status" in helped.stdout and "exits 0" in helped.stdout and "make stop" in helped.stdout
+    assert "deploy/local/stack.sh status, exit 3" in helped.stdout and "GK_STATE_DIR" in helped.stdout
