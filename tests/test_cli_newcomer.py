@@ -179,3 +179,65 @@ def test_make_status_on_a_stopped_stack_says_so_without_makes_error(tmp_path: Pa
     helped = _make("help", state_dir=tmp_path)
     assert "make status" in helped.stdout and "exits 0" in helped.stdout and "make stop" in helped.stdout
     assert "deploy/local/stack.sh status, exit 3" in helped.stdout and "GK_STATE_DIR" in helped.stdout
+
+
+# ---------------------------------------------------------------- 4. a forgotten stack.env
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.settimeout(0.5)
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+HINT = "is the local stack running? `make services` starts it, then `set -a; . .local/stack/stack.env; set +a`"
+
+
+def test_an_unreachable_kafka_at_the_built_in_default_says_how_to_reach_the_local_stack(tmp_path: Path) -> None:
+    """The finding: a shell without stack.env got only ``kafka at 127.0.0.1:9092 is unreachable``."""
+    if _listening(9092):
+        pytest.skip("something listens on 127.0.0.1:9092, the address this test needs unreachable")
+    for config in (_config(tmp_path, ROUTE), str(ROOT / "config" / "gatekeeper.example.yaml")):
+        result = cli("topics", "describe", "-c", config)
+        assert result.exit_code == 3, result.output
+        [line] = result.stderr.splitlines()  # still one line
+        assert line.startswith("gatekeeper: error: kafka at 127.0.0.1:9092 is unreachable: "), line
+        assert f"(hint: 127.0.0.1:9092 is the built-in default; {HINT}" in line
+        assert line.endswith("or set GK_KAFKA__BOOTSTRAP_SERVERS)"), line
+
+
+def test_an_unreachable_redis_at_the_built_in_default_says_how_to_reach_the_local_stack() -> None:
+    if _listening(6379):
+        pytest.skip("something listens on 127.0.0.1:6379, the address this test needs unreachable")
+    result = cli("records", "get", "inv:MD-2026-057")
+    assert result.exit_code == 3, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith("gatekeeper: error: redis redis://127.0.0.1:6379/0: ") and "ConnectionError" in line
+    assert f"(hint: redis://127.0.0.1:6379/0 is the built-in default; {HINT}" in line
+    assert line.endswith("or set GK_REDIS__URL)"), line
+
+
+def test_another_address_gets_no_hint(tmp_path: Path) -> None:
+    config = _config(
+        tmp_path, ROUTE, kafka={"bootstrap_servers": "127.0.0.1:1"}, redis={"url": "redis://127.0.0.1:1/0"}
+    )
+    for args in (["topics", "describe", "--timeout", "2"], ["records", "get", "inv:1"]):
+        result = cli(*args, "-c", config)
+        assert result.exit_code == 3 and "127.0.0.1:1" in result.stderr, result.output
+        assert "hint" not in result.stderr and "make services" not in result.stderr
+
+
+def test_the_hint_is_only_for_reaching_a_default_address() -> None:
+    from gatekeeper.cli.common import local_stack_hint
+
+    assert local_stack_hint("kafka at 127.0.0.1:9092 is unreachable: KafkaConnectionError") is not None
+    assert local_stack_hint("kafka at 127.0.0.1:9092: connecting did not answer within 10s") is not None
+    assert local_stack_hint("kafka at 127.0.0.1:9092,10.0.0.5:9092 is unreachable") is None
+    assert local_stack_hint("kafka at 127.0.0.1:90921 is unreachable") is None
+    assert local_stack_hint("redis redis://127.0.0.1:6379/0: load failed: ConnectionError: refused") is not None
+    assert (
+        local_stack_hint("redis redis://127.0.0.1:6379/0 lost its data: the generation marker ... is missing") is None
+    )
+    assert local_stack_hint("redis lost its data: no generation marker gatekeeper:generation") is None

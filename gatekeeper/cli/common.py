@@ -18,6 +18,10 @@ Results go to stdout. Errors are printed as ``gatekeeper: error: <what>`` on std
 rwcore's FormError (2) and redis-py's errors (3). A lookup that finds nothing says so as ``gatekeeper: <what>`` on
 stderr (``not_found``), exit 1.
 
+An unreachable Kafka or Redis at the built-in default address (127.0.0.1:9092, redis://127.0.0.1:6379/0) is almost
+always a shell without the local stack's addresses: the error line ends with a hint saying how to start the stack and
+load them (``local_stack_hint``), still one line.
+
 Short options mean one thing in every command: ``-c`` --config, ``-r`` --route, ``-p`` --profile, ``-a`` --ask,
 ``-f`` --format, ``-y`` --yes, ``-h`` --help. Every other option is long only.
 
@@ -28,6 +32,7 @@ daemon's headers and logs (``****2938``); the commands that print records or lin
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Coroutine, Iterator
 from contextlib import contextmanager
@@ -37,7 +42,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 from redis import exceptions as redis_exc
 
-from gatekeeper.config import CONFIG_ENV, Settings, load_settings
+from gatekeeper.config import CONFIG_ENV, KafkaSettings, RedisSettings, Settings, load_settings
 from gatekeeper.errors import GatekeeperError
 from rwcore import FormError, Profile, get_profile
 
@@ -62,9 +67,30 @@ ConfigOption = Annotated[
 
 
 def fail(message: str, code: int = EXIT_FINDING) -> NoReturn:
-    """Print ``message`` as an error on stderr and exit with ``code``."""
-    typer.echo(f"gatekeeper: error: {message}", err=True)
+    """Print ``message`` as an error on stderr and exit with ``code``. A service unavailable (exit 3) at the
+    built-in default address gets the local stack's hint (``local_stack_hint``)."""
+    hint = local_stack_hint(message) if code == EXIT_UNAVAILABLE else None
+    typer.echo(f"gatekeeper: error: {message}" + (f" (hint: {hint})" if hint else ""), err=True)
     raise typer.Exit(code)
+
+
+def local_stack_hint(message: str) -> str | None:
+    """What to do when the Kafka or Redis that could not be reached is at the built-in default address (the
+    configuration's defaults, also written in config/gatekeeper.example.yaml): the local stack (``make services``)
+    listens on free ports written to its stack.env, so a shell that did not load it asks the default and fails.
+    None for any other address, and for Redis errors that are not about reaching it (a data loss, a refusal)."""
+    kafka = str(KafkaSettings.model_fields["bootstrap_servers"].default)
+    redis = str(RedisSettings.model_fields["url"].default)
+    if re.search(rf"\bkafka at {re.escape(kafka)}(?=[ :])", message):
+        address, variable = kafka, "GK_KAFKA__BOOTSTRAP_SERVERS"
+    elif f"redis {redis}:" in message and re.search(r"ConnectionError|TimeoutError|did not answer", message):
+        address, variable = redis, "GK_REDIS__URL"
+    else:
+        return None
+    return (
+        f"{address} is the built-in default; is the local stack running? `make services` starts it, then "
+        f"`set -a; . .local/stack/stack.env; set +a` gives this shell its addresses; or set {variable}"
+    )
 
 
 def not_found(message: str) -> NoReturn:
