@@ -534,7 +534,10 @@ def create_app(
     @app.exception_handler(StarletteHTTPException)
     async def _http(_request: Request, exc: StarletteHTTPException) -> Response:
         code = _CODES.get(exc.status_code, "error")
-        return problem(exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
+        detail = str(exc.detail)
+        if exc.status_code == 400:  # FastAPI's own: a body json could not read (not UTF-8, nested too deep)
+            code, detail = "malformed-json", "the request body is not JSON: not UTF-8, or nested too deep"
+        return problem(exc.status_code, code, detail, headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _bug(_request: Request, exc: Exception) -> Response:

@@ -3,8 +3,9 @@
 A model reading a forwarded line must not be fooled by what it cannot see. Before a value is parsed it must be:
 
 - UTF-8, at most ``max_bytes`` long;
-- one line: no CR, LF, NUL or any other control character, no Unicode line or paragraph separator, and no
-  invisible format character (zero-width joiners, bidirectional overrides) anywhere, tail included;
+- one line: no CR, LF, NUL or any other control character, no Unicode line or paragraph separator, no space but
+  the ASCII space (a no-break, em or ideographic space looks like one and is not), and no invisible format
+  character (zero-width joiners, bidirectional overrides) anywhere, tail included;
 - in its head (everything before `` // ``) printable ASCII with single ASCII spaces between tokens and no leading or
   trailing space, so ids, agent names, codes and values cannot hide lookalike characters. The tail may carry any
   printable Unicode.
@@ -27,7 +28,7 @@ import unicodedata
 from rwcore import Message, Problem, Profile
 
 #: Unicode categories refused anywhere in a line: control, format, line and paragraph separators, unassigned,
-#: private use and surrogates.
+#: private use and surrogates; and every space separator (``Zs``) but the ASCII space (``_first_refused``).
 _REFUSED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cn", "Co", "Cs"})
 _TAIL_SEPARATOR = " // "
 _ASCII_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -45,7 +46,7 @@ def _first_refused(text: str) -> tuple[int, str] | None:
         return None if m is None else (m.start(), "Cc")
     for pos, ch in enumerate(text):
         category = unicodedata.category(ch)
-        if category in _REFUSED_CATEGORIES:
+        if category in _REFUSED_CATEGORIES or (category == "Zs" and ch != " "):
             return pos, category
     return None
 

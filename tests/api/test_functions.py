@@ -169,6 +169,9 @@ async def test_translation_applies_the_pay_rules(client: httpx.AsyncClient) -> N
 
 BAD_INPUT: list[tuple[str, str, bytes | None, Any, int, str]] = [
     ("POST", "/v1/check-ho", b"{not json", None, 400, "malformed-json"),
+    ("POST", "/v1/validate", b'\xff\xfe{"line": "RW1"}', None, 400, "malformed-json"),  # not UTF-8
+    ("POST", "/v1/validate", b'{"line": "\xff"}', None, 400, "malformed-json"),
+    ("POST", "/v1/validate", b"[" * 5000 + b"]" * 5000, None, 400, "malformed-json"),  # nested too deep
     ("POST", "/v1/check-ho", None, {"profile": "nope", "ho": HO, "record": {}}, 400, "unknown-profile"),
     ("POST", "/v1/check-ho", None, {"profile": "core", "ho": HO, "record": {}}, 400, "unknown-profile"),
     ("POST", "/v1/check-ho", None, {"ho": 7, "record": {}}, 422, "invalid-request"),
@@ -219,10 +222,11 @@ async def test_a_body_over_the_limit_is_413_and_a_client_over_its_rate_is_429() 
             r = await c.post("/v1/validate", json={"line": HO})
             assert r.status_code == 429 and r.json()["code"] == "rate-limited"
             assert int(r.headers["retry-after"]) >= 1
-            # probes and metrics are never limited
+            # the probes are never limited; /metrics is, like the rest (issue 30)
             for _ in range(5):
                 assert (await c.get("/healthz")).status_code == 200
-                assert (await c.get("/metrics")).status_code == 200
+                assert (await c.get("/readyz")).status_code == 200
+            assert (await c.get("/metrics")).status_code == 429
     finally:
         await s.close()
 

@@ -251,6 +251,7 @@ class Pipeline:
         routes: Sequence[dict[str, Any]] | None = None,
         *,
         wrap_store: Callable[[RedisStore], Any] | None = None,
+        serve_http: bool = False,
         **settings_kw: Any,
     ) -> AsyncIterator[Pipeline]:
         if routes is None:
@@ -262,7 +263,9 @@ class Pipeline:
             kinds.update({r.output: "output", r.dead_letter: "dead", r.alerts: "alerts"})
         collector = Collector(bootstrap, kinds)
         await collector.start()
-        gk = Gatekeeper(settings, store=wrap_store(store) if wrap_store else store, http=False, startup_timeout=20.0)
+        gk = Gatekeeper(
+            settings, store=wrap_store(store) if wrap_store else store, http=serve_http, startup_timeout=20.0
+        )
         task = asyncio.create_task(gk.run())
         pipeline = cls(bootstrap, settings, store, gk, collector, task)
         try:

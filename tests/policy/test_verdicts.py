@@ -41,6 +41,9 @@ def test_clean_payment_forwards_every_line_and_binds_the_approval() -> None:
         (HO.replace("sup=marlow", "sup=marl\u043ew"), "input-non-ascii"),
         (HO + " // ok\u202etxet", "input-control-character"),
         (HO + "\x00", "input-control-character"),
+        (HO + " // pay\u00a0now", "input-control-character"),  # a no-break space looks like a space
+        (HO + " // pay\u2003now", "input-control-character"),
+        (HO + " // pay\u3000now", "input-control-character"),
         (HO.replace("p=pay", "p=deploy"), "profile-mismatch"),
         (b"", "input-empty"),
     ],
@@ -577,4 +580,6 @@ def test_a_conversation_id_follows_the_input_rules_of_a_line(key: str) -> None:
     d = w.send(HO, key)
     assert (d.verdict, d.reason, codes(d)) == (Verdict.DEAD_LETTER, Reason.NO_CONVERSATION, ["conversation-invalid"])
     assert w.state(key).lines == {}
-    assert w.send(HO, "c-1 with spaces, é and NBSP\u00a0").verdict is Verdict.FORWARD  # printable text is kept
+    assert w.send(HO, "c-1 with spaces and é").verdict is Verdict.FORWARD  # printable text is kept
+    nbsp = w.send(HO, "c-1 with\u00a0NBSP")  # a space that is not one, as in a line
+    assert (nbsp.reason, codes(nbsp)) == (Reason.NO_CONVERSATION, ["conversation-invalid"])
