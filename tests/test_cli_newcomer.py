@@ -241,3 +241,50 @@ def test_the_hint_is_only_for_reaching_a_default_address() -> None:
         local_stack_hint("redis redis://127.0.0.1:6379/0 lost its data: the generation marker ... is missing") is None
     )
     assert local_stack_hint("redis lost its data: no generation marker gatekeeper:generation") is None
+
+
+# ---------------------------------------------------------------- 5. the top-level help is true
+
+
+def _tree() -> list[tuple[list[str], Any]]:
+    import typer.main
+
+    def walk(path: list[str], cmd: Any) -> list[tuple[list[str], Any]]:
+        out = [(path, cmd)]
+        for name, sub in getattr(cmd, "commands", {}).items():
+            out += walk([*path, name], sub)
+        return out
+
+    return walk([], typer.main.get_command(app))
+
+
+def test_the_top_level_help_names_the_commands_without_config() -> None:
+    """The finding: ``gatekeeper --help`` said every command takes --config; keys, rw and version do not."""
+    leaves = [(path, cmd) for path, cmd in _tree() if path and not getattr(cmd, "commands", None)]
+    without = {path[0] for path, cmd in leaves if "--config" not in {o for p in cmd.params for o in p.opts}}
+    with_config = {path[0] for path, cmd in leaves} - without
+    assert without == {"keys", "rw", "version"}
+    assert not without & with_config  # a command group is on one side only: its help can say so by its name
+    text = " ".join(cli("--help", env={"COLUMNS": "200", "TERM": "dumb"}).stdout.split())
+    assert "Every command but keys, rw and version reads the configuration: --config FILE (or GK_CONFIG)" in text
+    assert "Every command takes --config" not in text
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "Every command but `keys`, `rw` and `version` reads the configuration: `--config FILE`" in readme
+
+
+def test_records_sign_reads_its_profile_from_the_configurations_profile_dirs(tmp_path: Path) -> None:
+    """records sign read the configuration only from GK_CONFIG, never --config: a profile of the configuration's
+    profile_dirs was unknown to it."""
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    pay = json.loads((ROOT / "rwcore" / "profiles" / "pay.json").read_text())
+    (profiles / "acme.json").write_text(json.dumps({**pay, "profile": "acme"}))
+    config = _config(tmp_path, profile_dirs=[str(profiles)])
+    key = tmp_path / "finance.key"
+    assert cli("keys", "generate", "--approver", "finance", "--out", str(key)).exit_code == 0
+    args = ("records", "sign", RECORDS, "--key", str(key), "--id", "finance-1", "--profile", "acme")
+    signed = cli(*args, "-c", config)
+    assert signed.exit_code == 0, signed.output
+    assert all(json.loads(line)["signature"] for line in signed.stdout.splitlines())
+    unknown = cli(*args)  # without the configuration, the profile is not known
+    assert unknown.exit_code == 2 and "--profile" in unknown.stderr

@@ -15,7 +15,6 @@ imported, and append ONE import line to the list at the bottom of this file::
 
     # here, at the bottom:
     from gatekeeper.cli import run as _run  # noqa: E402, F401
-from gatekeeper.cli import serve as _serve  # noqa: E402, F401
 
 (A plain function works too: ``from gatekeeper.cli.run import run`` and ``app.command("run")(run)``.) Shared
 helpers are in ``gatekeeper.cli.common``: the ``--config`` option, exit codes, ``fail`` and ``cli_errors``.
@@ -53,8 +52,9 @@ app = typer.Typer(
     name="gatekeeper",
     help=(
         "The rogerwilco gatekeeper: enforces the RW1 handoff protocol between AI agents on Kafka.\n\n"
-        "Every command takes --config FILE (or GK_CONFIG); GK_ environment variables override the file "
-        "(GK_REDIS__URL=redis://...). Exit status: 0 ok, 1 a finding, 2 usage error, 3 a service is unavailable."
+        "Every command but keys, rw and version reads the configuration: --config FILE (or GK_CONFIG), with GK_ "
+        "environment variables over the file (GK_REDIS__URL=redis://...). Exit status: 0 ok, 1 a finding, 2 usage "
+        "error, 3 a service is unavailable (or Redis lost its data)."
     ),
     no_args_is_help=True,
     rich_markup_mode="rich",

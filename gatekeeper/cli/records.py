@@ -320,12 +320,13 @@ def sign(
         str | None,
         typer.Option("--profile", "-p", metavar="NAME", help="Check slot names and values against this profile."),
     ] = None,
+    config: ConfigOption = None,
 ) -> None:
     """Sign the records of FILE with an approver's key: JSON lines, each with its signature."""
     if not file.exists():
         fail(f"records file {file} does not exist", EXIT_USAGE)
     private = read_private_key(key)
-    prof = None if profile is None else profile_from(profile, settings_from(None))
+    prof = None if profile is None else profile_from(profile, settings_from(config))  # its profile_dirs
     with cli_errors():
         records = load_records_file(file, prof)
     try:
