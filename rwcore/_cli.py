@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -28,9 +29,18 @@ __all__ = ["main"]
 _DESCRIPTION = "RW1 codec and checks (rwcore). Exit status: 0 valid, 1 an error was found, 2 usage error."
 
 
-def _parser() -> argparse.ArgumentParser:
+def invoked_as(argv0: str | None = None) -> str:
+    """The name the command line was invoked as, for its usage lines: ``python -m rwcore`` when run as a module
+    (``sys.argv[0]`` is then the path of ``__main__.py``), else the script's name (``sys.argv[0]``'s base name)."""
+    name = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    if not name or name in ("__main__.py", "-c"):
+        return "python -m rwcore"
+    return name
+
+
+def _parser(prog: str | None = None) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m rwcore",
+        prog=prog or invoked_as(),
         description=_DESCRIPTION,
         epilog="Each command's own --help lists its options. Lines are given as one argument each: quote them.",
     )
@@ -218,11 +228,12 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run one command; returns the exit status (0 valid, 1 an error was found, 2 usage error)."""
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    """Run one command; returns the exit status (0 valid, 1 an error was found, 2 usage error). ``prog``: the name
+    it was invoked as, in its usage lines (``gatekeeper rw``); default ``invoked_as()``."""
     from rwcore import FormError
 
-    parser = _parser()
+    parser = _parser(prog)
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         parser.print_help()

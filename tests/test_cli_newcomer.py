@@ -288,3 +288,29 @@ def test_records_sign_reads_its_profile_from_the_configurations_profile_dirs(tmp
     assert all(json.loads(line)["signature"] for line in signed.stdout.splitlines())
     unknown = cli(*args)  # without the configuration, the profile is not known
     assert unknown.exit_code == 2 and "--profile" in unknown.stderr
+
+
+# ---------------------------------------------------------------- 6. rw names itself as it was invoked
+
+
+def test_gatekeeper_rw_says_gatekeeper_rw_in_its_usage() -> None:
+    """The finding: ``gatekeeper rw --help`` said ``usage: python -m rwcore``."""
+    top = cli("rw", "--help")
+    assert top.exit_code == 0 and top.stdout.startswith("usage: gatekeeper rw [-h] COMMAND"), top.stdout
+    assert "usage: python -m rwcore" not in top.stdout
+    sub = cli("rw", "check-rb", "--help")
+    assert sub.exit_code == 0 and sub.stdout.startswith("usage: gatekeeper rw check-rb "), sub.stdout
+    bad = cli("rw", "validate")
+    assert bad.exit_code == 2 and "gatekeeper rw validate: error: the following arguments are required" in bad.stderr
+
+
+def test_python_m_rwcore_and_a_script_name_themselves() -> None:
+    import subprocess
+    import sys
+
+    from rwcore._cli import invoked_as
+
+    result = subprocess.run([sys.executable, "-m", "rwcore", "--help"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.startswith("usage: python -m rwcore [-h] COMMAND"), result.stdout
+    assert invoked_as("/usr/local/bin/rw") == "rw"
+    assert invoked_as("/x/site-packages/rwcore/__main__.py") == "python -m rwcore"

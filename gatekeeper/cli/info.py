@@ -109,7 +109,7 @@ def version(as_json: Annotated[bool, typer.Option("--json", help="Print the vers
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
 )
 def rw(ctx: typer.Context) -> None:
-    """The protocol commands of python -m rwcore: validate, check-rb, make-rb, digest... (rw --help lists them)."""
+    """The protocol commands of python -m rwcore: validate, check-rb, make-rb, digest... (gatekeeper rw --help)."""
     from rwcore._cli import main as rw_main
 
-    raise typer.Exit(rw_main(list(ctx.args)))
+    raise typer.Exit(rw_main(list(ctx.args), prog=ctx.command_path))  # its usage lines say `gatekeeper rw`
