@@ -8,6 +8,7 @@ unreachable built-in default address says how to reach the local stack; ``make s
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 from pathlib import Path
@@ -314,3 +315,48 @@ def test_python_m_rwcore_and_a_script_name_themselves() -> None:
     assert result.returncode == 0 and result.stdout.startswith("usage: python -m rwcore [-h] COMMAND"), result.stdout
     assert invoked_as("/usr/local/bin/rw") == "rw"
     assert invoked_as("/x/site-packages/rwcore/__main__.py") == "python -m rwcore"
+
+
+# ---------------------------------------------------------------- 7. help reflows to the terminal
+
+
+def test_reflow_joins_prose_and_keeps_indented_lines() -> None:
+    from gatekeeper.cli import reflow
+
+    text = "[bold]Examples[/bold]\n\n  [cyan]gk x[/cyan]\n  two\n\nOne paragraph\nwritten on\nthree lines.\n\nNext."
+    assert reflow(text) == (
+        "[bold]Examples[/bold]\n\n  [cyan]gk x[/cyan]\n  two\n\nOne paragraph written on three lines.\n\nNext."
+    )
+    assert reflow(reflow(text)) == reflow(text)
+    assert reflow("prose\n  kept as written\nprose again\nand on") == "prose\n  kept as written\nprose again and on"
+
+
+def _prose_breaks(text: str, width: int) -> list[tuple[str, str]]:
+    """Lines of rendered help broken where the next word would still have fit: a newline from the source, not
+    from the terminal's width. Only prose (the help's margin, one space in); boxes and indented examples aside."""
+    lines = [ln.rstrip() for ln in text.splitlines()]
+
+    def prose(ln: str) -> bool:
+        return len(ln) > 1 and ln[0] == " " and not ln[1].isspace() and ln[1] not in "│╭╰"
+
+    return [
+        (a, b)
+        for a, b in itertools.pairwise(lines)
+        if prose(a) and prose(b) and len(a) + 1 + len(b.split()[0]) <= width - 1
+    ]
+
+
+@pytest.mark.parametrize("width", [60, 80, 100])
+def test_every_help_is_wrapped_by_the_terminal_not_by_the_source(width: int) -> None:
+    """The finding: epilogues hard-wrapped at 120 columns came out ragged in narrower terminals."""
+    checked = 0
+    for path, _ in _tree():
+        if path == ["rw"]:  # argparse's own help, which wraps to the terminal itself
+            continue
+        result = cli(*path, "--help", env={"COLUMNS": str(width), "TERM": "dumb"})
+        assert result.exit_code == 0, (path, result.output)
+        assert _prose_breaks(result.stdout, width) == [], path
+        checked += 1
+    assert checked >= 20
+    examples = cli("check", "--help", env={"COLUMNS": "200", "TERM": "dumb"}).stdout
+    assert "    gatekeeper check flow.rw1 --records config/records.example.json --now 20261001T0900Z" in examples

@@ -4,7 +4,7 @@
     gatekeeper records load|get|delete ...            the approved records in Redis
 
 Adding a command: write it in its own module, ``gatekeeper/cli/<name>.py``, registered on ``app`` when the module is
-imported, and append ONE import line to the list at the bottom of this file::
+imported, and append ONE import line to the list at the bottom of this file (above ``_reflow_help(app)``)::
 
     # gatekeeper/cli/run.py
     from gatekeeper.cli import app
@@ -18,10 +18,14 @@ imported, and append ONE import line to the list at the bottom of this file::
 
 (A plain function works too: ``from gatekeeper.cli.run import run`` and ``app.command("run")(run)``.) Shared
 helpers are in ``gatekeeper.cli.common``: the ``--config`` option, exit codes, ``fail`` and ``cli_errors``.
+
+Help texts (a command's docstring, its ``epilog``) are reflowed to the terminal (``reflow``): write prose as
+paragraphs at any line width, separated by a blank line; indent a line (an example, a table) to keep it as written.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import sys
 
@@ -63,6 +67,40 @@ app = typer.Typer(
 )
 
 
+def reflow(text: str) -> str:
+    """A help text as the terminal should wrap it: the lines of a prose paragraph (lines starting at the margin)
+    joined into one, which the help's console wraps to the terminal's width; an indented line (an example, a
+    preformatted block) and a blank line kept as they are. Rich's help keeps every newline of a text, so prose
+    hard-wrapped in the source at 120 columns came out ragged in a narrower terminal."""
+    out: list[str] = []
+    prose = False  # the last line out is a prose line the next one continues
+    for line in text.split("\n"):
+        line = line.rstrip()
+        if line and not line[0].isspace():
+            if prose:
+                out[-1] += " " + line
+            else:
+                out.append(line)
+            prose = True
+        else:
+            out.append(line)
+            prose = False
+    return "\n".join(out)
+
+
+def _reflow_help(typer_app: typer.Typer) -> None:
+    """Reflow every command's help (its docstring, as typer reads it) and epilog, in every group."""
+    for info in typer_app.registered_commands:
+        if info.epilog:
+            info.epilog = reflow(info.epilog)
+        doc = inspect.getdoc(info.callback) if info.help is None else inspect.cleandoc(info.help)
+        if doc:
+            info.help = reflow(doc)
+    for group in typer_app.registered_groups:
+        if group.typer_instance is not None:
+            _reflow_help(group.typer_instance)
+
+
 def main() -> None:
     """The console script. An unexpected error is one line on stderr (``GK_DEBUG=1`` shows the traceback)."""
     try:
@@ -87,3 +125,5 @@ from gatekeeper.cli import run as _run  # noqa: E402, F401
 from gatekeeper.cli import serve as _serve  # noqa: E402, F401
 from gatekeeper.cli import status as _status  # noqa: E402, F401
 from gatekeeper.cli import topics as _topics  # noqa: E402, F401
+
+_reflow_help(app)  # every command is registered now

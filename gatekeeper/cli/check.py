@@ -61,13 +61,11 @@ EPILOG = """\
 
     [cyan]gatekeeper check flow.rw1 --records config/records.example.json --now 20261001T0900Z[/cyan]
 
-  Several conversations in one file, JSON lines [cyan]{"key": "<conversation>", "line": "<RW1 line>"}[/cyan],
-  one JSON object per input line on stdout:
+  Several conversations: JSON lines [cyan]{"key": "<conversation>", "line": "<RW1 line>"}[/cyan] in, JSON lines out:
 
     [cyan]gatekeeper check lines.jsonl --records records.json --json | jq 'select(.verdict != "forward")'[/cyan]
 
-  An incident replayed with its clock: each JSON line may carry [cyan]"at"[/cyan], the time it was decided, so
-  the expiry rules decide as they did on the route. Here the clearance comes after the handoff's exp=:
+  An incident replayed with its clock ([cyan]"at"[/cyan], when each line was decided), a clearance after exp=:
 
     [cyan]{"key": "c-17", "line": "RW1 HO scheduler-1 ... exp=20261001T1000Z", "at": "20261001T0958Z"}[/cyan]
     [cyan]{"key": "c-17", "line": "RW1 RB payer-1 re=scheduler-1 ...", "at": "2026-10-01T09:59:30Z"}[/cyan]

@@ -270,7 +270,7 @@ def test_missing_argument_is_a_usage_error() -> None:
 def test_help_teaches_by_example(argv: list[str], needle: str) -> None:
     result = CliRunner().invoke(app, argv, env={"COLUMNS": "200", "TERM": "dumb"})
     assert result.exit_code == 0
-    assert needle in result.stdout
+    assert needle in " ".join(result.stdout.split())  # the help's prose wraps to the terminal, anywhere
     assert "--config" in result.stdout or argv in (["--help"], ["records", "--help"])
 
 
