@@ -12,8 +12,9 @@ them; an ASGI middleware only sees a request once its head has arrived):
   closed); a body the application has not asked for yet (reading paused by flow control) does not count against
   the client;
 - **connections**: past ``max_connections`` open connections, a new one closes the longest-idle connection with no
-  request in progress, or itself when every connection is busy: a flood of silent connections cannot lock out a
-  probe, and the daemon's open files stay bounded (the worker's Kafka and Redis sockets need theirs);
+  request in progress (one that never made a request first), or itself when every connection is busy: a flood of
+  silent connections cannot lock out a probe, and the daemon's open files stay bounded (the worker's Kafka and
+  Redis sockets need theirs);
 - **keep-alive**: a connection serves at most ``max_requests`` requests, then its last answer says
   ``Connection: close``.
 """
@@ -129,11 +130,12 @@ class BoundedH11Protocol(H11Protocol):
         return self._read_deadline is None and self._between_requests() and not self.transport.is_closing()
 
     def _evict_idle(self) -> bool:
-        """Close the longest-idle connection with no request in progress; False when there is none."""
+        """Close the longest-idle connection with no request in progress, one that never made a request first (a
+        client that made some, a prober's keep-alive connection, is kept longest); False when there is none."""
         idle = [c for c in self.connections if c is not self and isinstance(c, BoundedH11Protocol) and c._idle()]
         if not idle:
             return False
-        oldest = min(idle, key=lambda c: c._idle_since)
+        oldest = min(idle, key=lambda c: (c._requests > 0, c._idle_since))
         oldest.timeout_keep_alive_handler()
         self.connections.discard(oldest)
         return True

@@ -490,11 +490,14 @@ def create_app(
 ) -> Any:
     """The ASGI app (the ``Guard`` around FastAPI). ``gate`` is a ``gatekeeper.api.gate.Gate`` (started and closed
     by the app's lifespan), or None: ``/v1/gate`` then answers 503."""
+    from gatekeeper.api.pool import FunctionPool
+
+    pool = FunctionPool((in_flight or {}).get("api", 4))  # the checks' CPU in worker processes (api.pool)
     mcp_server = None
     if api and mcp:
         from gatekeeper.api.mcp import make_mcp_server
 
-        mcp_server = make_mcp_server()
+        mcp_server = make_mcp_server(pool)
         mcp_app = mcp_server.streamable_http_app(
             streamable_http_path="/mcp",
             stateless_http=True,
@@ -506,6 +509,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> Any:
         async with AsyncExitStack() as stack:
+            stack.callback(pool.close)
             if mcp_server is not None:
                 await stack.enter_async_context(mcp_server.session_manager.run())
             if gate is not None:
@@ -563,7 +567,7 @@ def create_app(
     )
 
     if api:
-        _add_functions(app)
+        _add_functions(app, pool)
         _add_gate(app, gate)
     if mcp_server is not None:
         app.router.routes.extend(mcp_app.routes)
@@ -609,9 +613,9 @@ _FUNCTION_DOCS = {
 }
 
 
-def _add_functions(app: FastAPI) -> None:
-    for name, (model, func) in fn.FUNCTIONS.items():
-        endpoint = _function_endpoint(name, model, func)
+def _add_functions(app: FastAPI, pool: Any) -> None:
+    for name, (model, _func) in fn.FUNCTIONS.items():
+        endpoint = _function_endpoint(name, model, pool)
         answer = _ANSWERS.get(name, CheckAnswer)
         for path, in_schema in ((f"/v1/{name}", True), (f"/{name}", False)):
             app.add_api_route(
@@ -652,9 +656,12 @@ def _add_functions(app: FastAPI) -> None:
         )
 
 
-def _function_endpoint(name: str, model: type[fn.Request], func: Callable[[Any], dict[str, Any]]) -> Any:
-    def endpoint(body: model) -> Response:  # type: ignore[valid-type]
-        return CompatJSON(func(body))
+def _function_endpoint(name: str, model: type[fn.Request], pool: Any) -> Any:
+    """The endpoint of a function: the request validated here, answered (and rendered as ``CompatJSON`` would) in the
+    pool's worker processes (``gatekeeper.api.pool``)."""
+
+    async def endpoint(body: model) -> Response:  # type: ignore[valid-type]
+        return Response(await pool.render(name, body), media_type="application/json")
 
     endpoint.__name__ = name.replace("-", "_")
     return endpoint

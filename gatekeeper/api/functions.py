@@ -69,6 +69,9 @@ class BadInput(ValueError):
         self.code = code
         self.status = status
 
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in a worker process of the pool (``api.pool``)
+        return (BadInput, (self.code, str(self), self.status))
+
 
 def problem_document(status: int, code: str, detail: str) -> dict[str, Any]:
     """The problem document of every refusal (``ok`` false, the status, the code, its title, the detail)."""

@@ -21,6 +21,7 @@ from pydantic import Field, ValidationError
 
 from gatekeeper import __version__
 from gatekeeper.api.functions import FUNCTIONS, BadInput, Request, legend
+from gatekeeper.api.pool import FunctionPool
 
 INSTRUCTIONS = (
     "The RW1 checks of rogerwilco: check_ho (an HO against the record), check_rb (a readback against the HO, five "
@@ -43,8 +44,9 @@ _DESCRIPTIONS = {
 }
 
 
-def _tool(name: str, model: type[Request], fn: Callable[[Any], dict[str, Any]]) -> Callable[..., dict[str, Any]]:
-    """A function whose signature is the request model's fields (the tool's typed input), calling ``fn``."""
+def _tool(name: str, model: type[Request], pool: FunctionPool) -> Callable[..., Any]:
+    """A function whose signature is the request model's fields (the tool's typed input), answered by the function
+    ``name`` in the pool's worker processes (``gatekeeper.api.pool``)."""
     params = []
     for field_name, info in model.model_fields.items():
         arg = info.alias or field_name
@@ -58,13 +60,13 @@ def _tool(name: str, model: type[Request], fn: Callable[[Any], dict[str, Any]]) 
         params.append(inspect.Parameter(arg, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default))
     params.sort(key=lambda p: p.default is not inspect.Parameter.empty)
 
-    def call(**kwargs: Any) -> dict[str, Any]:
+    async def call(**kwargs: Any) -> dict[str, Any]:
         try:
             req = model.model_validate({k: v for k, v in kwargs.items() if v is not None})
         except ValidationError as exc:
             raise _tool_error(_validation_text(exc)) from None
         try:
-            return fn(req)
+            return await pool.answer(name, req)
         except BadInput as exc:
             raise _tool_error(f"{exc.code}: {exc}") from None
 
@@ -102,9 +104,9 @@ def legend_tool(
         raise _tool_error(f"{exc.code}: {exc}") from None
 
 
-def make_mcp_server() -> Any:
+def make_mcp_server(pool: FunctionPool | None = None) -> Any:
     """The SDK's MCPServer with every tool registered (not started: ``streamable_http_app`` and its session manager
-    are the caller's)."""
+    are the caller's), the checks answered in ``pool`` (a pool of one process by default; the caller closes it)."""
     from mcp.server.mcpserver import MCPServer
 
     root = logging.getLogger()
@@ -114,8 +116,9 @@ def make_mcp_server() -> Any:
         server = MCPServer("rogerwilco-gatekeeper", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING")
     finally:
         root.removeHandler(guard)
-    for name, (model, fn) in FUNCTIONS.items():
-        tool = _tool(name, model, fn)
+    pool = pool if pool is not None else FunctionPool(1)
+    for name, (model, _fn) in FUNCTIONS.items():
+        tool = _tool(name, model, pool)
         server.add_tool(tool, name=tool.__name__, description=_DESCRIPTIONS[name])
     server.add_tool(legend_tool, name="legend", description=legend_tool.__doc__)
     return server

@@ -110,7 +110,12 @@ async def test_a_body_announced_and_never_sent_is_cut_at_the_read_timeout(edge: 
 
 @pytest.mark.parametrize("edge", [{"max_connections": 8, "idle_timeout_seconds": 60}], indirect=True)
 async def test_a_flood_of_silent_connections_cannot_lock_out_a_probe(edge: HttpServer) -> None:
-    socks = [_connect(edge) for _ in range(40)]
+    async with httpx.AsyncClient(base_url=edge.url, timeout=5) as prober:
+        assert (await prober.get("/healthz")).status_code == 200  # a keep-alive connection that made a request
+        socks = [_connect(edge) for _ in range(40)]
+        await asyncio.sleep(0.2)
+        # the silent ones are closed before it, however much older it is
+        assert (await prober.get("/healthz")).status_code == 200
     try:
         async with httpx.AsyncClient(base_url=edge.url, timeout=5) as c:
             for _ in range(3):
