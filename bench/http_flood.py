@@ -86,7 +86,7 @@ def _flood(url: str, kind: str, clients: int, seconds: float) -> dict[str, int]:
 
     body: dict[str, Any] | None = None
     path, method = "/metrics", "GET"
-    headers = {}
+    extra = ""
     if kind == "checks":
         path, method = "/v1/check-thread", "POST"
         body = {"lines": [HO.format(i=i) for i in range(2000)], "detail": True}
@@ -98,16 +98,49 @@ def _flood(url: str, kind: str, clients: int, seconds: float) -> dict[str, int]:
             "method": "tools/call",
             "params": {"name": "validate", "arguments": {"line": HO.format(i=1)}},
         }
-        headers = {"accept": "application/json, text/event-stream"}
+        extra = "accept: application/json, text/event-stream\r\n"
+    payload = json.dumps(body).encode() if body is not None else b""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    head = f"{method} {path} HTTP/1.1\r\nhost: {host}\r\n{extra}"
+    if body is not None:
+        head += f"content-type: application/json\r\ncontent-length: {len(payload)}\r\n"
+    request = head.encode() + b"\r\n" + payload
 
     def client() -> None:
-        with httpx.Client(base_url=url, timeout=10, headers=headers) as c:
-            while going():
-                try:
-                    r = c.request(method, path, json=body)
-                    count(str(r.status_code))
-                except httpx.HTTPError as exc:
-                    count(type(exc).__name__)
+        """Keep-alive requests on a raw socket, the request's bytes made once: the flood's own CPU stays small
+        (an attacker's CPU is not the daemon's; on two shared cores an HTTP client library's would be)."""
+        sock: socket.socket | None = None
+        reader: Any = None
+        while going():
+            try:
+                if sock is None:
+                    sock = socket.create_connection((host, int(port)), timeout=10)
+                    reader = sock.makefile("rb")
+                sock.sendall(request)
+                status = reader.readline().split(b" ", 2)[1].decode()
+                length, close = None, False
+                while (line := reader.readline()) not in (b"\r\n", b""):
+                    name, _, value = line.partition(b":")
+                    if name.lower() == b"content-length":
+                        length = int(value)
+                    elif name.lower() == b"connection" and value.strip().lower() == b"close":
+                        close = True
+                if length is None:
+                    reader.read()
+                    close = True
+                else:
+                    reader.read(length)
+                count(status)
+                if close:
+                    sock.close()
+                    sock = None
+            except (OSError, IndexError, ValueError) as exc:
+                count(type(exc).__name__)
+                if sock is not None:
+                    sock.close()
+                sock = None
+        if sock is not None:
+            sock.close()
 
     threads = [threading.Thread(target=client) for _ in range(clients)]
     for t in threads:

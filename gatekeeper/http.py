@@ -18,15 +18,13 @@ path            answer
 ``/mcp``        the MCP tools (``http.mcp``), streamable HTTP
 ==============  ===========================================================================================
 
-**The worker's loop is the worker's.** The server runs on a thread of its own with its own event loop, so that
-nothing a client does (a flood of ``/metrics``, heavy checks, MCP, connections left open) queues in front of the
-worker's callbacks: what the HTTP side can still take is CPU, through the GIL, and that is bounded by the requests
-in progress per endpoint class (``http.in_flight``), the rate limit per client, the answer size cap and the
-connection bounds (``gatekeeper.http_connections``). A thread rather than a process: the probes, ``/metrics`` and
-``/v1/gate`` share the worker's registry and state without a second copy or an exchange; ``bench/http_flood.py``
-measures what is left. The probes read what the worker's loop publishes (``consumers.health.Published``), never the
-worker's live state, and liveness fails when the worker's loop stops publishing. The switch interval of the GIL is
-lowered (``SWITCH_INTERVAL``) so that the worker's thread gets the GIL back quickly after each wait.
+**Where it runs.** The server runs on a thread of its own with its own event loop, so that nothing a client does
+queues in front of the caller's loop. ``gatekeeper serve`` uses it as it is; ``gatekeeper run`` runs it in a process
+of its own (``gatekeeper.http_process``), so that its CPU cannot take the worker's GIL either. Within it, the requests
+in progress are bounded per endpoint class (``http.in_flight``), each client address is rate limited, answers are
+capped, connections are bounded (``gatekeeper.http_connections``), and the checks and MCP tools run in worker
+processes (``gatekeeper.api.pool``). The GIL's switch interval is lowered (``SWITCH_INTERVAL``) so that the
+server's event loop gets the GIL back quickly from the threads of the server's process.
 
 The server installs no signal handlers (the daemon owns SIGTERM and SIGINT), and uvicorn's own logs are quiet
 (warnings and errors only; no access log: ``gatekeeper_api_requests_total`` counts the requests). The socket is
@@ -104,6 +102,8 @@ class HttpServer:
         *,
         settings: Settings | None = None,
         gate: Any = None,
+        sock: socket.socket | None = None,
+        worker_metrics: Callable[[], bytes] | None = None,
     ) -> None:
         self.host = host
         self._port = port
@@ -113,7 +113,8 @@ class HttpServer:
         self.settings = settings
         self.gate = gate
         self.app: Any = None  # the FastAPI app, once started
-        self._sock: socket.socket | None = None
+        self._sock: socket.socket | None = sock  # bound already (the daemon's HTTP process gets it so)
+        self.worker_metrics = worker_metrics
         self._server: Any = None
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
@@ -158,6 +159,7 @@ class HttpServer:
             in_flight=http.in_flight.model_dump(),
             max_answer_bytes=http.max_answer_bytes,
             metrics_tokens=TokenBook.from_settings(http) if http.metrics_auth else None,
+            worker_metrics=self.worker_metrics,
         )
         self.app = app
         return guarded
@@ -167,18 +169,7 @@ class HttpServer:
         does not start."""
         import uvicorn
 
-        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
-        # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it
-        # a keep-alive connection's answer (head and body, two writes) waits ~40 ms for the client's delayed ACK
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind((self.host, self._port))
-            sock.listen(128)
-            sock.setblocking(False)
-        except BaseException:
-            sock.close()
-            raise
+        sock = self._sock if self._sock is not None else bind(self.host, self._port)
         self._sock = sock
         http = self._http_settings()
         raise_open_files_limit()
@@ -237,6 +228,23 @@ class HttpServer:
             self._sock = None
 
 
+def bind(host: str, port: int) -> socket.socket:
+    """A listening TCP socket on ``host:port`` (non-blocking). Raises ``OSError`` when it cannot be bound."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    # proto IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP, and without it
+    # a keep-alive connection's answer (head and body, two writes) waits ~40 ms for the client's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 def raise_open_files_limit() -> None:
     """Raise the soft limit of open files to the hard limit (at most 65,536): the HTTP port's connections are
     bounded (``http.max_connections``), and the worker's Kafka and Redis sockets must never be the ones refused."""
@@ -247,4 +255,4 @@ def raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-__all__ = ["HttpServer", "Probe", "Readiness"]
+__all__ = ["HttpServer", "Probe", "Readiness", "bind", "raise_open_files_limit"]

@@ -275,4 +275,15 @@ class Metrics:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
 
 
-__all__ = ["HANDOFF_PROBLEM_CODES", "Metrics"]
+def filter_families(text: bytes, prefix: bytes, *, keep: bool) -> bytes:
+    """The text exposition's lines of the families whose names start with ``prefix`` (``keep``), or of all others:
+    the daemon's ``/metrics`` joins the worker's families and those its HTTP process counts (``http_process``)."""
+    out = []
+    for line in text.splitlines(keepends=True):
+        name = line.split(b" ", 3)[2] if line.startswith(b"# ") else line
+        if name.startswith(prefix) == keep:
+            out.append(line)
+    return b"".join(out)
+
+
+__all__ = ["HANDOFF_PROBLEM_CODES", "Metrics", "filter_families"]

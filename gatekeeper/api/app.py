@@ -30,6 +30,7 @@ what), ``unauthorized`` (401), ``forbidden`` (403), ``unknown-route`` (404), ``n
 ``redis-data-lost`` (503: a dry run while Redis lost its data), ``pending`` (504: the line is still in the pipeline).
 """
 
+import gzip
 import json
 import logging
 import time
@@ -487,6 +488,7 @@ def create_app(
     in_flight: Mapping[str, int] | None = None,
     max_answer_bytes: int = 2 * 1_048_576,
     metrics_tokens: Any = None,
+    worker_metrics: Callable[[], bytes] | None = None,
 ) -> Any:
     """The ASGI app (the ``Guard`` around FastAPI). ``gate`` is a ``gatekeeper.api.gate.Gate`` (started and closed
     by the app's lifespan), or None: ``/v1/gate`` then answers 503."""
@@ -563,7 +565,12 @@ def create_app(
         return CompatJSON({"status": "ready" if ready else "not-ready", **detail}, status_code=200 if ready else 503)
 
     app.router.routes.append(
-        Route("/metrics", endpoint=_Asgi(_metrics_app(metrics)), methods=["GET"], include_in_schema=False)
+        Route(
+            "/metrics",
+            endpoint=_Asgi(_metrics_app(metrics, worker_metrics)),
+            methods=["GET"],
+            include_in_schema=False,
+        )
     )
 
     if api:
@@ -587,11 +594,57 @@ def create_app(
     return guard, app
 
 
-def _metrics_app(metrics: Metrics) -> ASGIApp:
-    from prometheus_client import make_asgi_app
+#: ``/metrics`` is rendered at most this often per format: a flood of scrapes costs one render per interval, not
+#: one per request (each render is Python holding the GIL the worker's thread needs).
+METRICS_RENDER_SECONDS = 0.1
 
-    app: ASGIApp = make_asgi_app(registry=metrics.registry)
-    return app
+
+class MetricsEndpoint:
+    """``GET /metrics``: prometheus-client's exposition (its encoders: text or OpenMetrics by ``Accept``, gzip by
+    ``Accept-Encoding``), each format rendered at most once per ``METRICS_RENDER_SECONDS``. Written around the
+    library's encoders because its ASGI app renders the registry on every request."""
+
+    def __init__(self, metrics: Metrics, worker_metrics: Callable[[], bytes] | None = None) -> None:
+        self.registry = metrics.registry
+        self.worker_metrics = worker_metrics
+        self._cache: dict[tuple[str, bool], tuple[float, bytes]] = {}
+
+    def _render(self, encoder: Callable[[Any], bytes]) -> bytes:
+        if self.worker_metrics is None:
+            return encoder(self.registry)
+        # the daemon's HTTP process (gatekeeper.http_process): its own API families, then the worker's
+        from prometheus_client import generate_latest
+
+        from gatekeeper.metrics import filter_families
+
+        own = filter_families(generate_latest(self.registry), b"gatekeeper_api_", keep=True)
+        return own + self.worker_metrics()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+        from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        encoder, content_type = choose_encoder(headers.get("accept", ""))
+        if self.worker_metrics is not None:  # joined from text: the text format only
+            encoder, content_type = generate_latest, CONTENT_TYPE_LATEST
+        zipped = gzip_accepted(headers.get("accept-encoding", ""))
+        now = time.monotonic()
+        cached = self._cache.get((content_type, zipped))
+        if cached is None or now - cached[0] >= METRICS_RENDER_SECONDS:
+            body = self._render(encoder)
+            if zipped:
+                body = gzip.compress(body, compresslevel=1)
+            cached = self._cache[(content_type, zipped)] = (now, body)
+        out = [(b"content-type", content_type.encode()), (b"content-length", str(len(cached[1])).encode())]
+        if zipped:
+            out.append((b"content-encoding", b"gzip"))
+        await send({"type": "http.response.start", "status": 200, "headers": out})
+        await send({"type": "http.response.body", "body": cached[1]})
+
+
+def _metrics_app(metrics: Metrics, worker_metrics: Callable[[], bytes] | None) -> ASGIApp:
+    return MetricsEndpoint(metrics, worker_metrics)
 
 
 _FUNCTION_DOCS = {

@@ -12,8 +12,8 @@ Not ready takes the instance out of a load balancer's rotation; nothing restarts
 task of their own, so a loop stuck on a call that never returns still looks like a member to the group; only a
 restart cures that. A loop that turns while it retries an unavailable Kafka or Redis is alive: a restart would not
 bring the service back, and ``/readyz`` already says why. It also fails when the worker's event loop itself has not
-run for ``http.stall_seconds`` (blocked or starved): the HTTP server answers from a thread of its own
-(``gatekeeper.http``), from what the worker's loop last published (``Published``).
+run for ``http.stall_seconds`` (blocked or starved): the HTTP port is served by a process of its own
+(``gatekeeper.http_process``), from what the worker's loop last published.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gatekeeper.metrics import Metrics
 from gatekeeper.store import DataLost, StoreError
 
 PROBE_INTERVAL = 1.0  # how often the probe task checks that Kafka and Redis still answer (readiness)
-PUBLISH_INTERVAL = 0.2  # how often the worker's loop publishes what the probes answer (``Published``)
+PUBLISH_INTERVAL = 0.2  # how often the worker's loop publishes what the probes answer (``http_process``)
 REDIS_PROBE_TIMEOUT = 2.0  # a PING (and the generation marker) not answered within this: not ready
 KAFKA_PROBE_TIMEOUT = 3.0  # a metadata request not answered within this: not ready
 
@@ -88,35 +88,6 @@ class Health:
             "stall_seconds": stall_seconds,
             "lagging": behind[:20],
         }
-
-
-class Published:
-    """What the probes answer, published by the worker's loop (``publish``, every ``PUBLISH_INTERVAL``) and read by
-    the HTTP server's thread: a probe never runs the worker's code nor waits for its loop, and a loop that does not
-    run is seen. ``liveness`` fails when the worker's loop has not published for ``stall_seconds`` (0: never), the
-    loop starved or blocked; otherwise it answers what the worker last published (its own stall check)."""
-
-    def __init__(self, stall_seconds: float) -> None:
-        self.stall_seconds = stall_seconds
-        self._ready: tuple[bool, dict[str, Any]] = (False, {"reason": "starting: connecting to Kafka and Redis"})
-        self._live: tuple[bool, dict[str, Any]] = (True, {})
-        self._at = time.monotonic()
-
-    def publish(self, ready: tuple[bool, dict[str, Any]], live: tuple[bool, dict[str, Any]]) -> None:
-        self._ready, self._live, self._at = ready, live, time.monotonic()  # each a whole value: no torn reads
-
-    def readiness(self) -> tuple[bool, dict[str, Any]]:
-        return self._ready
-
-    def liveness(self) -> tuple[bool, dict[str, Any]]:
-        silent = time.monotonic() - self._at
-        if self.stall_seconds > 0 and silent >= self.stall_seconds:
-            return False, {
-                "reason": "the worker's event loop has not run",
-                "stalled_seconds": round(silent, 1),
-                "stall_seconds": self.stall_seconds,
-            }
-        return self._live
 
 
 async def probe(

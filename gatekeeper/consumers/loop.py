@@ -126,7 +126,6 @@ from gatekeeper.consumers.health import (
     PROBE_INTERVAL,
     PUBLISH_INTERVAL,
     Health,
-    Published,
     gauge_lag,
     lagging,
     probe,
@@ -137,7 +136,7 @@ from gatekeeper.consumers.pausing import Pauses
 from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, describe
 from gatekeeper.errors import ConfigError, FatalError, GatekeeperError, Unavailable
 from gatekeeper.generation import lost_message, worked_before
-from gatekeeper.http import HttpServer
+from gatekeeper.http_process import HttpProcess
 from gatekeeper.metrics import Metrics
 from gatekeeper.store import DataLost, Fenced, LifecycleStore, Store, StoreError
 from gatekeeper.sweeper import KafkaPublisher, Sweeper, SweepReport, SweepRoute
@@ -251,20 +250,9 @@ class Gatekeeper:
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
         self.metrics.stalled.set_function(self._health.stalled_for)
-        self._published = Published(settings.http.stall_seconds)
         self._publish_task: asyncio.Task[None] | None = None
-        self.http = (
-            HttpServer(
-                settings.http.host,
-                settings.http.port,
-                self.metrics,
-                self._published.readiness,
-                self._published.liveness,
-                settings=settings,
-            )
-            if http
-            else None
-        )
+        self._http_died: str | None = None
+        self.http = HttpProcess(settings, self.metrics) if http else None
         self._sweep_task: asyncio.Task[None] | None = None
         self._probe_task: asyncio.Task[None] | None = None
         # the records the gatekeeper writes in its own name: the sweeper's cancels and alerts, the breaker's alerts
@@ -337,7 +325,7 @@ class Gatekeeper:
         self._publish_task = asyncio.create_task(self._publish_loop(), name="gatekeeper-publish")
         try:
             if self.http is not None:
-                await self.http.start()
+                await self.http.start(self.readiness(), self.liveness())
                 log.info("serving /metrics, /healthz, /readyz", extra={"url": self.http.url})
                 if self._on_listening is not None:
                     self._on_listening(self.http.url)
@@ -374,6 +362,8 @@ class Gatekeeper:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._publish_task
             await asyncio.shield(self._shutdown())
+        if self._http_died is not None:
+            raise FatalError(self._http_died)
 
     # ------------------------------------------------------------------------------------------------ startup
 
@@ -1015,18 +1005,27 @@ class Gatekeeper:
             self.metrics.hold_pressure.labels(route=name).set(1 if name in pressure else 0)
 
     def _update_ready(self) -> None:
-        """Publish what the probes answer (read by the HTTP server's thread) and the readiness gauge."""
+        """The readiness gauge, and what the probes answer published for the HTTP process."""
         ready = self.readiness()
-        self._published.publish(ready, self.liveness())
         self.metrics.ready.set(1 if ready[0] else 0)
+        if self.http is not None:
+            self.http.publish(ready, self.liveness())
 
     async def _publish_loop(self) -> None:
-        """Every ``PUBLISH_INTERVAL``: publish; a loop that stops running stops publishing, which /healthz sees."""
+        """Every ``PUBLISH_INTERVAL``: publish the probes' answers and, less often, the metrics for the HTTP process
+        (``gatekeeper.http_process``); a loop that stops running stops publishing, which /healthz sees. An HTTP
+        process that exited stops the daemon: its probes would be gone."""
         while True:
             try:
                 self._update_ready()
+                if self.http is not None:
+                    self.http.publish_metrics()
             except Exception:  # the probes must keep answering
                 log.exception("publishing the probes' answers failed")
+            if self.http is not None and self._http_died is None and not self.http.alive():
+                self._http_died = f"the HTTP server's process exited (code {self.http.exitcode})"
+                log.error(f"{self._http_died}: stopping")
+                self.request_stop()
             await asyncio.sleep(PUBLISH_INTERVAL)
 
     # ------------------------------------------------------------------------------------------------ the sweeper

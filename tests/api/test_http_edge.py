@@ -15,7 +15,6 @@ import httpx
 import pytest
 
 from gatekeeper.api.auth import hash_token
-from gatekeeper.consumers.health import Published
 from gatekeeper.http import HttpServer
 from gatekeeper.metrics import Metrics
 from tests.api.conftest import settings_with
@@ -148,35 +147,46 @@ async def test_a_connection_serves_at_most_max_requests(edge: HttpServer) -> Non
 # ------------------------------------------------------------------------------------------------ the worker's loop
 
 
-async def test_liveness_fails_when_the_workers_loop_is_starved() -> None:
-    """The probes answer on the server's thread from what the worker's loop published: a worker loop that does not
-    run (blocked here by a sleep in it) is seen, and its own answer does not wait for it."""
-    published = Published(stall_seconds=0.5)
-    published.publish((True, {}), (True, {}))
-    server = HttpServer("127.0.0.1", 0, Metrics(), published.readiness, published.liveness)
-    await server.start()
+async def test_the_daemons_port_is_a_process_whose_liveness_sees_a_starved_worker_loop(tmp_path: Any) -> None:
+    """``gatekeeper run``'s port (``HttpProcess``): the probes answer from what the worker's loop published, in a
+    process of their own; a worker loop that does not run (blocked here by a sleep in it) fails /healthz, and the
+    answer does not wait for it. /metrics joins the worker's families and the port's own."""
+    from gatekeeper.http_process import HttpProcess
+
+    metrics = Metrics()
+    metrics.ready.set(1)
+    port = HttpProcess(settings_with(stall_seconds=0.5), metrics)
+    await port.start((True, {"partitions": 2}), (True, {}))
     seen: list[tuple[int, dict[str, Any], float]] = []
 
     def probe_later() -> None:
         time.sleep(0.8)
         t0 = time.monotonic()
-        r = httpx.get(f"{server.url}/healthz", timeout=5)
+        r = httpx.get(f"{port.url}/healthz", timeout=5)
         seen.append((r.status_code, r.json(), time.monotonic() - t0))
 
     try:
+        assert port.alive()
+        r = await asyncio.to_thread(httpx.get, f"{port.url}/readyz", timeout=5)
+        assert (r.status_code, r.json()) == (200, {"status": "ready", "partitions": 2})
+        text = (await asyncio.to_thread(httpx.get, f"{port.url}/metrics", timeout=5)).text
+        assert "gatekeeper_ready 1.0" in text  # the worker's
+        assert 'gatekeeper_api_requests_total{endpoint="/readyz",status="200"} 1.0' in text  # the port's own
+        assert text.count("# TYPE gatekeeper_ready gauge") == 1 and text.count("# TYPE gatekeeper_api_gate") == 1
         prober = threading.Thread(target=probe_later)
         prober.start()
-        time.sleep(1.5)  # this loop (the "worker's") does not run: no await for 1.5 s
+        time.sleep(1.5)  # this loop (the worker's) does not run: nothing is published for 1.5 s
         await asyncio.to_thread(prober.join)
         status, body, took = seen[0]
         assert status == 503
         assert body["reason"] == "the worker's event loop has not run"
-        assert took < 0.5  # answered while this loop was blocked
-        published.publish((True, {}), (True, {}))
-        r = await asyncio.to_thread(httpx.get, f"{server.url}/healthz", timeout=5)
+        assert took < 0.5  # answered while the worker's loop was blocked
+        port.publish((True, {}), (True, {}))
+        r = await asyncio.to_thread(httpx.get, f"{port.url}/healthz", timeout=5)
         assert r.status_code == 200
     finally:
-        await server.close()
+        await port.close()
+    assert not port.alive()
 
 
 # ------------------------------------------------------------------------------------------------ limits
@@ -255,3 +265,22 @@ async def test_metrics_is_rate_limited_and_the_probes_never_are(edge: HttpServer
     assert metrics[:2] == [200, 200]
     assert 429 in metrics[2:]
     assert set(probes) == {200}
+
+
+async def test_metrics_is_rendered_at_most_once_per_interval_and_speaks_gzip_and_openmetrics(edge: HttpServer) -> None:
+    """A flood of scrapes costs one render per METRICS_RENDER_SECONDS; a scrape after it sees what changed."""
+    from gatekeeper.api.app import METRICS_RENDER_SECONDS
+
+    async with httpx.AsyncClient(base_url=edge.url, timeout=5) as c:
+        first = await c.get("/metrics", headers={"accept-encoding": "identity"})
+        edge.metrics.api_requests.labels(endpoint="/probe-of-the-cache", status="200").inc()
+        again = await c.get("/metrics", headers={"accept-encoding": "identity"})
+        await asyncio.sleep(METRICS_RENDER_SECONDS + 0.05)
+        later = await c.get("/metrics", headers={"accept-encoding": "identity"})
+        zipped = await c.get("/metrics", headers={"accept-encoding": "gzip"})
+        om = await c.get("/metrics", headers={"accept": "application/openmetrics-text; version=1.0.0"})
+    assert first.headers["content-type"].startswith("text/plain")
+    assert b"/probe-of-the-cache" not in again.content  # rendered within the interval: the same bytes
+    assert b"/probe-of-the-cache" in later.content
+    assert zipped.headers["content-encoding"] == "gzip" and b"/probe-of-the-cache" in zipped.content
+    assert om.headers["content-type"].startswith("application/openmetrics-text") and om.text.endswith("# EOF\n")

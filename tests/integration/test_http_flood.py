@@ -85,8 +85,33 @@ async def test_every_line_is_decided_and_liveness_holds_under_an_http_flood(
             got = await p.collect(lambda g: sum(g.count(f"c{i}") for i in range(60)) == 60, timeout=30)
             assert sum(got.count(f"c{i}") for i in range(60)) == 60
             assert set(probes) == {200}
+            await asyncio.sleep(0.5)  # the worker publishes its metrics every 0.25 s
+            async with httpx.AsyncClient(base_url=url, timeout=5) as c:
+                text = (await c.get("/metrics")).text
+            assert "gatekeeper_ready 1.0" in text, text[-3000:]
+            assert "gatekeeper_lines_total{" in text, text[-3000:]
         finally:
             out, _ = await asyncio.to_thread(flood.communicate, timeout=60)
         answers = json.loads(out)
         assert answers.get("200", 0) > 50, answers  # the flood reached the server
         assert answers.get("closed by the server", 0) > 0, answers  # silent connections were closed
+
+
+async def test_the_daemon_stops_when_its_http_process_dies(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """Its probes would be gone with it: a daemon whose HTTP process was killed stops (FatalError), and an
+    orchestrator restarts it, rather than running on with no /healthz."""
+    import os
+    import signal
+
+    import pytest
+
+    from gatekeeper.errors import FatalError
+
+    with pytest.raises(FatalError, match="the HTTP server's process exited"):
+        async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, serve_http=True) as p:
+            http = p.gatekeeper.http
+            assert http is not None and http.alive()
+            os.kill(http._proc.pid, signal.SIGKILL)
+            await asyncio.wait_for(asyncio.shield(p.task), 10)

@@ -168,7 +168,14 @@ async def test_sigkill_mid_stream_loses_nothing(
         assert status == 200, body
         assert (await asyncio.to_thread(http_get, f"{url}/healthz"))[0] == 200
         assert (await asyncio.to_thread(http_get, f"{url}/nope"))[0] == 404
-        status, metrics = await asyncio.to_thread(http_get, f"{url}/metrics")
+        deadline = time.monotonic() + 5.0  # the worker publishes its metrics every METRICS_INTERVAL (http_process)
+        while True:
+            status, metrics = await asyncio.to_thread(http_get, f"{url}/metrics")
+            if (
+                "gatekeeper_lines_total" in metrics and "gatekeeper_ready 1.0" in metrics
+            ) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
         assert status == 200 and "gatekeeper_lines_total" in metrics and "gatekeeper_ready 1.0" in metrics
         code = await asyncio.to_thread(daemon.terminate)
         assert code == 0, daemon.tail()
