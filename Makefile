@@ -13,6 +13,7 @@
 #                   (a script that needs the answer as a status: deploy/local/stack.sh status, exit 3 then)
 #   make stop       stop the services and delete their data
 #   make lint       ruff;        make typecheck   mypy
+#   make docs       the documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link fails
 #
 # Variables: PYTHON (the interpreter that creates the venv), PYTEST_ARGS (e.g. PYTEST_ARGS='-k smoke -x'),
 # GK_STATE_DIR / GK_CACHE_DIR (see deploy/local/stack.sh and deploy/tools/install.sh).
@@ -32,10 +33,10 @@ STATE_DIR := $(or $(GK_STATE_DIR),$(CURDIR)/.local/stack)
 WITH_STACK_ENV := set -a; . "$(STATE_DIR)/stack.env"; set +a;
 PYTEST_ARGS ?=
 
-.PHONY: help venv services status stop lint typecheck tools test test-faults test-redis-cluster run
+.PHONY: help venv services status stop lint typecheck docs tools test test-faults test-redis-cluster run
 
 help:
-	@sed -n '4,18s/^# \{0,1\}//p' Makefile
+	@sed -n '4,19s/^# \{0,1\}//p' Makefile
 
 $(BIN)/python:
 	@if ! $(PYTHON) -m venv $(VENV); then \
@@ -77,6 +78,10 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy rwcore gatekeeper
+
+# The reference pages are completed from the code as the site builds (tools/docs_hooks.py).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 tools:
 	@deploy/tools/install.sh

@@ -562,9 +562,9 @@ def test_any_json_at_is_read_or_refused_naming_the_line(at: object) -> None:
     assert isinstance(at, str) and lines[1].given == at and lines[1].at == parse_time(at) and lines[0].at is None
 
 
-def test_the_readmes_replay_example_runs_as_shown(tmp_path: Path) -> None:
-    """The README's "Check, in detail" example (its lines elided there) gives the table the README shows."""
-    section = (ROOT / "README.md").read_text(encoding="utf-8").split("**Check, in detail.**", 1)[1]
+def test_the_docs_replay_example_runs_as_shown(tmp_path: Path) -> None:
+    """The "Check, in detail" example of docs/cli.md (its lines elided there) gives the table the page shows."""
+    section = (ROOT / "docs" / "cli.md").read_text(encoding="utf-8").split("**Check, in detail.**", 1)[1]
     block = section.split("```console\n", 1)[1].split("```", 1)[0].splitlines()
     shown = block[
         block.index("$ gatekeeper check incident.jsonl --records config/records.example.json --format table") + 1 :

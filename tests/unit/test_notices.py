@@ -85,8 +85,8 @@ def test_the_reasons_never_told_are_those_whose_sender_is_not_known_or_would_be_
     assert RULES[Reason.INTERNAL_ERROR].why == "ERR" and not RULES[Reason.INTERNAL_ERROR].quote  # no internals out
 
 
-def test_the_readme_s_table_is_the_rules() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def test_the_docs_table_is_the_rules() -> None:
+    text = (ROOT / "docs" / "notices.md").read_text(encoding="utf-8")
     block = text.split("<!-- notices:start -->\n", 1)[1].split("\n<!-- notices:end -->", 1)[0]
     assert block.splitlines() == rules_table()
 
