@@ -84,7 +84,7 @@ class Rule:
     quote: bool = True
 
 
-#: Each dead-letter reason's refusal, as data in one place (the README's table is held equal to it by a test).
+#: Each dead-letter reason's refusal, as data in one place (docs/notices.md's table is held equal to it by a test).
 RULES: Mapping[Reason, Rule] = MappingProxyType(
     {
         Reason.INVALID: Rule("UNK", "the line breaks the form or the gate's input rules"),
@@ -125,7 +125,7 @@ class Notice(msgspec.Struct, frozen=True, gc=False):
 
 
 def rules_table() -> list[str]:
-    """``RULES`` as the README's table (Markdown rows, header first): the README holds exactly these lines."""
+    """``RULES`` as docs/notices.md's table (Markdown rows, header first): the page holds exactly these lines."""
     rows = ["| reason | `why=` | the tail explains it with (no notice: why not) |", "|---|---|---|"]
     for reason, rule in RULES.items():
         why = "no notice" if rule.why is None else f"`{rule.why}`"

@@ -26,11 +26,13 @@ alerts topic as JSON (see ``alert_document``), with ``gk.author`` and ``gk.alert
 **Who acts: the owner of the conversation's input partition** (not a Redis lease). The index is bucketed by input
 partition and an instance sweeps only the partitions the consumer group gave it. Why:
 
-- A conversation's state has one writer, the instance holding its partition: the processor writes the whole state
-  document per batch, without compare-and-set. A sweeper elsewhere writing a cancel into that document would race
-  with the owner's batches and one write would be lost. In the daemon a sweep runs under the worker's batch lock, so
-  a batch and a sweep never interleave, and a revocation (which waits for that lock) hands a partition over only
-  after the sweep in progress finished.
+- A conversation's state has one writer, the instance holding its partition: each batch writes the entries of the
+  conversation's hash it changed, fenced by the partition's owner epoch (``gatekeeper.redis_store``, "Fenced
+  writes": a write under an older epoch than the hash's is refused, never merged). A sweeper on another instance
+  would write under its own epoch: either the owner's next save is refused (and retried until it loses the
+  partition) or the sweeper's is. Sweeping only the partitions this instance owns keeps one writer. In the daemon a
+  sweep runs under the worker's batch lock, so a batch and a sweep never interleave, and a revocation (which waits
+  for that lock) hands a partition over only after the sweep in progress finished.
 - Nothing new to elect: the group already keeps one owner per partition, heartbeats it and moves it when an
   instance dies. A lease would be a second election whose winner need not own the partitions. Sweeping scales out
   with the partitions.

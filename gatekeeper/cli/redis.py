@@ -6,7 +6,7 @@
 A gatekeeper that finds the marker missing or different (Redis restarted without persistence, was flushed, or
 failed over to an empty replica) decides nothing and forwards nothing until an operator has run ``accept-loss`` and
 restarted the gatekeepers; ``records load``, ``records delete``, ``replay`` and the gate's dry run refuse until then
-(``gatekeeper.generation``). See the README's runbook.
+(``gatekeeper.generation``). What to do: docs/troubleshooting.md, "Redis lost its data".
 """
 
 from __future__ import annotations

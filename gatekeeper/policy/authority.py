@@ -14,7 +14,8 @@ The roles, resolved from the target:
 - a question's **asker** and the one **asked** (``from=`` and ``to=`` of the AQ);
 - a **party** of a handoff (its sender or its receiver); **human** (``to=human``); **anyone**.
 
-The README's verdict table shows these rows (``markdown_rows``; a test holds the two equal).
+The documentation's verdict page (docs/verdicts.md) shows these rows (``markdown_rows``; a test holds the two equal,
+and the site's build renders them from here).
 """
 
 from __future__ import annotations
@@ -195,7 +196,7 @@ def rule(line: str, target: Target) -> Rule | None:
 
 
 def markdown_rows() -> list[str]:
-    """The table as the README's verdict table shows it: one row per rule."""
+    """The table as docs/verdicts.md shows it: one row per rule."""
     rows = []
     for r in TABLE:
         allowed = "; ".join(f"from {p.sender} to {p.to}: {p.effect}" for p in r.permits)

@@ -2,7 +2,7 @@
 
 Pure: no I/O, no clock, no randomness. The daemon, ``gatekeeper check`` and ``gatekeeper replay`` all call
 ``decide`` and then ``apply`` the decision's effects to the state they hold. The rows of the verdict table are
-applied top to bottom and the first that matches decides (see the README's verdict table for the table as built).
+applied top to bottom and the first that matches decides (see docs/verdicts.md for the table as built).
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def is_reserved_id(msg_id: str) -> bool:
 
 
 AFFIRMATIVE = frozenset({"Y", "APPROVE"})
-#: A cancel says why, one of these (stricter than the reference parser on purpose: README, deliberate differences).
+#: A cancel says why, one of these (stricter than the reference parser on purpose: docs/verdicts.md, the choices).
 CANCEL_WHY = frozenset({"REVOKED", "SUPERSEDED", "EXPIRED", "TIMEOUT"})
 NEGATIVE = frozenset({"N", "DECLINE", "REJECT", "HOLD", "CALLBACK"})
 
