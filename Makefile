@@ -3,7 +3,7 @@
 #
 #   make run        start the services, then the demo: the real gatekeeper, agents, verdicts, a replay
 #   make test       ruff check, ruff format --check, mypy, the operator kit's tools, then pytest against the real
-#                   services (the chart, image, rules and dashboard checks included)
+#                   services (the chart, image, rules and dashboard checks and the documentation site included)
 #   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules (cached)
 #   make test-faults  the fault suite (bench/faults.py) on a stack of its own; FAULTS_ARGS=--smoke: about 5 min
 #   make test-redis-cluster  the integration suite against a three-master Redis Cluster
