@@ -12,10 +12,12 @@ files the worker writes in a private folder (mode 0700, under ``$TMPDIR``: the c
 - ``metrics.prom``, every ``METRICS_INTERVAL`` (0.25 s): the worker's registry in the text format, without the
   ``gatekeeper_api_*`` families, which the child counts itself; ``/metrics`` serves both.
 
-Files rather than a pipe: the worker never waits for the child (a full pipe would block the worker's loop), and a
-child that dies or hangs costs the worker nothing. The listening socket is bound by the daemon (a port in use fails
-at once, ``port=0`` is resolved there) and handed to the child. The child stops when told (SIGTERM) or when the
-daemon is gone; a child that dies on its own stops the daemon (``FatalError``: its probes would be gone).
+The child runs at a lower CPU priority (``HTTP_NICE``): on a machine short of CPU, a flood of requests slows the
+answers, not the lines. Files rather than a pipe: the worker never waits for the child (a full pipe would block the
+worker's loop), and a child that dies or hangs costs the worker nothing. The listening socket is bound by the
+daemon (a port in use fails at once, ``port=0`` is resolved there) and handed to the child. The child stops when
+told (SIGTERM) or when the daemon is gone; a child that dies on its own stops the daemon (``FatalError``: its probes
+would be gone).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ log = logging.getLogger(__name__)
 
 METRICS_INTERVAL = 0.25  # how often the worker writes its registry for the child's /metrics (its staleness)
 START_TIMEOUT = 60.0  # the child's imports and its server's start
+HTTP_NICE = 10  # the child's CPU priority below the worker's (raising one's niceness needs no privilege)
 CHILD_FAMILIES = b"gatekeeper_api_"  # the metric families the child counts (requests, their time, the gate)
 
 
@@ -108,7 +111,7 @@ class HttpProcess:
             target=_child,
             args=(self.settings, sock, str(self._dir), os.getpid(), started),
             name="gatekeeper-http",
-            daemon=True,
+            daemon=False,  # it has children of its own (the checks' pool); close() and its watch of the daemon end it
         )
         self._proc.start()
         deadline = time.monotonic() + START_TIMEOUT
@@ -196,6 +199,8 @@ def _child(settings: Settings, sock: socket.socket, folder: str, parent: int, st
     from gatekeeper.logs import configure_logging
 
     configure_logging(settings.log_format, settings.log_level)
+    with contextlib.suppress(OSError):
+        os.nice(HTTP_NICE)  # when the machine is short of CPU, the worker's lines go first
     board = _Board(folder, settings.http.stall_seconds)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -6,12 +6,14 @@ pydantic's validator) holds without letting go, and a few of them at once delaye
 milliseconds (``bench/http_flood.py``). So the checks of ``/v1/...`` and of the MCP tools run in a small pool of
 processes (the standard library's ``ProcessPoolExecutor``, ``forkserver`` children with ``rwcore`` loaded once): the
 server's thread validates the request, hands it over and writes the answer the worker process rendered. The pool
-has at most ``http.in_flight.api`` processes (and no more than the machine's CPUs), started on the first request.
+has at most ``http.in_flight.api`` processes and one fewer than the machine's CPUs (at least one), at the lowest CPU
+priority (nice 19), started on the first request: checks never take every core, nor the CPU the lines need.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing
 import os
@@ -34,6 +36,12 @@ def answer(name: str, request: Any) -> dict[str, Any]:
     return func(request)
 
 
+def _yield() -> None:
+    """A worker process's start: the lowest CPU priority, so that checks never take the CPU lines need."""
+    with contextlib.suppress(OSError):
+        os.nice(19)
+
+
 def _context() -> Any:
     try:
         ctx = multiprocessing.get_context("forkserver")
@@ -47,12 +55,12 @@ class FunctionPool:
     """A bounded pool of worker processes for the stateless functions; ``close`` ends them."""
 
     def __init__(self, processes: int) -> None:
-        self.processes = max(1, min(processes, os.cpu_count() or 1))
+        self.processes = max(1, min(processes, (os.cpu_count() or 2) - 1))  # a core is left to the worker
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self.processes, mp_context=_context())
+            self._pool = ProcessPoolExecutor(max_workers=self.processes, mp_context=_context(), initializer=_yield)
         return self._pool
 
     async def render(self, name: str, request: Any) -> bytes:
