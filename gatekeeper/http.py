@@ -60,7 +60,7 @@ Readiness = Probe
 SHUTDOWN_SECONDS = 3
 
 #: The GIL's switch interval while a server runs (Python's default is 5 ms): a thread that waits for the GIL asks
-#: for it after this long, so the worker's thread is not held for 5 ms behind an HTTP request's CPU after each wait.
+#: for it after this long, so the server's loop (and the caller's) is not held 5 ms behind another thread's CPU.
 SWITCH_INTERVAL = 0.0005
 
 
