@@ -249,3 +249,26 @@ async def test_replay_reads_a_transactional_dead_letter_topic(
         assert [(ln.conversation, ln.status) for ln in report.lines] == [("tx", Status.FORWARDED)]
         got = await p.collect(lambda g: len(g.of("output", "tx")) >= 1)
         assert got.of("output", "tx")[0].h("gk.replayed.from.offset") == "0"
+
+
+async def test_replay_details_print_what_an_agent_wrote_inert(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    """A dead letter keeps the value an agent wrote, escapes and all (it was refused for them): ``replay --details``
+    and ``--json`` show it without one raw ESC, OSC or bidi control reaching the operator's terminal."""
+    hostile = HO + " // \x1b]0;owned\x07\x1b[2J\u202eevil"
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        route = p.route()
+        await p.send("c-hostile", hostile)
+        got = await p.collect(_n("c-hostile", 1))
+        (dl,) = got.of("dead", "c-hostile")
+        assert dl.h("gk.reason") == "invalid" and "\x1b" in dl.value.decode()  # the letter keeps the raw value
+        config = _config(p, tmp_path)
+        shown = ""
+        for fmt in (["--details"], ["--json"]):
+            out = await _cli("replay", "-r", route.input, "--dry-run", *fmt, "-c", str(config))
+            assert out.exit_code == 1, out.output
+            for raw in ("\x1b", "\x07", "\u202e"):
+                assert raw not in out.stdout, (fmt, out.stdout[-2000:])
+            shown += out.stdout
+        assert "c-hostile" in shown and "U+001B" in shown  # the letter and its problem are shown
