@@ -180,7 +180,7 @@ async def _healthy(url: str, stop: asyncio.Event, seen: Counter[str]) -> None:
                 await asyncio.wait_for(stop.wait(), 0.5)
 
 
-async def phase(env: Env, name: str, kind: str | None, rate: float, seconds: float) -> dict[str, Any]:
+async def phase(env: Env, name: str, kind: str | None, rate: float, seconds: float, flood_nice: int) -> dict[str, Any]:
     n = int(rate * seconds)
     t = traffic(n, seed=31, tag=name)
     topics = await env.topics(name)
@@ -207,7 +207,12 @@ async def phase(env: Env, name: str, kind: str | None, rate: float, seconds: flo
         watching = asyncio.create_task(_healthy(url, stop, health))
         if kind is not None:
             flood = subprocess.Popen(
-                [sys.executable, __file__, "--flood", kind, "--url", url, "--seconds", str(seconds + 15)],
+                [
+                    sys.executable,
+                    __file__,
+                    *("--flood", kind, "--url", url, "--seconds", str(seconds + 15)),
+                    *("--flood-nice", str(flood_nice)),
+                ],
                 stdout=subprocess.PIPE,
             )
             await asyncio.sleep(2.0)  # the flood under way before the first line
@@ -247,7 +252,7 @@ async def main_async(args: argparse.Namespace) -> int:
         plan += [("undisturbed-2", None)]
         for name, kind in plan:
             say(f"  phase {name}")
-            results.append(await phase(env, name.replace("-", ""), kind, args.rate, args.seconds))
+            results.append(await phase(env, name.replace("-", ""), kind, args.rate, args.seconds, args.flood_nice))
     finally:
         await env.close()
     base = [r for r in results if r["name"].startswith("undisturbed")]
@@ -293,13 +298,16 @@ def main() -> int:
     ap.add_argument("--rate", type=float, default=150.0, help="lines per second fed to the daemon (default 150)")
     ap.add_argument("--seconds", type=float, default=20.0, help="seconds a phase (default 20)")
     ap.add_argument("--smoke", action="store_true", help="3 s a phase: it runs, no figures")
+    ap.add_argument(
+        "--flood-nice", type=int, default=19, help="the flood's CPU priority (default 19; 0: as the daemon's)"
+    )
     ap.add_argument("--flood", choices=sorted(FLOODS), help=argparse.SUPPRESS)  # the flood process
     ap.add_argument("--url", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.flood:
         # the attacker's machine is not the daemon's: on one machine, the flood's own clients yield the CPU to the
         # daemon, its broker and its Redis (nice 19), so the figures are the daemon's isolation, not the clients'
-        os.nice(19)
+        os.nice(args.flood_nice)
         print(json.dumps(_flood(args.url, args.flood, FLOODS[args.flood], args.seconds)), flush=True)
         return 0
     if args.smoke:
