@@ -60,8 +60,6 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-#: The operational paths: no token (``/metrics`` may need one: ``http.metrics_auth``), ``GET`` and ``HEAD`` only.
-OPERATIONAL = frozenset({"/healthz", "/readyz", "/metrics"})
 
 DESCRIPTION = """\
 The RW1 checks of the rogerwilco protocol as JSON endpoints, and the gatekeeper's own verdict for a line.
@@ -235,6 +233,7 @@ class RateLimiter:
         return (1.0 - b.tokens) / self.rate
 
 
+#: The probes: no token, never rate limited nor refused as busy.
 PROBES = frozenset({"/healthz", "/readyz"})
 
 
@@ -771,4 +770,14 @@ def _add_gate(app: FastAPI, gate: Any) -> None:
         )
 
 
-__all__ = ["OPERATIONAL", "CompatJSON", "Guard", "ProblemDocument", "RateLimiter", "create_app", "problem"]
+__all__ = [
+    "PROBES",
+    "CompatJSON",
+    "Guard",
+    "MetricsEndpoint",
+    "ProblemDocument",
+    "RateLimiter",
+    "create_app",
+    "endpoint_class",
+    "problem",
+]
