@@ -4,7 +4,8 @@
 #   make run        start the services, then the demo: the real gatekeeper, agents, verdicts, a replay
 #   make test       ruff check, ruff format --check, mypy, the operator kit's tools, then pytest against the real
 #                   services (the chart, image, rules and dashboard checks and the documentation site included)
-#   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules (cached)
+#   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules, once per
+#                   version (deploy/tools/install.sh: a progress line per build, no Go cache left behind)
 #   make test-faults  the fault suite (bench/faults.py) on a stack of its own; FAULTS_ARGS=--smoke: about 5 min
 #   make test-redis-cluster  the integration suite against a three-master Redis Cluster
 #   make venv       create .venv and install the project with its dev extra
