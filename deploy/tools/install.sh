@@ -139,6 +139,8 @@ mkdir -p "$TOOLS"
 exec 9>"$TOOLS/.lock"
 flock 9
 rm -rf "$TOOLS"/.build.* # what a build that was killed left behind (none runs: this holds the lock)
+# the layout before versioned folders: tools/bin with a .NAME.version stamp beside each binary
+[[ -f "$TOOLS/bin/.helm.version" ]] && rm -rf "$TOOLS/bin"
 for t in "${tools[@]}"; do
     install_one "$t"
 done
