@@ -284,3 +284,25 @@ async def test_metrics_is_rendered_at_most_once_per_interval_and_speaks_gzip_and
     assert b"/probe-of-the-cache" in later.content
     assert zipped.headers["content-encoding"] == "gzip" and b"/probe-of-the-cache" in zipped.content
     assert om.headers["content-type"].startswith("application/openmetrics-text") and om.text.endswith("# EOF\n")
+
+
+async def test_docs_loads_nothing_from_another_site(edge: HttpServer) -> None:
+    """/docs works on an air-gapped host: every script, style and icon it names is the gatekeeper's own, served
+    here, and its content security policy allows nothing else."""
+    import re
+
+    async with httpx.AsyncClient(base_url=edge.url, timeout=5) as c:
+        page = await c.get("/docs")
+        assert page.status_code == 200
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        assert "script-src 'self'" in page.headers["content-security-policy"]
+        refs = re.findall(r"""(?:src|href)\s*=\s*["']([^"']+)["']""", page.text)
+        refs += re.findall(r"""url:\s*['"]([^'"]+)['"]""", page.text)
+        assert refs and all(r.startswith("/") for r in refs), refs
+        assert "http://" not in page.text and "https://" not in page.text.replace("https://swagger.io", "")
+        for ref in refs:
+            r = await c.get(ref)
+            assert r.status_code == 200 and r.content, ref
+        js = await c.get("/docs/assets/swagger-ui-bundle.js")
+        assert b"SwaggerUIBundle" in js.content
+        assert (await c.get("/openapi.json")).json()["openapi"].startswith("3.")
