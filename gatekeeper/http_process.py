@@ -113,12 +113,13 @@ class HttpProcess:
             name="gatekeeper-http",
             daemon=False,  # it has children of its own (the checks' pool); close() and its watch of the daemon end it
         )
-        self._proc.start()
+        proc = self._proc
+        proc.start()
         deadline = time.monotonic() + START_TIMEOUT
         while not started.is_set():
-            if not self._proc.is_alive():
+            if not proc.is_alive():
                 await self.close()
-                raise OSError(f"the HTTP server's process exited at start (code {self._proc.exitcode})")
+                raise OSError(f"the HTTP server's process exited at start (code {proc.exitcode})")
             if time.monotonic() > deadline:
                 await self.close()
                 raise OSError(f"the HTTP server's process did not start within {START_TIMEOUT:g}s")
