@@ -37,7 +37,7 @@ PYTEST_ARGS ?=
 .PHONY: help venv services status stop lint typecheck docs tools test test-faults test-redis-cluster run
 
 help:
-	@sed -n '4,19s/^# \{0,1\}//p' Makefile
+	@sed -n '4,/^$$/s/^# \{0,1\}//p' Makefile
 
 $(BIN)/python:
 	@if ! $(PYTHON) -m venv $(VENV); then \
