@@ -9,8 +9,9 @@ files the worker writes in a private folder (mode 0700, under ``$TMPDIR``: the c
 
 - ``probes.json``, every ``PUBLISH_INTERVAL`` (0.2 s): what ``/readyz`` and ``/healthz`` answer. The child answers
   from it and fails ``/healthz`` when it is older than ``http.stall_seconds`` (the worker's loop has stopped);
-- ``metrics.prom``, every ``METRICS_INTERVAL`` (0.25 s): the worker's registry in the text format, without the
-  ``gatekeeper_api_*`` families, which the child counts itself; ``/metrics`` serves both.
+- ``metrics.prom``, on the first tick ``METRICS_INTERVAL`` (0.25 s) after the last (so about every 0.4 s): the
+  worker's registry in the text format, without the ``gatekeeper_api_*`` families, which the child counts itself;
+  ``/metrics`` serves both.
 
 The child runs at a lower CPU priority (``HTTP_NICE``): on a machine short of CPU, a flood of requests slows the
 answers, not the lines. Files rather than a pipe: the worker never waits for the child (a full pipe would block the
