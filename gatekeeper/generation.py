@@ -36,7 +36,7 @@ from gatekeeper.store import DataLost
 #: What an operator does about a loss (the README's runbook, "Redis lost its data"), said by every refusal.
 RESOLVE = (
     "restore Redis from its AOF or a backup if you can; if not, run `gatekeeper redis accept-loss` "
-    '(README: Runbook, "Redis lost its data"), load only the approvals still to be acted on, restart the '
+    '(docs/troubleshooting.md: "Redis lost its data"), load only the approvals still to be acted on, restart the '
     "gatekeepers, then replay"
 )
 

@@ -615,7 +615,7 @@ class RedisStore:
         if created:
             log.warning(
                 "redis generation marker written: the first start against this redis (or its data was lost before "
-                "this start: see the README's runbook)",
+                "this start: see the runbook, docs/troubleshooting.md)",
                 extra={"generation": self._generation},
             )
         if self._cluster:

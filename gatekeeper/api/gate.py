@@ -99,7 +99,7 @@ class GateRequest(Unicode):
         None,
         min_length=1,
         max_length=200,
-        description="the agent's signature of the line (`v2 <key id> <signature>`, README: Sender authentication), "
+        description="the agent's signature of the line (`v2 <key id> <signature>`, docs/security.md), "
         "sent as the record's signature header; required on a route with sender_auth",
     )
 

@@ -23,7 +23,7 @@ from gatekeeper.verdicts import KeyLoadError, check_private_key_file
 
 keys_app = typer.Typer(
     name="keys",
-    help="Make an agent's or an approver's key pair, sign a line (README: Sender authentication, Signed records).",
+    help="Make an agent's or an approver's key pair, sign a line (docs/security.md, docs/records.md).",
     no_args_is_help=True,
     rich_markup_mode="rich",
 )

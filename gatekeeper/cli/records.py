@@ -74,7 +74,7 @@ handoff keeps the values it was checked against. Its sender cancels it (CX why=R
 
 [bold]After a data loss[/bold] (Redis restarted empty or flushed: no generation marker, while the daemon's consumer
 group has committed offsets) nothing is loaded, exit 3, until [cyan]gatekeeper redis accept-loss[/cyan]: see the
-README's runbook. Before the first gatekeeper start (no marker, no offsets) records load as usual.
+runbook (docs/troubleshooting.md). Before the first gatekeeper start (no marker, no offsets) records load as usual.
 """
 
 GET_EPILOG = """\

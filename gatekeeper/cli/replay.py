@@ -76,7 +76,7 @@ gk.original.* and gk.attempt values that are not the integers the gatekeeper wri
 
 [bold]After a data loss[/bold] (Redis restarted empty or flushed while the daemon's consumer group has committed
 offsets), replay refuses before reading anything, its dry run too (exit 3), until
-[cyan]gatekeeper redis accept-loss[/cyan]: see the README's runbook.
+[cyan]gatekeeper redis accept-loss[/cyan]: see the runbook (docs/troubleshooting.md).
 
 Times: relative ([cyan]90s 15m 2h 3d 1w[/cyan]: that long ago), ISO-8601 ([cyan]2026-10-01T09:00:00Z[/cyan], UTC
 unless an offset is given) or RW1's [cyan]20261001T0900Z[/cyan]. They select by when the line was dead-lettered.

@@ -86,7 +86,7 @@ def run(
         logging.getLogger("gatekeeper").warning(
             "records.require_signed is off: unsigned approved records are honoured, so anyone who can write them "
             "into Redis can approve an act (a signed record is still verified); turn it on in production "
-            "(README: Signed records)"
+            "(docs/records.md: Signed records)"
         )
     tune_gc()
     try:

@@ -855,7 +855,7 @@ class Gatekeeper:
         self.metrics.redis_data_lost_total.inc()
         log.error(
             "redis lost its data: nothing is decided or forwarded until an operator restores it and runs "
-            "`gatekeeper redis accept-loss` (see the README's runbook), then restarts the gatekeepers: %s",
+            "`gatekeeper redis accept-loss` (docs/troubleshooting.md), then restarts the gatekeepers: %s",
             describe(exc),
             extra={"expected": exc.expected, "found": exc.found},
         )
