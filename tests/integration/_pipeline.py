@@ -19,10 +19,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import yaml
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from typer.testing import CliRunner
 
+from gatekeeper.cli import app as cli_app
 from gatekeeper.config import Settings
 from gatekeeper.consumers.loop import Gatekeeper
 from gatekeeper.redis_store import RedisStore
@@ -299,3 +303,14 @@ async def committed(bootstrap: str, group: str, topic: str, partitions: int = 1)
         return {p: await consumer.committed(TopicPartition(topic, p)) for p in range(partitions)}
     finally:
         await consumer.stop()
+
+
+async def cli(*args: str) -> Any:
+    """The command line, in a thread (it runs its own event loop)."""
+    return await asyncio.to_thread(CliRunner().invoke, cli_app, list(args))
+
+
+def config_file(path: Path, settings: Settings) -> Path:
+    """``settings`` as a YAML file at ``path``, for the command line's ``-c``."""
+    path.write_text(yaml.safe_dump(json.loads(settings.model_dump_json())))
+    return path

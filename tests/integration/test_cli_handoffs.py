@@ -3,22 +3,19 @@ wrote there."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from gatekeeper.cli import app
 from gatekeeper.config import load_settings
 from gatekeeper.consumers.loop import route_policy
 from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import RedisStore
 from gatekeeper.sweeper import Sweeper, SweepRoute
+from tests.integration._pipeline import cli
 from tests.lifecycle.memory import Clock, MemoryPublisher
 from tests.policy.test_lifecycle import HO_EXP, T_EXP
 from tests.policy.world import NOW, RECORD
@@ -26,10 +23,6 @@ from tests.policy.world import NOW, RECORD
 pytestmark = pytest.mark.integration
 
 ROUTE = "agents.pay.cli"
-
-
-async def _cli(*args: str) -> Any:
-    return await asyncio.to_thread(CliRunner().invoke, app, list(args))
 
 
 @pytest.fixture
@@ -74,7 +67,7 @@ async def _fill(config: Path) -> None:
 async def test_list_and_show_the_handoffs_in_redis(config: Path, redis_client: object) -> None:
     await _fill(config)
     c = str(config)
-    opened = await _cli("handoffs", "list", "--open", "-c", c, "--json")
+    opened = await cli("handoffs", "list", "--open", "-c", c, "--json")
     assert opened.exit_code == 0, opened.output
     rows = json.loads(opened.stdout)
     assert sorted((r["conversation"], r["handoff"]) for r in rows) == [
@@ -85,57 +78,57 @@ async def test_list_and_show_the_handoffs_in_redis(config: Path, redis_client: o
     assert by_conv["c-exp"]["status"] == "cancelled by the gatekeeper, not acknowledged"
     assert by_conv["c-open"]["status"] == "open" and by_conv["c-open"]["next_deadline"] is None
 
-    expired = await _cli("handoffs", "list", "--expired", "-c", c, "--json")
+    expired = await cli("handoffs", "list", "--expired", "-c", c, "--json")
     assert expired.exit_code == 0, expired.output
     (row,) = json.loads(expired.stdout)
     assert row["conversation"] == "c-exp" and row["gatekeeper_cancel"]["id"] == "scheduler-900000001"
     assert row["overdue"]["alert"] == "thread-orphaned"
 
-    table = await _cli("handoffs", "list", "-c", c)
+    table = await cli("handoffs", "list", "-c", c)
     assert table.exit_code == 0 and "c-exp" in table.stdout and "c-open" in table.stdout
     assert "c-closed" not in table.stdout  # closed and never expired: neither open nor expired
 
-    one = await _cli("handoffs", "list", "--conversation", "c-closed", "-c", c, "--json")
+    one = await cli("handoffs", "list", "--conversation", "c-closed", "-c", c, "--json")
     assert one.exit_code == 0, one.output
     assert json.loads(one.stdout)[0]["status"] == "closed by UN payer-1"
 
-    shown = await _cli("handoffs", "show", "c-exp", "scheduler-1", "-c", c)
+    shown = await cli("handoffs", "show", "c-exp", "scheduler-1", "-c", c)
     assert shown.exit_code == 0, shown.output
     out = shown.stdout
     assert "cancelled by the gatekeeper" in out and "scheduler-900000001 why=EXPIRED" in out
     assert "exp       20261001T1000Z" in out and "acted on" in out
     assert "CX scheduler-900000001" in out and "acct=****2938" in out and "61102938" not in out
-    as_json = json.loads((await _cli("handoffs", "show", "c-exp", "scheduler-1", "-c", c, "--json")).stdout)
+    as_json = json.loads((await cli("handoffs", "show", "c-exp", "scheduler-1", "-c", c, "--json")).stdout)
     assert [t["type"] for t in as_json["thread"]] == ["HO", "CX"]
     assert as_json["cancel_intent"]["done"] is True and as_json["bound"] is True
 
 
 async def test_clear_errors(config: Path, redis_client: object, tmp_path: Path) -> None:
     c = str(config)
-    both = await _cli("handoffs", "list", "--open", "--expired", "-c", c)
+    both = await cli("handoffs", "list", "--open", "--expired", "-c", c)
     assert both.exit_code == 2 and "exclude each other" in both.stderr
-    unknown_route = await _cli("handoffs", "list", "--route", "nope", "-c", c)
+    unknown_route = await cli("handoffs", "list", "--route", "nope", "-c", c)
     assert unknown_route.exit_code == 2 and "unknown route" in unknown_route.stderr
-    nothing = await _cli("handoffs", "list", "-c", c)  # an empty list is an answer, not an error
+    nothing = await cli("handoffs", "list", "-c", c)  # an empty list is an answer, not an error
     assert (nothing.exit_code, nothing.stdout, nothing.stderr) == (
         0,
         f"no open or expired handoffs on route {ROUTE}\n",
         "",
     )
-    nothing_open = await _cli("handoffs", "list", "--open", "-c", c)
+    nothing_open = await cli("handoffs", "list", "--open", "-c", c)
     assert nothing_open.exit_code == 0 and nothing_open.stdout == f"no open handoffs on route {ROUTE}\n"
-    in_conv = await _cli("handoffs", "list", "--conversation", "ghost", "-c", c)
+    in_conv = await cli("handoffs", "list", "--conversation", "ghost", "-c", c)
     assert in_conv.exit_code == 0 and in_conv.stdout == f"no handoffs in conversation ghost on route {ROUTE}\n"
-    as_json = await _cli("handoffs", "list", "--expired", "--json", "-c", c)
+    as_json = await cli("handoffs", "list", "--expired", "--json", "-c", c)
     assert as_json.exit_code == 0 and json.loads(as_json.stdout) == []
-    no_conv = await _cli("handoffs", "show", "ghost", "scheduler-1", "-c", c)
+    no_conv = await cli("handoffs", "show", "ghost", "scheduler-1", "-c", c)
     assert no_conv.exit_code == 1 and no_conv.stderr.startswith("gatekeeper: no conversation ghost")
     await _fill(config)
-    no_ho = await _cli("handoffs", "show", "c-exp", "scheduler-7", "-c", c)
+    no_ho = await cli("handoffs", "show", "c-exp", "scheduler-7", "-c", c)
     assert no_ho.exit_code == 1 and "its handoffs: scheduler-1" in no_ho.stderr
     down = tmp_path / "down.yaml"
     doc = yaml.safe_load(config.read_text())
     doc["redis"]["url"] = "redis://127.0.0.1:1/0"
     down.write_text(yaml.safe_dump(doc))
-    unreachable = await _cli("handoffs", "list", "-c", str(down))
+    unreachable = await cli("handoffs", "list", "-c", str(down))
     assert unreachable.exit_code == 3 and "redis" in unreachable.stderr

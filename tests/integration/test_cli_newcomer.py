@@ -11,25 +11,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from typer.testing import CliRunner
 
-from gatekeeper.cli import app
-from tests.integration._pipeline import Pipeline, TopicFactory, committed
+from tests.integration._pipeline import Pipeline, TopicFactory, cli, committed, config_file, make_route, settings_for
 from tests.seed import HO
 
 pytestmark = pytest.mark.integration
 
 LOST = "gatekeeper: error: redis lost its data: no generation marker"
-
-
-async def _cli(*args: str) -> Any:
-    return await asyncio.to_thread(CliRunner().invoke, app, list(args))
 
 
 async def test_status_exits_3_while_the_gatekeepers_refuse_to_decide_after_a_loss(
@@ -43,11 +35,10 @@ async def test_status_exits_3_while_the_gatekeepers_refuse_to_decide_after_a_los
         while (await committed(kafka_bootstrap, settings.kafka.group_id, route.input))[0] != 1:
             assert time.monotonic() < deadline, "the group did not commit"
             await asyncio.sleep(0.1)
-    config = tmp_path / "gk.yaml"
-    config.write_text(yaml.safe_dump(json.loads(settings.model_dump_json())))
+    config = config_file(tmp_path / "gk.yaml", settings)
     c = str(config)
 
-    healthy = await _cli("status", "-c", c, "--json")
+    healthy = await cli("status", "-c", c, "--json")
     assert healthy.exit_code == 0, healthy.output
     doc = json.loads(healthy.stdout)
     assert doc.get("redis_data_lost") is None and doc["routes"][0]["open_handoffs"] is not None
@@ -57,7 +48,7 @@ async def test_status_exits_3_while_the_gatekeepers_refuse_to_decide_after_a_los
     assert f"{prefix}:generation".encode() in keys
     await redis_client.delete(*keys)
 
-    lost = await _cli("status", "-c", c, "--json")
+    lost = await cli("status", "-c", c, "--json")
     assert lost.exit_code == 3, lost.output
     assert lost.stderr.startswith(LOST) and lost.stderr.count("\n") == 1, lost.stderr
     assert f"consumer group {settings.kafka.group_id} has committed offsets" in lost.stderr
@@ -66,12 +57,12 @@ async def test_status_exits_3_while_the_gatekeepers_refuse_to_decide_after_a_los
     assert doc["redis_data_lost"] == lost.stderr.removeprefix("gatekeeper: error: ").strip()
     (r,) = doc["routes"]
     assert r["open_handoffs"] is None and r["lag_total"] == 0 and r["dead_letter_depth"] == 1
-    table = await _cli("status", "-c", c)
+    table = await cli("status", "-c", c)
     assert table.exit_code == 3 and table.stderr == lost.stderr and "unknown" in table.stdout
 
-    accepted = await _cli("redis", "accept-loss", "--yes", "-c", c)
+    accepted = await cli("redis", "accept-loss", "--yes", "-c", c)
     assert accepted.exit_code == 0, accepted.output
-    again = await _cli("status", "-c", c, "--json")
+    again = await cli("status", "-c", c, "--json")
     assert again.exit_code == 0, again.output
     assert json.loads(again.stdout)["redis_data_lost"] is None
 
@@ -80,19 +71,9 @@ async def test_status_on_a_first_start_is_not_a_loss(
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, tmp_path: Path
 ) -> None:
     """No marker and no committed offset: no gatekeeper ran yet, nothing is refused."""
-    names = [await topic_factory(1) for _ in range(4)]
-    route = dict(zip(("input", "output", "dead_letter", "alerts"), names, strict=True), profile="pay")
-    config = tmp_path / "gk.yaml"
-    config.write_text(
-        yaml.safe_dump(
-            {
-                "kafka": {"bootstrap_servers": kafka_bootstrap, "group_id": f"gk-test-{uuid.uuid4().hex[:8]}"},
-                "redis": {"url": redis_url, "key_prefix": f"gkt{uuid.uuid4().hex[:10]}"},
-                "routes": [route],
-            }
-        )
-    )
-    result = await _cli("status", "-c", str(config), "--json")
+    settings = settings_for(kafka_bootstrap, redis_url, [await make_route(topic_factory)])
+    config = config_file(tmp_path / "gk.yaml", settings)
+    result = await cli("status", "-c", str(config), "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["redis_data_lost"] is None and doc["routes"][0]["open_handoffs"] == {

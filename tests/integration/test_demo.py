@@ -3,7 +3,6 @@ the verdicts of every conversation, the replay of the held payment, a clean stop
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import re
@@ -16,11 +15,10 @@ import pytest
 import yaml
 from aiokafka.admin import AIOKafkaAdminClient
 from rich.console import Console
-from typer.testing import CliRunner
 
-from gatekeeper.cli import app
 from gatekeeper.demo import DEMO_MARKER, Demo, DemoError, DemoOptions, DemoResult
 from gatekeeper.policy import bound_handoff
+from tests.integration._pipeline import cli
 
 pytestmark = pytest.mark.integration
 
@@ -46,10 +44,6 @@ def _sample(tmp_path: Path, base: str, kafka_bootstrap: str, redis_url: str) -> 
     config = tmp_path / "demo.yaml"
     config.write_text(yaml.safe_dump(sample))
     return config, route
-
-
-async def _cli(*args: str) -> Any:
-    return await asyncio.to_thread(CliRunner().invoke, app, list(args))
 
 
 async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
@@ -163,11 +157,11 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
 async def _look_around(config: Path, route: str, run_id: str) -> dict[str, Any]:
     """What the operator's commands the demo ends with report about the demo's world."""
     c = str(config)
-    handoffs = await _cli("handoffs", "list", "--conversation", f"clean-{run_id}", "--json", "-c", c)
+    handoffs = await cli("handoffs", "list", "--conversation", f"clean-{run_id}", "--json", "-c", c)
     assert handoffs.exit_code == 0, handoffs.output
-    records = await _cli("records", "get", "inv:MD-2026-057", "--ask", "PAY", "--json", "-c", c)
+    records = await cli("records", "get", "inv:MD-2026-057", "--ask", "PAY", "--json", "-c", c)
     assert records.exit_code == 0, records.output
-    replay = await _cli("replay", "--route", route, "--dry-run", "--json", "-c", c)
+    replay = await cli("replay", "--route", route, "--dry-run", "--json", "-c", c)
     assert replay.exit_code == 1, replay.output  # the two refused readbacks still fail: a finding
     doc = json.loads(replay.stdout)
     return {

@@ -17,11 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
 from gatekeeper.api.auth import hash_token
 from gatekeeper.api.gate import Gate, GateRequest
-from gatekeeper.cli import app
 from gatekeeper.config import Settings
 from gatekeeper.consumers.loop import Gatekeeper
 from gatekeeper.policy import Record
@@ -29,7 +27,7 @@ from gatekeeper.redis_store import RedisStore
 from gatekeeper.replay import Replayer
 from gatekeeper.store import DataLost
 from tests.integration._own_redis import OwnRedis
-from tests.integration._pipeline import Pipeline, TopicFactory, committed, make_route, settings_for, wait_ready
+from tests.integration._pipeline import Pipeline, TopicFactory, cli, committed, make_route, settings_for, wait_ready
 from tests.policy.world import HO, RECORD
 
 pytestmark = pytest.mark.integration
@@ -52,10 +50,6 @@ def _records(tmp_path: Path, *items: str) -> str:
     values = {k: v for k, v in RECORD.values.items() if k != "item"}
     path.write_text(json.dumps({item: values for item in items}))
     return str(path)
-
-
-async def _cli(*args: str) -> Any:
-    return await asyncio.to_thread(CliRunner().invoke, app, list(args))
 
 
 def _refused(result: Any) -> None:
@@ -100,8 +94,8 @@ async def test_replay_and_the_gates_dry_run_refuse_after_a_flush_and_never_bind_
                 client.flushall()
             await p.store.put_record(RECORD)  # the approver's reload, as the store lets it write
 
-            _refused(await _cli("replay", "--route", route.input, "--json", "-c", config))
-            _refused(await _cli("replay", "--route", route.input, "--dry-run", "--json", "-c", config))
+            _refused(await cli("replay", "--route", route.input, "--json", "-c", config))
+            _refused(await cli("replay", "--route", route.input, "--dry-run", "--json", "-c", config))
             with pytest.raises(DataLost, match=LOST):
                 await Replayer(p.settings, timeout=5.0).run(route=route.input, requeue_failed=True)
             for _ in range(2):  # the marker it had pinned went: checked again, and refused as the commands refuse
@@ -117,12 +111,12 @@ async def test_replay_and_the_gates_dry_run_refuse_after_a_flush_and_never_bind_
 
             # accepted (the used approval withdrawn first): the dry runs answer again, without a restart
             assert await p.store.delete_records(RECORD.item) == 1
-            accepted = await _cli("redis", "accept-loss", "--yes", "-c", config)
+            accepted = await cli("redis", "accept-loss", "--yes", "-c", config)
             assert accepted.exit_code == 0, accepted.output
             status, doc = await _dry_gate(gate, "c3", HO)
             assert (status, doc["verdict"], doc["reason"]) == (200, "dead-letter", "no-record")
             await gate.close()
-            dry = await _cli("replay", "--route", route.input, "--dry-run", "--json", "-c", config)
+            dry = await cli("replay", "--route", route.input, "--dry-run", "--json", "-c", config)
             assert dry.exit_code == 1, dry.output  # c2 still fails: its approval is not loaded again
             doc = json.loads(dry.stdout)
             assert [(ln["conversation"], ln["reason"], ln["state_gone"]) for ln in doc["lines"]] == [
@@ -143,17 +137,17 @@ async def test_records_load_refuses_after_a_flush_and_the_runbooks_order_works(
 
             with redis_server.client() as client:
                 client.flushall()
-            _refused(await _cli("records", "load", _records(tmp_path, RECORD.item, ITEM_B), "-c", config))
+            _refused(await cli("records", "load", _records(tmp_path, RECORD.item, ITEM_B), "-c", config))
             assert await p.store.get_records(RECORD.item) == [] and await p.store.get_records(ITEM_B) == []
             await p.store.put_record(Record(ITEM_B, "PAY", {**RECORD.values, "item": ITEM_B}))
-            _refused(await _cli("records", "delete", ITEM_B, "--yes", "-c", config))
+            _refused(await cli("records", "delete", ITEM_B, "--yes", "-c", config))
             assert len(await p.store.get_records(ITEM_B)) == 1
             assert await p.store.delete_records(ITEM_B) == 1
 
             # the runbook: accept the loss, load only the approvals still to be acted on, restart, replay
-            accepted = await _cli("redis", "accept-loss", "--yes", "-c", config)
+            accepted = await cli("redis", "accept-loss", "--yes", "-c", config)
             assert accepted.exit_code == 0, accepted.output
-            loaded = await _cli("records", "load", _records(tmp_path, ITEM_B), "-c", config)
+            loaded = await cli("records", "load", _records(tmp_path, ITEM_B), "-c", config)
             assert loaded.exit_code == 0, loaded.output
             p.gatekeeper.request_stop()
             await asyncio.wait_for(p.task, 20)
@@ -162,7 +156,7 @@ async def test_records_load_refuses_after_a_flush_and_the_runbooks_order_works(
             task = asyncio.create_task(gk.run())
             try:
                 await wait_ready(gk, task)
-                replayed = await _cli("replay", "--route", route.input, "--json", "-c", config)
+                replayed = await cli("replay", "--route", route.input, "--json", "-c", config)
                 assert replayed.exit_code == 1, replayed.output  # c2 still fails: its used approval stays out
                 doc = json.loads(replayed.stdout)
                 lines = [(ln["conversation"], ln["status"], ln["reason"]) for ln in doc["lines"]]
@@ -182,9 +176,9 @@ async def test_a_first_start_is_not_a_loss(
     start), and replay's dry run reads what is there."""
     settings = settings_for(kafka_bootstrap, redis_url, [await make_route(topic_factory)])
     config = _config(settings, tmp_path)
-    loaded = await _cli("records", "load", _records(tmp_path, RECORD.item), "-c", config)
+    loaded = await cli("records", "load", _records(tmp_path, RECORD.item), "-c", config)
     assert loaded.exit_code == 0, loaded.output
     assert "loaded 1 record" in loaded.stdout and loaded.stderr == ""
-    dry = await _cli("replay", "--route", settings.routes[0].input, "--dry-run", "--json", "-c", config)
+    dry = await cli("replay", "--route", settings.routes[0].input, "--dry-run", "--json", "-c", config)
     assert dry.exit_code == 0, dry.output
     assert await redis_client.get(f"{settings.redis.key_prefix}:generation") is None  # the daemon writes it

@@ -248,3 +248,24 @@ async def test_a_dry_run_route_s_breaker_alerts_and_never_pauses(
         (alert,) = flood(got)
         assert (alert["action"], alert["dry_run"], alert["pause_seconds"]) == ("alerted", True, None)
         assert "routes_paused" not in p.gatekeeper.readiness()[1]
+
+
+async def test_a_space_that_is_not_one_is_refused_in_a_tail_and_in_a_conversation_id(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str
+) -> None:
+    """An agent writes a no-break (or em, or ideographic) space where a reader sees a plain one: the line is
+    dead-lettered invalid, the conversation id no-conversation, on the real broker; a plain line goes through."""
+    from tests.policy.world import HO, RECORD
+
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        await p.store.put_record(RECORD)
+        await p.send("c-nbsp", HO + " // pay\u00a0now")
+        await p.send("c-em", HO + " // pay\u2003now")
+        await p.send("c\u00a0key", HO)
+        await p.send("c-plain", HO + " // pay now")
+        got = await p.collect(lambda g: len(g.output) + len(g.dead) >= 4)
+        reasons = {d.key.decode(): (d.h("gk.reason"), d.h("gk.problems") or "") for d in got.dead}
+        assert reasons["c-nbsp"][0] == "invalid" and "U+00A0" in reasons["c-nbsp"][1]
+        assert reasons["c-em"][0] == "invalid" and "U+2003" in reasons["c-em"][1]
+        assert reasons["c\u00a0key"][0] == "no-conversation" and "conversation-invalid" in reasons["c\u00a0key"][1]
+        assert [o.key for o in got.output] == [b"c-plain"]

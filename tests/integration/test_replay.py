@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 import yaml
-from typer.testing import CliRunner
 
-from gatekeeper.cli import app
 from gatekeeper.policy import Record
 from gatekeeper.replay import NOTIFIED, RedisMarkers, Replayer, Selection, Status
-from tests.integration._pipeline import Collected, Pipeline, TopicFactory, committed
+from tests.integration._pipeline import Collected, Pipeline, TopicFactory, cli, committed, config_file
 from tests.policy.world import AN, DN, HO, RB, RECORD
 
 pytestmark = pytest.mark.integration
@@ -26,18 +24,6 @@ LOOKALIKE = "40-12-88/61102983"
 
 def _n(conversation: str, n: int) -> Any:
     return lambda got: got.count(conversation) >= n
-
-
-def _config(p: Pipeline, tmp_path: Path) -> Path:
-    """The pipeline's settings as a YAML file, for the command line."""
-    path = tmp_path / "gk.yaml"
-    path.write_text(yaml.safe_dump(json.loads(p.settings.model_dump_json())))
-    return path
-
-
-async def _cli(*args: str) -> Any:
-    """The command line, in a thread (it runs its own event loop)."""
-    return await asyncio.to_thread(CliRunner().invoke, app, list(args))
 
 
 async def test_a_handoff_held_for_its_approval_is_forwarded_once_the_record_lands(
@@ -70,8 +56,8 @@ async def test_a_handoff_held_for_its_approval_is_forwarded_once_the_record_land
         assert (fwd.h("gk.original.topic"), fwd.h("gk.original.offset")) == (route.input, "0")
 
         # the same range again: the stored decision is a forward now, so nothing is forwarded twice (command line)
-        config = _config(p, tmp_path)
-        again = await _cli("replay", "--route", route.input, "--json", "--config", str(config))
+        config = config_file(tmp_path / "gk.yaml", p.settings)
+        again = await cli("replay", "--route", route.input, "--json", "--config", str(config))
         assert again.exit_code == 0, again.output
         doc = json.loads(again.stdout)
         assert (doc["forwarded"], doc["already_forwarded"], doc["still_failing"]) == (0, 1, 0)
@@ -118,8 +104,8 @@ async def test_a_dry_run_changes_nothing_and_the_forbidden_stays_held(
 
         keys = sorted([k async for k in redis_client.scan_iter(match=f"{p.settings.redis.key_prefix}:*")])
         before = {k: await redis_client.dump(k) for k in keys}
-        config = _config(p, tmp_path)
-        dry = await _cli("replay", "-r", route.input, "--dry-run", "--json", "--config", str(config))
+        config = config_file(tmp_path / "gk.yaml", p.settings)
+        dry = await cli("replay", "-r", route.input, "--dry-run", "--json", "--config", str(config))
         assert dry.exit_code == 1, dry.output  # some lines would still fail
         doc = json.loads(dry.stdout)
         assert doc["dry_run"] is True and doc["forwarded"] == 2  # 'expiring' (not yet expired) and 'first'
@@ -177,8 +163,8 @@ async def test_a_dead_letter_whose_conversation_state_is_gone_is_said_so_plainly
         keys = p.store.keys
         assert await redis_client.delete(keys.state(route.input, "gone"), keys.queue(route.input, "gone")) >= 1
 
-        config = _config(p, tmp_path)
-        dry = await _cli("replay", "-r", route.input, "--dry-run", "--json", "-c", str(config))
+        config = config_file(tmp_path / "gk.yaml", p.settings)
+        dry = await cli("replay", "-r", route.input, "--dry-run", "--json", "-c", str(config))
         assert dry.exit_code == 1, dry.output
         doc = json.loads(dry.stdout)
         by_conv = {ln["conversation"]: ln for ln in doc["lines"]}
@@ -189,7 +175,7 @@ async def test_a_dead_letter_whose_conversation_state_is_gone_is_said_so_plainly
         assert by_conv["kept"]["problems"][0]["got"] == "****2983" and "61102983" not in dry.stdout
         assert (doc["failing_by_reason"], doc["state_gone"], doc["still_failing"]) == ({"check-rb": 1}, 1, 2)
 
-        table = await _cli("replay", "-r", route.input, "--dry-run", "--details", "-c", str(config))
+        table = await cli("replay", "-r", route.input, "--dry-run", "--details", "-c", str(config))
         assert table.exit_code == 1, table.output
         text = " ".join(table.stdout.replace("│", " ").replace("┃", " ").split())
         assert "acct mismatch: HO ****2938 vs RB ****2983" in text and "61102938" not in text  # masked
@@ -216,17 +202,17 @@ async def test_replay_errors_are_one_line(
     def one_line(result: Any) -> bool:
         return len(result.stderr.strip().splitlines()) == 1
 
-    unknown = await _cli("replay", "-r", "nope", "-c", str(config))
+    unknown = await cli("replay", "-r", "nope", "-c", str(config))
     assert one_line(unknown) and unknown.exit_code == 2 and "unknown route 'nope'" in unknown.stderr
-    missing = await _cli("replay", "-r", "in", "--from-topic", "gk-no-such-topic", "--timeout", "1", "-c", str(config))
+    missing = await cli("replay", "-r", "in", "--from-topic", "gk-no-such-topic", "--timeout", "1", "-c", str(config))
     assert one_line(missing) and missing.exit_code == 2 and "gk-no-such-topic does not exist" in missing.stderr
-    archive = await _cli("replay", "--from-topic", "x", "-c", str(config))  # whose letters it holds is not said
+    archive = await cli("replay", "--from-topic", "x", "-c", str(config))  # whose letters it holds is not said
     assert one_line(archive) and archive.exit_code == 2 and "x is no configured route's dead-letter" in archive.stderr
-    neither = await _cli("replay", "-c", str(config))
+    neither = await cli("replay", "-c", str(config))
     assert one_line(neither) and neither.exit_code == 2 and "give --route ROUTE" in neither.stderr
-    bad_time = await _cli("replay", "-r", "in", "--since", "yesterday", "-c", str(config))
+    bad_time = await cli("replay", "-r", "in", "--since", "yesterday", "-c", str(config))
     assert one_line(bad_time) and bad_time.exit_code == 2 and "2h" in bad_time.stderr
-    empty = await _cli("replay", "-r", "in", "-c", str(config))
+    empty = await cli("replay", "-r", "in", "-c", str(config))
     assert empty.exit_code == 0, empty.output
     assert "0 dead letter(s) read" in empty.stdout
 
@@ -263,10 +249,10 @@ async def test_replay_details_print_what_an_agent_wrote_inert(
         got = await p.collect(_n("c-hostile", 1))
         (dl,) = got.of("dead", "c-hostile")
         assert dl.h("gk.reason") == "invalid" and "\x1b" in dl.value.decode()  # the letter keeps the raw value
-        config = _config(p, tmp_path)
+        config = config_file(tmp_path / "gk.yaml", p.settings)
         shown = ""
         for fmt in (["--details"], ["--json"]):
-            out = await _cli("replay", "-r", route.input, "--dry-run", *fmt, "-c", str(config))
+            out = await cli("replay", "-r", route.input, "--dry-run", *fmt, "-c", str(config))
             assert out.exit_code == 1, out.output
             for raw in ("\x1b", "\x07", "\u202e"):
                 assert raw not in out.stdout, (fmt, out.stdout[-2000:])
