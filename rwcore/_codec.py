@@ -661,8 +661,8 @@ def _encode_clean(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profil
     else:
         tail = None
     m = clean(line)
-    if m is None or line.strip() != line or m.group(2).count(" ") != len(toks):
-        return None
+    if m is None or line.strip() != line or m.group(2).count(" ") != len(toks) or m.group(3, 4) != (tail, None):
+        return None  # not clean, or a value holding " // " moved where the parser starts the tail
     _, frm, to, _ = envelope
     if typ in _TYPES_WITH_RULES:
         errors: list[Problem] = []

@@ -824,3 +824,17 @@ def test_the_clean_encode_takes_only_what_the_parser_passes(case: tuple[str | No
     if got is not None:
         assert got == _encode_line(twin, twin["slots"], prof)
         assert parse_raw(got, prof)[1] == []
+
+
+def test_a_value_holding_the_tail_marker_moves_the_tail_and_the_clean_encode_declines() -> None:
+    """A slot value "x // y" ahead of a tail near its limit: the parser starts the tail at the value's " // ", so
+    the tail it reads (301 characters) is over the limit. The clean encode once returned that line as clean (found
+    by the property above on CI); it now declines, and encode refuses the twin with the parser's finding."""
+    prof = reference_profile("pay")
+    line = "RW1 AN auditor-0 from=auditor to=extractor re=0-0 val=Y acct=0 // " + "x" * 296
+    raw = parse_raw(line, prof)[0]
+    twin = {**raw, "slots": {**raw["slots"], "acct": "x // y"}}
+    assert _encode_clean(twin, twin["slots"], prof) is None
+    assert [p.code for p in parse_raw(_encode_line(twin, twin["slots"], prof), prof)[1]] == ["tail-too-long"]
+    with pytest.raises(rw.FormError, match="tail is 301 characters"):
+        rw.encode(twin, "pay")
