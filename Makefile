@@ -96,8 +96,8 @@ run: venv services
 	@$(WITH_STACK_ENV) $(BIN)/gatekeeper demo
 
 # The fault suite (bench/faults.py: SIGKILLs in both delivery modes, Redis paused and restarted, a rebalance) on a
-# stack of its own (FAULTS_STATE_DIR), stopped afterwards whatever the result. FAULTS_ARGS: e.g. --smoke (under about
-# two minutes) or '--kills 5 --lines 20000'; the defaults (20 kills, 100,000 lines) take about 8 minutes.
+# stack of its own (FAULTS_STATE_DIR), stopped afterwards whatever the result. FAULTS_ARGS: e.g. --smoke (every
+# scenario at small sizes) or '--kills 5 --lines 20000'; docs/fault-suite.md says how long each takes.
 FAULTS_STATE_DIR ?= $(CURDIR)/.local/faults
 FAULTS_ARGS ?=
 
