@@ -4,6 +4,11 @@ tool per stateless function, typed inputs, and the same answers as the HTTP endp
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +17,8 @@ from mcp import Client
 from gatekeeper.http import HttpServer
 from tests.api.test_functions import SEED_BODY, SEED_HO
 from tests.seed import DN, HO, RB, RECORD_VALUES
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 TOOLS = {
     "check_ho",
@@ -76,3 +83,19 @@ async def test_the_tools_answer_as_the_http_endpoints(server: HttpServer, client
         assert bad.is_error and "unknown-profile" in bad.content[0].text
         bad = await mcp.call_tool("check_rb", {"ho": HO, "rb": RB, "now": "tomorrow"})
         assert bad.is_error and "now" in bad.content[0].text
+
+
+def test_the_readmes_python_client_answers_as_shown(server: HttpServer) -> None:
+    """The README's MCP example, as written, with ``GK`` set to the server: its output is the one shown."""
+    text = README.read_text(encoding="utf-8")
+    mcp_section = text[text.index("\n### MCP\n") :]
+    code, shown = re.search(r"```python\n(.*?)```\n\n```text\n(.*?)```", mcp_section, re.S).groups()  # type: ignore[union-attr]
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "GK": server.url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == shown
