@@ -26,9 +26,12 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rwcore import Problem
+
+if TYPE_CHECKING:
+    from gatekeeper.config import Settings
 
 #: Masked under every profile; a profile's ``sensitive`` adds to these.
 DEFAULT_SENSITIVE = frozenset({"acct", "prev", "addr"})
@@ -153,10 +156,33 @@ def mask_values(values: Mapping[str, Any], slots: Collection[str] = ()) -> dict[
     return out
 
 
+def sensitive_slots(settings: Settings) -> frozenset[str]:
+    """The slots whose values the operator's commands and the console mask: the defaults (acct, prev, addr) and
+    every slot a configured route's profile lists as sensitive."""
+    from rwcore import FormError, get_profile
+
+    slots = set(DEFAULT_SENSITIVE)
+    for route in settings.routes:
+        try:
+            slots |= get_profile(route.profile, extra_dirs=settings.all_profile_dirs()).sensitive
+        except FormError:
+            continue
+    return frozenset(slots)
+
+
 def mask_line(line: str | bytes, slots: Collection[str] = ()) -> str:
     """A line as it may appear in a log, a header or an alert."""
     text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
     return masker_for(text, (), slots).text(text)
 
 
-__all__ = ["DEFAULT_SENSITIVE", "MASK", "Masker", "mask_line", "mask_value", "mask_values", "masker_for"]
+__all__ = [
+    "DEFAULT_SENSITIVE",
+    "MASK",
+    "Masker",
+    "mask_line",
+    "mask_value",
+    "mask_values",
+    "masker_for",
+    "sensitive_slots",
+]

@@ -1018,6 +1018,27 @@ class RedisStore:
             raise self._error("index", exc) from exc
         return out
 
+    async def index_head(
+        self, route: str, kind: IndexKind, partitions: Collection[int], limit: int, *, newest: bool = False
+    ) -> list[Indexed]:
+        """ZRANGE of each partition's key (the daemon's ACL allows it; SCAN and ZREVRANGE it does not need)."""
+        out: list[Indexed] = []
+        start, stop = (-limit, -1) if newest else (0, limit - 1)
+        try:
+            for p in sorted(partitions):
+                members = await self._redis.zrange(self.keys.lifecycle(kind, route, p), start, stop, withscores=True)
+                out.extend(Indexed(p, *_unmember(m), float(t)) for m, t in members)
+        except _REDIS_ERRORS as exc:
+            raise self._error("index", exc) from exc
+        out.sort(key=lambda m: m.score, reverse=newest)
+        return out[:limit]
+
+    async def index_size(self, route: str, kind: IndexKind, partitions: Collection[int]) -> int:
+        try:
+            return sum([int(await self._redis.zcard(self.keys.lifecycle(kind, route, p))) for p in partitions])
+        except _REDIS_ERRORS as exc:
+            raise self._error("index", exc) from exc
+
     async def intents(self, route: str, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], CancelIntent]:
         pairs = list(keys)
         if not pairs:

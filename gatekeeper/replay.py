@@ -148,6 +148,28 @@ _RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)$")
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
+def masked(report: ReplayReport, slots: frozenset[str]) -> ReplayReport:
+    """The report with the sensitive values of its problems masked, as in the dead letters' gk.problems header."""
+    from gatekeeper.masking import Masker
+
+    out = dataclasses.replace(report, lines=[])
+    for ln in report.lines:
+        m = Masker.for_slots(slots).learn_problems(ln.problems)
+        out.lines.append(dataclasses.replace(ln, problems=m.problems(ln.problems)))
+    return out
+
+
+def parse_letters(texts: Iterable[str]) -> frozenset[tuple[int, int]]:
+    """Dead letters named as ``PARTITION:OFFSET`` (``--letter 0:17``). Raises ValueError, saying which and why."""
+    out = set()
+    for text in texts:
+        p, sep, o = text.partition(":")
+        if not sep or not p.isdecimal() or not o.isdecimal() or not p.isascii() or not o.isascii():
+            raise ValueError(f"{text!r} is not PARTITION:OFFSET (two decimal numbers, e.g. 0:17)")
+        out.add((int(p), int(o)))
+    return frozenset(out)
+
+
 def parse_when(text: str, now: float) -> float:
     """A time option as epoch seconds: relative to ``now`` (``90s``, ``15m``, ``2h``, ``3d``, ``1w``: that long
     ago), ISO-8601 (``2026-10-01T09:00:00Z``, ``2026-10-01T09:00``, ``2026-10-01``; UTC unless an offset is given)
@@ -226,7 +248,7 @@ class ReplayReport:
     include_parked: bool = False
     lines: list[ReplayedLine] = field(default_factory=list)
     read: int = 0  # dead letters read in the range
-    filtered: int = 0  # read but not selected (--reason, --conversation, another route)
+    filtered: int = 0  # read but not selected (--reason, --conversation, --letter, another route)
     limited: bool = False  # --limit stopped the replay early
 
     def count(self, status: Status) -> int:
@@ -459,6 +481,7 @@ class Selection:
     reasons: frozenset[str] | None = None  # only these gk.reason codes
     conversation: str | None = None
     limit: int | None = None  # at most this many dead letters replayed
+    letters: frozenset[tuple[int, int]] | None = None  # only these dead letters: (partition, offset) on the topic read
 
 
 #: A line's identity across its dead letters: the input record they all came from (gk.original.topic, partition,
@@ -946,6 +969,8 @@ class Replayer:
 
     @staticmethod
     def _selected(item: _Item, sel: Selection) -> bool:
+        if sel.letters is not None and item.dlq[1:] not in sel.letters:
+            return False
         if sel.reasons is not None and (item.was or "") not in sel.reasons:
             return False
         if sel.since is not None and item.record.timestamp is not None and item.record.timestamp < sel.since * 1000:
@@ -1224,7 +1249,7 @@ def summary_rows(report: ReplayReport) -> list[tuple[str, int]]:
     for note, n in report.skipped_by_note().items():
         rows.append((f"skipped: {note}", n))
     if report.filtered:
-        rows.append(("not selected (--reason, --conversation, another route)", report.filtered))
+        rows.append(("not selected (--reason, --conversation, --letter, another route)", report.filtered))
     return rows
 
 
@@ -1256,6 +1281,8 @@ __all__ = [
     "Selection",
     "Status",
     "check_original",
+    "masked",
+    "parse_letters",
     "parse_when",
     "replayed_headers",
     "summary_rows",

@@ -213,6 +213,17 @@ class LifecycleStore(Store, Protocol):
         """Every member of one index, of one route or all (``gatekeeper handoffs list``): (route, member)."""
         ...
 
+    async def index_head(
+        self, route: str, kind: IndexKind, partitions: Collection[int], limit: int, *, newest: bool = False
+    ) -> list[Indexed]:
+        """At most ``limit`` members of one index of these partitions of ``route``, the lowest scores first (the
+        highest first with ``newest``): the console's bounded read, one ZRANGE per partition and no SCAN."""
+        ...
+
+    async def index_size(self, route: str, kind: IndexKind, partitions: Collection[int]) -> int:
+        """How many members one index of these partitions of ``route`` has (ZCARD of each)."""
+        ...
+
     async def intents(self, route: str, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], CancelIntent]:
         """One round trip: the cancel intents of these (conversation, handoff) pairs that exist."""
         ...
@@ -404,6 +415,21 @@ class MemoryStore:
             if k == kind and (route is None or r == route):
                 out.extend((r, Indexed(p, m[0], m[1], t)) for m, t in sorted(members.items(), key=lambda kv: kv[1]))
         return out
+
+    async def index_head(
+        self, route: str, kind: IndexKind, partitions: Collection[int], limit: int, *, newest: bool = False
+    ) -> list[Indexed]:
+        out = [
+            Indexed(p, m[0], m[1], t)
+            for (r, p, k), members in self._index.items()
+            if r == route and k == kind and p in partitions
+            for m, t in members.items()
+        ]
+        out.sort(key=lambda m: m.score, reverse=newest)
+        return out[:limit]
+
+    async def index_size(self, route: str, kind: IndexKind, partitions: Collection[int]) -> int:
+        return sum(len(m) for (r, p, k), m in self._index.items() if r == route and k == kind and p in partitions)
 
     async def intents(self, route: str, keys: Collection[tuple[str, str]]) -> dict[tuple[str, str], CancelIntent]:
         return {k: i for k in keys if (i := self._intents.get((route, *k))) is not None}

@@ -100,20 +100,6 @@ def not_found(message: str) -> NoReturn:
     raise typer.Exit(EXIT_FINDING)
 
 
-def sensitive_slots(settings: Settings) -> frozenset[str]:
-    """The slots whose values the operator's commands mask: the defaults (acct, prev, addr) and every slot a
-    configured route's profile lists as sensitive."""
-    from gatekeeper.masking import DEFAULT_SENSITIVE
-
-    slots = set(DEFAULT_SENSITIVE)
-    for route in settings.routes:
-        try:
-            slots |= get_profile(route.profile, extra_dirs=settings.all_profile_dirs()).sensitive
-        except FormError:
-            continue
-    return frozenset(slots)
-
-
 def warn(message: str) -> None:
     typer.echo(f"gatekeeper: {message}", err=True)
 

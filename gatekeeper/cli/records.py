@@ -26,7 +26,6 @@ from gatekeeper.cli.common import (
     not_found,
     profile_from,
     run,
-    sensitive_slots,
     settings_from,
     stdout_is_tty,
     warn,
@@ -35,7 +34,7 @@ from gatekeeper.cli.keys import read_private_key
 from gatekeeper.config import Settings
 from gatekeeper.generation import require
 from gatekeeper.inert import inert, json_inert
-from gatekeeper.masking import mask_values
+from gatekeeper.masking import mask_values, sensitive_slots
 from gatekeeper.policy import Record, RecordKey
 from gatekeeper.record_changes import raise_alerts, refusal
 from gatekeeper.records import load_records_file

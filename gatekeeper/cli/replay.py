@@ -18,11 +18,10 @@ from gatekeeper.cli.common import (
     ConfigOption,
     cli_errors,
     fail,
-    sensitive_slots,
     settings_from,
 )
 from gatekeeper.inert import inert, json_inert
-from gatekeeper.masking import Masker
+from gatekeeper.masking import sensitive_slots
 from gatekeeper.replay import (
     MAX_ATTEMPTS,
     Replayer,
@@ -30,6 +29,8 @@ from gatekeeper.replay import (
     ReplayReport,
     Selection,
     Status,
+    masked,
+    parse_letters,
     parse_when,
     summary_rows,
 )
@@ -53,6 +54,10 @@ EPILOG = """\
   A copy of a route's dead-letter topic (an archive): name the route whose dead letters it holds:
 
     [cyan]gatekeeper replay --from-topic agents.pay.dlq.archive --route agents.pay --limit 100[/cyan]
+
+  Two letters picked by their place on the dead-letter topic (what the console's replay sends):
+
+    [cyan]gatekeeper replay -r agents.pay --letter 0:17 --letter 2:5 --dry-run[/cyan]
 
 Each dead letter is decided again, with the current records and conversation state, at the current time. What
 passes now goes to its route's output topic with [cyan]gk.replayed.from.topic/partition/offset[/cyan],
@@ -114,6 +119,14 @@ def replay(
         str | None, typer.Option("--conversation", metavar="ID", help="Only this conversation's lines.")
     ] = None,
     limit: Annotated[int | None, typer.Option("--limit", min=1, metavar="N", help="Replay at most N lines.")] = None,
+    letter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--letter",
+            metavar="P:O",
+            help="Only the dead letter at partition P, offset O of the topic read (repeat for several).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Decide and report only: no state is saved, nothing is produced.")
     ] = False,
@@ -160,6 +173,11 @@ def replay(
         )
     except ValueError as exc:
         fail(f"--since/--until: {exc}", EXIT_USAGE)
+    if letter:
+        try:
+            selection = dataclasses.replace(selection, letters=parse_letters(letter))
+        except ValueError as exc:
+            fail(f"--letter: {exc}", EXIT_USAGE)
     replayer = Replayer(settings, timeout=timeout)
     with cli_errors():
         try:
@@ -177,15 +195,6 @@ def replay(
         print_report(report, details)
     if report.failing:
         raise typer.Exit(EXIT_FINDING)
-
-
-def masked(report: ReplayReport, slots: frozenset[str]) -> ReplayReport:
-    """The report with the sensitive values of its problems masked, as in the dead letters' gk.problems header."""
-    out = dataclasses.replace(report, lines=[])
-    for ln in report.lines:
-        m = Masker.for_slots(slots).learn_problems(ln.problems)
-        out.lines.append(dataclasses.replace(ln, problems=m.problems(ln.problems)))
-    return out
 
 
 def _run_with_progress(

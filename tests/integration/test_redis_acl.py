@@ -357,6 +357,12 @@ async def test_the_daemon_decides_with_the_records_it_cannot_write(users: Users,
         await daemon.finish_cancel(ROUTE, "conv-4", "scheduler-1", 42)
         assert await daemon.ping() is True
 
+        # the console's reads, which the HTTP process makes with the daemon's user (gatekeeper.console.service)
+        assert await daemon.index_size(ROUTE, "open", [0, 1]) == 0
+        assert [m.conversation for m in await daemon.index_head(ROUTE, "lapsed", [0], 10, newest=True)] == []
+        whole = (await daemon.load(ROUTE, {"conv-2": None}, ())).states["conv-2"]
+        assert sorted(whole.lines) == ["payer-1", "payer-2", "scheduler-1", "scheduler-2"]
+
         # what it cannot do: write a record or an index, by a command, by the store's code, by a script of its own
         raw = users.client(DAEMON)
         try:

@@ -258,3 +258,28 @@ async def test_replay_details_print_what_an_agent_wrote_inert(
                 assert raw not in out.stdout, (fmt, out.stdout[-2000:])
             shown += out.stdout
         assert "c-hostile" in shown and "U+001B" in shown  # the letter and its problem are shown
+
+
+async def test_letter_picks_dead_letters_by_their_place_and_replays_only_those(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, tmp_path: Path
+) -> None:
+    """Two held handoffs; ``--letter P:O`` names one of the two letters: only that one is decided and forwarded,
+    the other is counted as not selected and stays held. A malformed ``--letter`` is a usage error."""
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p:
+        route = p.route()
+        await p.send("first", HO)
+        await p.send("second", HO.replace("scheduler-1", "scheduler-2"))
+        got = await p.collect(lambda g: len(g.of("dead", "first")) + len(g.of("dead", "second")) >= 2)
+        (picked,) = got.of("dead", "second")
+        await p.store.put_record(RECORD)
+        config = config_file(tmp_path / "gk.yaml", p.settings)
+        letter = f"{picked.partition}:{picked.offset}"
+        done = await cli("replay", "-r", route.input, "--letter", letter, "--json", "--config", str(config))
+        assert done.exit_code == 0, done.output
+        doc = json.loads(done.stdout)
+        assert [(ln["conversation"], ln["status"]) for ln in doc["lines"]] == [("second", "forwarded")]
+        assert (doc["forwarded"], doc["filtered"]) == (1, 1)
+        got = await p.collect(lambda g: len(g.of("output", "second")) >= 1)
+        assert got.of("output", "first") == []
+        bad = await cli("replay", "-r", route.input, "--letter", "0-17", "--config", str(config))
+        assert bad.exit_code == 2 and "--letter: '0-17' is not PARTITION:OFFSET" in bad.output
