@@ -2,10 +2,12 @@
 # machine: the venv (reinstalled when pyproject.toml changes) and the local Kafka + Redis (deploy/local/stack.sh).
 #
 #   make run        start the services, then the demo: the real gatekeeper, agents, verdicts, a replay
-#   make test       ruff check, ruff format --check, mypy, the operator kit's tools, then pytest against the real
-#                   services (the chart, image, rules and dashboard checks and the documentation site included)
+#   make test       ruff check, ruff format --check, mypy, the operator kit's tools, the browser, then pytest against
+#                   the real services (the chart, image, rules and dashboard checks, the documentation site and the
+#                   console in a headless browser included)
 #   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules, once per
 #                   version (deploy/tools/install.sh: a progress line per build, no Go cache left behind)
+#   make browser    Debian's chromium and chromium-driver, for the console's browser tests (deploy/local/browser.sh)
 #   make test-faults  the fault suite (bench/faults.py) on a stack of its own; FAULTS_ARGS=--smoke: about 5 min
 #   make test-redis-cluster  the integration suite against a three-master Redis Cluster
 #   make venv       create .venv and install the project with its dev extra
@@ -34,7 +36,7 @@ STATE_DIR := $(or $(GK_STATE_DIR),$(CURDIR)/.local/stack)
 WITH_STACK_ENV := set -a; . "$(STATE_DIR)/stack.env"; set +a;
 PYTEST_ARGS ?=
 
-.PHONY: help venv services status stop lint typecheck docs tools test test-faults test-redis-cluster run
+.PHONY: help venv services status stop lint typecheck docs tools browser test test-faults test-redis-cluster run
 
 help:
 	@sed -n '4,/^$$/s/^# \{0,1\}//p' Makefile
@@ -87,8 +89,12 @@ docs: venv
 tools:
 	@deploy/tools/install.sh
 
+# Debian's chromium and chromium-driver for the console's browser tests (installed with apt-get when root).
+browser:
+	@deploy/local/browser.sh >/dev/null
+
 # pytest exits 5 when it collects no test: that fails the target too, on purpose.
-test: venv lint typecheck tools services
+test: venv lint typecheck tools browser services
 	@$(WITH_STACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
 # The newcomer's path: `gatekeeper demo` (gatekeeper/demo.py, config/samples/) on the local services.

@@ -303,8 +303,9 @@ class SenderAuthSettings(_Strict):
 
 
 #: What a token may do beyond gating its agents' lines. ``operator``: see the record's values and the holder of a
-#: binding in a gate answer (``gatekeeper.api.redaction``). One list, so that other scopes can join it.
-ApiScope = Literal["operator", "metrics"]
+#: binding in a gate answer (``gatekeeper.api.redaction``), and replay dead letters from the console; ``metrics``:
+#: scrape ``/metrics`` when ``http.metrics_auth`` is on; ``unmask``: see sensitive values in full on the console.
+ApiScope = Literal["operator", "metrics", "unmask"]
 
 
 class ApiToken(_Strict):
@@ -323,8 +324,8 @@ class ApiToken(_Strict):
     scopes: list[ApiScope] = Field(
         default_factory=list,
         description="what more it may see: operator, the record's values and the holder of a binding in a gate "
-        "answer's problems (none: codes, tiers, slots and the line's own values only); metrics, /metrics when "
-        "http.metrics_auth is on",
+        "answer's problems (none: codes, tiers, slots and the line's own values only), and replay from the console; "
+        "metrics, /metrics when http.metrics_auth is on; unmask, sensitive values in full on the console",
     )
 
     @field_validator("sha256")
@@ -341,6 +342,7 @@ class InFlightLimits(_Strict):
     api: int = Field(4, ge=1, le=1000, description="the stateless checks, /v1/legend, /openapi.json and /docs")
     gate: int = Field(64, ge=1, le=10_000, description="POST /v1/gate (most of its time is spent waiting)")
     mcp: int = Field(4, ge=1, le=1000, description="/mcp")
+    console: int = Field(4, ge=1, le=1000, description="/console (its pages read Redis and Kafka)")
 
 
 class HttpSettings(_Strict):
@@ -354,6 +356,13 @@ class HttpSettings(_Strict):
     )
     api: bool = Field(True, description="serve the HTTP API (/v1/...) and its OpenAPI on this port")
     mcp: bool = Field(True, description="serve the MCP tools at /mcp (streamable HTTP) on this port")
+    console: bool = Field(True, description="serve the operator's console at /console on this port")
+    console_redis_username: str | None = Field(
+        None,
+        description="the Redis user the console's replay uses (under the chart's ACLs, the operator's: a replay "
+        "writes markers the daemon's user may not); none: redis.username",
+    )
+    console_redis_password: SecretStr | None = Field(None, description="that user's password")
     max_body_bytes: int = Field(
         1_048_576, ge=1024, le=64 * 1_048_576, description="a request body larger than this is refused (413)"
     )

@@ -42,6 +42,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from rich.console import Console
 
@@ -876,9 +877,15 @@ class Demo:
             ),
         ):
             rows.append((f"gatekeeper {' '.join(args)} -c {config}", why))
+        rows.append((f"gatekeeper serve -c {config}", "the console, its API and MCP (Ctrl-C stops it)"))
         width = max(len(line) for line, _ in rows)
         for line, why in rows:
             self.console.print(f"  [cyan]{line:<{width}}[/]  [dim]# {why}[/]", markup=True, highlight=False)
+        self.say()
+        port = load_settings(self.opt.config).http.port  # serve's, not the port this demo's own run picked
+        console = f"http://127.0.0.1:{port}/console/conversation?route={quote(r.input)}&q={quote(runs['lookalike'])}"
+        self.say("With [cyan]gatekeeper serve[/] running, the console shows the lookalike payment's thread at")
+        self.console.print(f"  {console}", markup=False, highlight=False, soft_wrap=True)
         self.say()
 
     def shell_setup(self) -> list[tuple[str, str]]:

@@ -145,6 +145,11 @@ class HttpServer:
             from gatekeeper.api.gate import Gate
 
             gate = self.gate = Gate(self.settings, self.metrics)
+        console = None
+        if self.settings is not None and http.console and self.settings.routes:
+            from gatekeeper.console.service import Console
+
+            console = Console(self.settings, worker_metrics=self.worker_metrics, readiness=self.readiness)
         guarded, app = create_app(
             self.metrics,
             self.readiness,
@@ -160,6 +165,7 @@ class HttpServer:
             max_answer_bytes=http.max_answer_bytes,
             metrics_tokens=TokenBook.from_settings(http) if http.metrics_auth else None,
             worker_metrics=self.worker_metrics,
+            console=console,
         )
         self.app = app
         return guarded

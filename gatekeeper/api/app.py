@@ -248,6 +248,8 @@ def endpoint_class(path: str) -> str:
         return "gate"
     if path == "/mcp" or path.startswith("/mcp/"):
         return "mcp"
+    if path == "/console" or path.startswith("/console/"):
+        return "console"
     return "api"
 
 
@@ -488,6 +490,7 @@ def create_app(
     max_answer_bytes: int = 2 * 1_048_576,
     metrics_tokens: Any = None,
     worker_metrics: Callable[[], bytes] | None = None,
+    console: Any = None,
 ) -> Any:
     """The ASGI app (the ``Guard`` around FastAPI). ``gate`` is a ``gatekeeper.api.gate.Gate`` (started and closed
     by the app's lifespan), or None: ``/v1/gate`` then answers 503."""
@@ -516,6 +519,9 @@ def create_app(
             if gate is not None:
                 await gate.start()
                 stack.push_async_callback(gate.close)
+            if console is not None:
+                await console.start()
+                stack.push_async_callback(console.close)
             yield
 
     app = FastAPI(
@@ -578,6 +584,10 @@ def create_app(
         _add_gate(app, gate)
     if mcp_server is not None:
         app.router.routes.extend(mcp_app.routes)
+    if console is not None:
+        from gatekeeper.console.pages import make_router
+
+        app.include_router(make_router(console))
 
     known = frozenset(getattr(r, "path", "") for r in app.router.routes) - {""}
     limiter = RateLimiter(rate_limit, rate_burst)

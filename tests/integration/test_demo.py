@@ -75,6 +75,11 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
         assert sorted((s.scenario, s.type, s.verdict) for s in again.seen) == sorted(
             (s.scenario, s.type, s.verdict) for s in result.seen
         )
+        # it ends with the console's address for the lookalike payment: served, the page shows the refused readback
+        found = re.search(r"http://127\.0\.0\.1:9108(/console/conversation\?\S+)", again_out.getvalue())
+        assert found is not None, again_out.getvalue()[-2000:]
+        page = await _console_page(config, found.group(1))
+        assert "check-rb" in page and "exec-mismatch" in page and "****2983" in page
     finally:
         admin = AIOKafkaAdminClient(bootstrap_servers=kafka_bootstrap)
         await admin.start()
@@ -152,6 +157,27 @@ async def test_the_demo_plays_every_conversation_and_replays_the_held_payment(
     assert bound_handoff(world["binding"]).endswith(f"/clean-{demo.run_id}/scheduler-1")  # <route>/<conversation>/<id>
     assert world["replay"] == {"check-rb": 2, "already-forwarded": 1}  # the original reasons, not unknown-handoff
     assert world["state_gone"] == 0
+
+
+async def _console_page(config: Path, path: str) -> str:
+    """``path`` from a console served on the demo's configuration (as ``gatekeeper serve -c`` serves it)."""
+    import httpx
+
+    from gatekeeper.config import load_settings
+    from gatekeeper.http import HttpServer
+    from gatekeeper.metrics import Metrics
+
+    settings = load_settings(config)
+    settings = settings.model_copy(update={"http": settings.http.model_copy(update={"port": 0})})
+    server = HttpServer("127.0.0.1", 0, Metrics(), lambda: (True, {}), settings=settings)
+    await server.start()
+    try:
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+            res = await client.get(path)
+            assert res.status_code == 200, res.text
+            return res.text
+    finally:
+        await server.close()
 
 
 async def _look_around(config: Path, route: str, run_id: str) -> dict[str, Any]:
