@@ -4,6 +4,7 @@
     .venv/bin/python bench/http_flood.py                  # 150 lines/s, 20 s a phase (about 4 minutes)
     .venv/bin/python bench/http_flood.py --rate 300 --seconds 30
     .venv/bin/python bench/http_flood.py --smoke          # a few seconds a phase: it runs, no figures
+    .venv/bin/python bench/http_flood.py --only console   # one flood between the two undisturbed phases
 
 Each phase starts a ``gatekeeper run`` of its own (default settings, one ``pay`` route, its own topics and Redis
 prefix; ``http.rate_limit: 0``, so that the flood reaches the server: the worst case, an attacker with many
@@ -16,6 +17,8 @@ broker and its Redis need), on raw sockets with each request's bytes made once:
 - ``metrics``: 8 clients fetching ``/metrics`` in a loop;
 - ``checks``: 16 clients posting ``/v1/check-thread`` with 2,000 lines (each answer about 1 MB);
 - ``mcp``: 8 clients calling the ``validate`` MCP tool;
+- ``console``: 8 clients loading the console's dead-letter page (a Kafka read of the route's newest letters and a
+  page rendered, each time);
 - ``idle``: 1,000 connections opened and left silent (opened again as the server closes them).
 
 It prints the line latency (p50, p99, max) per phase, the p99's difference to the undisturbed runs' (the issue's bound:
@@ -46,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import e2e
 from e2e import Env, Process, paced, say, table, traffic
 
-FLOODS: dict[str, int] = {"metrics": 8, "checks": 16, "mcp": 8, "idle": 1000}
+FLOODS: dict[str, int] = {"metrics": 8, "checks": 16, "mcp": 8, "console": 8, "idle": 1000}
 HO = "RW1 HO s-{i} from=s to=p ask=PAY item=inv-{i} amt=10.00 cur=EUR exp=2026-01-01T00:00Z h=zzzzzz"
 
 
@@ -92,6 +95,8 @@ def _flood(url: str, kind: str, clients: int, seconds: float) -> dict[str, int]:
     if kind == "checks":
         path, method = "/v1/check-thread", "POST"
         body = {"lines": [HO.format(i=i) for i in range(2000)], "detail": True}
+    elif kind == "console":
+        path = "/console/dead-letters"  # the one route: the page reads its dead-letter topic, renders the letters
     elif kind == "mcp":
         path, method = "/mcp", "POST"
         body = {
@@ -248,7 +253,7 @@ async def main_async(args: argparse.Namespace) -> int:
     results = []
     try:
         plan: list[tuple[str, str | None]] = [("undisturbed", None)]
-        plan += [(kind, kind) for kind in FLOODS]
+        plan += [(kind, kind) for kind in FLOODS if args.only is None or kind in args.only]
         plan += [("undisturbed-2", None)]
         for name, kind in plan:
             say(f"  phase {name}")
@@ -300,6 +305,12 @@ def main() -> int:
     ap.add_argument("--smoke", action="store_true", help="3 s a phase: it runs, no figures")
     ap.add_argument(
         "--flood-nice", type=int, default=19, help="the flood's CPU priority (default 19; 0: as the daemon's)"
+    )
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=sorted(FLOODS),
+        help="only this flood (repeat for several), between the two undisturbed phases",
     )
     ap.add_argument("--flood", choices=sorted(FLOODS), help=argparse.SUPPRESS)  # the flood process
     ap.add_argument("--url", help=argparse.SUPPRESS)

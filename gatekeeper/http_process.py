@@ -197,7 +197,7 @@ class _Board:
 
 def _child(settings: Settings, sock: socket.socket, folder: str, parent: int, started: Any) -> None:
     """The child's main: serve until SIGTERM or until the daemon is gone."""
-    from gatekeeper.http import HttpServer
+    from gatekeeper.http import HttpServer, freeze_startup_objects
     from gatekeeper.logs import configure_logging
 
     configure_logging(settings.log_format, settings.log_level)
@@ -220,6 +220,7 @@ def _child(settings: Settings, sock: socket.socket, folder: str, parent: int, st
             worker_metrics=board.metrics,
         )
         await server.start()
+        freeze_startup_objects()
         started.set()
         try:
             while not stop.is_set() and os.getppid() == parent:

@@ -46,7 +46,7 @@ async def serve_api(
     the address cannot be bound, ``ConfigError`` for a bad tokens file or key."""
     from gatekeeper.api.gate import Gate
     from gatekeeper.approvals import check_key_settings
-    from gatekeeper.http import HttpServer
+    from gatekeeper.http import HttpServer, freeze_startup_objects
     from gatekeeper.metrics import Metrics
 
     check_key_settings(settings)
@@ -70,6 +70,7 @@ async def serve_api(
                 installed.append(sig)
     try:
         await server.start()
+        freeze_startup_objects()
         metrics.ready.set(1)
         if on_listening is not None:
             on_listening(server.url)

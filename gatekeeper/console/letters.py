@@ -2,9 +2,9 @@
 headers in words, the line masked), the filters of the page, and a bounded reader of the topic's newest records.
 
 The reader is one consumer the console keeps (no group: manual assignment, nothing committed, the daemon's group is
-never touched), used by one page at a time: for each partition it reads at most ``per_partition`` of the newest
-records, up to the end offsets seen when the page asked, within ``timeout`` seconds. A page therefore costs the
-broker a bounded fetch, and the worker nothing (the console runs in the HTTP process).
+never touched), used by one page at a time, and paused between pages: for each partition it reads at most
+``per_partition`` of the newest records, up to the end offsets seen when the page asked, within ``timeout`` seconds.
+A page therefore costs the broker a bounded fetch, and the worker nothing (the console runs in the HTTP process).
 """
 
 from __future__ import annotations
@@ -223,6 +223,7 @@ class LetterReader:
                 return [], False
             if consumer.assignment() != set(tps):
                 consumer.assign(tps)
+            consumer.resume(*tps)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self.timeout
             begin = await asyncio.wait_for(consumer.beginning_offsets(tps), self.timeout)
@@ -255,6 +256,9 @@ class LetterReader:
                 for tp in list(wanted):
                     if await consumer.position(tp) >= wanted[tp]:
                         del wanted[tp]
+            # paused between pages: no fetch waits at the broker, so the next page's offset requests do not queue
+            # behind one (and the broker is not polled while nobody reads)
+            consumer.pause(*tps)
             if wanted:
                 raise TimeoutError(f"the dead-letter topic {topic} was not read to its end in {self.timeout:g} s")
         out.sort(key=lambda x: (x.timestamp, x.partition, x.offset), reverse=True)

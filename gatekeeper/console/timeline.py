@@ -20,9 +20,10 @@ from gatekeeper.masking import Masker
 from gatekeeper.policy import ConversationState
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Row:
-    """One line of the timeline (or an act of the gatekeeper's own, ``own=True``)."""
+    """One line of the timeline (or an act of the gatekeeper's own, ``own=True``); ``depth``: its place in the
+    thread's tree (set as the tree is walked)."""
 
     id: str
     type: str
@@ -41,6 +42,15 @@ class Row:
     def when(self) -> str:
         return when(self.at) or ""
 
+    @property
+    def indent(self) -> int:
+        """The depth the page draws (deeper lines are drawn at 4)."""
+        return self.depth if self.depth < 4 else 4
+
+
+#: lines a page shows at most (about 500 bytes each: the page stays under ``http.max_answer_bytes``)
+MAX_ROWS = 2000
+
 
 @dataclass(frozen=True, slots=True)
 class Timeline:
@@ -48,6 +58,7 @@ class Timeline:
     conversation: str
     rows: tuple[Row, ...]
     handoffs: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    left_out: int = 0  # lines past MAX_ROWS, not shown
 
 
 def _problem(p: Any, masker: Masker | None) -> dict[str, Any]:
@@ -107,8 +118,8 @@ def build(
     for r in own:
         rows.setdefault(r.id, r)
     ordered = _tree(rows)
-    handoffs = tuple(_handoff(route, conversation, state, ho, now) for ho in sorted(state.handoffs))
-    return Timeline(route.input, conversation, tuple(ordered), handoffs)
+    handoffs = tuple(_handoff(route, conversation, state, ho, now) for ho in sorted(state.handoffs)[:MAX_ROWS])
+    return Timeline(route.input, conversation, tuple(ordered[:MAX_ROWS]), handoffs, max(0, len(ordered) - MAX_ROWS))
 
 
 def _tree(rows: Mapping[str, Row]) -> list[Row]:
@@ -128,16 +139,13 @@ def _tree(rows: Mapping[str, Row]) -> list[Row]:
         if r.id in seen:
             continue
         seen.add(r.id)
-        out.append(_at_depth(r, depth))
+        r.depth = depth
+        out.append(r)
         stack.extend((c, depth + 1) for c in reversed(children.get(r.id, [])))
     for r in sorted(rows.values(), key=lambda r: (r.at, r.id)):  # a cycle of re= (never written so): shown flat
         if r.id not in seen:
             out.append(r)
     return out
-
-
-def _at_depth(r: Row, depth: int) -> Row:
-    return r if r.depth == depth else Row(**{**{f: getattr(r, f) for f in Row.__slots__}, "depth": depth})
 
 
 def _handoff(route: Route, conversation: str, state: ConversationState, ho: str, now: float) -> dict[str, Any]:
