@@ -255,8 +255,9 @@ def freeze_startup_objects() -> None:
     """Move every object alive now (the modules, the app, its models and routes, the profiles) out of the garbage
     collector's view (``gc.freeze``): a full collection no longer walks them, so a page that allocates much (the
     console's conversation of 1,000 lines) does not pay for the whole heap. Measured with bench/console_page.py: the
-    page's p99 from 255 ms to 117 ms. Called once, by the processes that serve (not by the library: a test process
-    would keep its garbage)."""
+    page's p99 from 255 ms to 117 ms. Called once, by the processes that serve (``gatekeeper serve``, the HTTP
+    process of ``gatekeeper run``; its worker, through ``cli.run.tune_gc``), never by the library: a test process
+    would keep its garbage."""
     import gc
 
     gc.collect()

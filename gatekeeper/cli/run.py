@@ -49,9 +49,10 @@ def tune_gc() -> None:
     collected every 20,000 allocations instead: 180-185 ms of CPU per 1,000 lines instead of 222-239, full
     collections of a few milliseconds. What the HTTP server's startup makes is frozen too, once it listens (about
     77,000 more objects, which every full collection walked otherwise). Only ``gatekeeper run`` does this: it
-    changes the whole process."""
-    gc.collect()
-    gc.freeze()
+    changes the whole process (its HTTP process freezes its own: ``gatekeeper.http.freeze_startup_objects``)."""
+    from gatekeeper.http import freeze_startup_objects
+
+    freeze_startup_objects()
     _, middle, oldest = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, middle, oldest)
 

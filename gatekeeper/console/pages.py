@@ -110,9 +110,11 @@ def make_router(console: Console) -> APIRouter:
             return None
 
     def unavailable(request: Request, what: str, exc: BaseException) -> HTMLResponse:
+        """503 saying what did not answer; the error's own words (addresses, topics) only to a signed-in reader."""
         log.warning("a console page could not read %s", what, exc_info=exc)
-        detail = f"{what} did not answer: {type(exc).__name__}: {exc}"
-        return page("error.html", request, status=503, title="Unavailable", detail=detail)
+        signed_in = access.viewer_of(console.book, request.cookies).principal is not None
+        why = f"{type(exc).__name__}: {exc}" if signed_in else f"{type(exc).__name__} (sign in for the details)"
+        return page("error.html", request, status=503, title="Unavailable", detail=f"{what} did not answer: {why}")
 
     @router.get("/console/console.css")
     def stylesheet() -> Response:
@@ -125,7 +127,7 @@ def make_router(console: Console) -> APIRouter:
         try:
             routes = await console.now()
         except Exception as exc:
-            return unavailable(request, "Redis", exc)
+            return unavailable(request, "Redis or Kafka", exc)
         charts = {
             r.route.input: chart_svg(console.rates.series(r.route.input), since=console.rates.since, now=now)
             for r in routes

@@ -234,26 +234,30 @@ class Console:
 
         async with self._replaying:
             started = self.clock()
-            report = await Replayer(self.replay_settings()).run(
-                route=route.input, selection=Selection(letters=frozenset(letters)), dry_run=dry_run
-            )
-            await self.audit(
-                route,
-                {
-                    "action": "replay-dry-run" if dry_run else "replay",
-                    "who": who,
-                    "client": client,
-                    "at": iso(started),
-                    "letters": [f"{p}:{o}" for p, o in sorted(letters)],
-                    "topic": route.dead_letter,
-                    "result": {
-                        "read": report.read,
-                        "passed": report.passed,
-                        "still_failing": report.failing,
-                        "skipped": report.count(Status.SKIPPED),
-                    },
-                },
-            )
+            doc: dict[str, Any] = {
+                "action": "replay-dry-run" if dry_run else "replay",
+                "who": who,
+                "client": client,
+                "at": iso(started),
+                "letters": [f"{p}:{o}" for p, o in sorted(letters)],
+                "topic": route.dead_letter,
+            }
+            try:
+                report = await Replayer(self.replay_settings()).run(
+                    route=route.input, selection=Selection(letters=frozenset(letters)), dry_run=dry_run
+                )
+            except Exception as exc:  # an act that failed is audited too: it may have forwarded some lines
+                doc["error"] = f"{type(exc).__name__}: {exc}"
+                with contextlib.suppress(Exception):
+                    await self.audit(route, doc)
+                raise
+            doc["result"] = {
+                "read": report.read,
+                "passed": report.passed,
+                "still_failing": report.failing,
+                "skipped": report.count(Status.SKIPPED),
+            }
+            await self.audit(route, doc)
             return report
 
     async def audit(self, route: Route, doc: dict[str, Any]) -> None:

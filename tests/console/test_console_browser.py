@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaConsumer
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.wait import WebDriverWait
 
 from gatekeeper.api.auth import hash_token
 from gatekeeper.config import ApiToken, HttpSettings, Settings
@@ -121,6 +122,13 @@ def sign_in(browser: webdriver.Chrome, base: str, token: str) -> None:
     browser.get(f"{base}/console/sign-in")
     browser.find_element(By.ID, "token").send_keys(token)
     browser.find_element(By.ID, "sign-in").click()
+    # the click returns before the form's answer (a redirect to the Now page) has loaded: wait for it
+    WebDriverWait(browser, 15).until(lambda b: b.current_url.endswith("/console") and b.find_elements(By.ID, "who"))
+
+
+def answered(browser: webdriver.Chrome) -> None:
+    """Wait for the replay form's answer (the click returns before it has loaded)."""
+    WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.ID, "summary") or b.find_elements(By.ID, "error"))
 
 
 async def audits(bootstrap: str, topic: str) -> list[dict[str, Any]]:
@@ -183,6 +191,7 @@ async def test_the_console_shows_a_refused_readback_and_replays_a_held_handoff(
         (row,) = browser.find_elements(By.CSS_SELECTOR, "#letters input[name=letter]")
         row.click()
         browser.find_element(By.ID, "dry-run").click()
+        await asyncio.to_thread(answered, browser)
         text = await asyncio.to_thread(settle, browser, "dry-run")
         assert "Nothing was changed" in text and "forwarded" in browser.find_element(By.ID, "replayed").text
         assert (await p.collector.settle(0.5)).of("output", "late") == []  # a dry run produced nothing
@@ -190,6 +199,7 @@ async def test_the_console_shows_a_refused_readback_and_replays_a_held_handoff(
         await asyncio.to_thread(visit, browser, f"{base}/console/dead-letters?route={r}&conversation=late", "letters")
         browser.find_element(By.CSS_SELECTOR, "#letters input[name=letter]").click()
         browser.find_element(By.ID, "replay").click()
+        await asyncio.to_thread(answered, browser)
         text = await asyncio.to_thread(settle, browser, "replayed")
         assert "Replayed." in text and "forwarded" in browser.find_element(By.ID, "replayed").text
         got = await p.collect(lambda g: len(g.of("output", "late")) >= 1)
@@ -216,6 +226,29 @@ async def test_the_console_shows_a_refused_readback_and_replays_a_held_handoff(
             ),
         ]
         assert all(a["at"].endswith("Z") and a["result"]["read"] >= 1 for a in found)
+
+
+XSS = "<script>document.title='owned'</script><img src=x onerror=\"document.title='owned'\">"
+
+
+async def test_what_an_agent_wrote_is_shown_as_text_never_run(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, browser: webdriver.Chrome
+) -> None:
+    """An agent with write access to the input puts markup in a line (its tail, its conversation id): the console
+    shows it as text on every page that shows the line; no script runs and no element is made of it."""
+    async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url) as p, console_server(p) as server:
+        route = p.route()
+        conv = "c<b>x</b>"
+        await p.send(conv, HO.replace(RECORD.item, "inv:NO-RECORD") + " // " + XSS)  # no approval: dead-lettered
+        await p.collect(lambda g: len(g.dead) >= 1)
+        r = quote(route.input)
+        for url, shot in (
+            (f"{server.url}/console/dead-letters?route={r}", "markup-letters"),
+            (f"{server.url}/console/conversation?route={r}&q={quote(conv)}", "markup-conversation"),
+        ):
+            text = await asyncio.to_thread(visit, browser, url, shot)
+            assert browser.title != "owned" and browser.find_elements(By.CSS_SELECTOR, "main img, main b") == []
+            assert "<script>document.title='owned'</script>" in text or conv in text
 
 
 async def test_a_replay_needs_the_operator_scope_this_origin_and_the_csrf_token(

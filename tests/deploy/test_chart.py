@@ -39,6 +39,7 @@ CHART_MANAGED = {
     "kafka.security.sasl_password",  # secrets.kafkaSaslPassword
     "kafka.security.ssl_password",  # secrets.kafkaSslKeyPassword
     "redis.password",  # secrets.redisPassword
+    "http.console_redis_password",  # secrets.consoleRedisPassword
 }
 
 
@@ -355,6 +356,7 @@ SENTINEL = "sentinel-Zq7-hunter2"
         ["--set", f"config.redis.password={SENTINEL}"],
         ["--set", f"config.kafka.security.sasl_password={SENTINEL}"],
         ["--set", f"config.kafka.security.ssl_password={SENTINEL}"],
+        ["--set", f"config.http.console_redis_password={SENTINEL}"],
         ["--set", f"config.redis.url=redis://:{SENTINEL}@redis:6379/0"],
         ["--set", f"config.redis.url=rediss://gatekeeper:{SENTINEL}@redis:6380/0"],
         ["--set", f"config.redis.url=redis://redis:6379/0?password={SENTINEL}"],
@@ -366,6 +368,7 @@ SENTINEL = "sentinel-Zq7-hunter2"
         "redis.password",
         "sasl_password",
         "ssl_password",
+        "console-password",
         "url-password",
         "url-user-password",
         "url-query",
@@ -728,6 +731,21 @@ def test_no_secret_is_rendered(rendered: dict[str, str]) -> None:
     auth = kind(docs(rendered["production"]), "TriggerAuthentication")
     assert set(auth["spec"]) <= {"secretTargetRef", "env"}
     assert {r["parameter"] for r in auth["spec"]["secretTargetRef"]} == {"username", "password", "ca"}
+
+
+def test_the_console_s_redis_password_comes_from_its_secret(helm: Path, helm_env: dict[str, str]) -> None:
+    text = template(
+        helm,
+        helm_env,
+        "--set",
+        "secrets.consoleRedisPassword.name=gk-console",
+        "--set",
+        "config.http.console_redis_username=gatekeeper-operator",
+    )
+    env = {e["name"]: e for e in container(docs(text))["env"]}
+    ref = env["GK_HTTP__CONSOLE_REDIS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+    assert ref == {"name": "gk-console", "key": "password"}
+    assert config_of(docs(text))["http"]["console_redis_username"] == "gatekeeper-operator"
 
 
 def test_the_signing_key_comes_from_its_secret_only(helm: Path, helm_env: dict[str, str]) -> None:
