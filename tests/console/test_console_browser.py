@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / ".local" / "test-output" / "console"
+DOCS = ROOT / "docs" / "console.md"
 LOOKALIKE = "40-12-88/61102983"
 TOKENS = {"oncall": "tok-oncall-operator-0123456789", "scheduler": "tok-scheduler-reader-0123456789"}
 
@@ -226,6 +228,11 @@ async def test_the_console_shows_a_refused_readback_and_replays_a_held_handoff(
             ),
         ]
         assert all(a["at"].endswith("Z") and a["result"]["read"] >= 1 for a in found)
+        # the record is the one docs/console.md shows: the same keys, each value of the same type
+        shown = json.loads(re.search(r"## Audit records.*?```json\n(.*?)```", DOCS.read_text(), re.S).group(1))  # type: ignore[union-attr]
+        for a in found:
+            assert {k: type(v) for k, v in a.items()} == {k: type(v) for k, v in shown.items()}
+            assert {k: type(v) for k, v in a["result"].items()} == {k: type(v) for k, v in shown["result"].items()}
 
 
 XSS = "<script>document.title='owned'</script><img src=x onerror=\"document.title='owned'\">"
