@@ -12,12 +12,13 @@ path                        answer
                             bearer token; also at ``/gate``
 ``/mcp``                    the MCP tools, streamable HTTP (``gatekeeper.api.mcp``)
 ``GET /openapi.json``       the OpenAPI document; ``/docs`` renders it
+``/console``                the operator's console: HTML pages, no script (``gatekeeper.console``)
 ==========================  ========================================================================================
 
 The probes need no token and are never rate limited or refused as busy; ``/metrics`` is rate limited like the rest
 and needs a token with the ``metrics`` scope when ``http.metrics_auth`` is on; ``GET`` and ``HEAD`` only. Each class
-of endpoint (``/metrics``, the stateless checks, ``/v1/gate``, MCP) has its own limit of requests in progress
-(``http.in_flight``: one more is 503 ``busy``), and no answer is larger than ``http.max_answer_bytes`` (413
+of endpoint (``/metrics``, the stateless checks, ``/v1/gate``, MCP, the console) has its own limit of requests in
+progress (``http.in_flight``: one more is 503 ``busy``), and no answer is larger than ``http.max_answer_bytes`` (413
 ``answer-too-large``). Bad input is always a 4xx with a JSON problem document, never a 500::
 
     {"ok": false, "status": 400, "code": "malformed-json", "title": "Malformed JSON", "detail": "..."}
