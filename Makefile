@@ -2,9 +2,10 @@
 # machine: the venv (reinstalled when pyproject.toml changes) and the local Kafka + Redis (deploy/local/stack.sh).
 #
 #   make run        start the services, then the demo: the real gatekeeper, agents, verdicts, a replay
-#   make test       ruff check, ruff format --check, mypy, the operator kit's tools, the browser, then pytest against
-#                   the real services (the chart, image, rules and dashboard checks, the documentation site and the
-#                   console in a headless browser included)
+#   make test       ruff check, ruff format --check, cargo fmt --check, cargo clippy, mypy, the operator kit's
+#                   tools, the browser, cargo test (native/), then pytest against the real services (the chart,
+#                   image, rules and dashboard checks, the documentation site and the console in a headless
+#                   browser included)
 #   make tools      build helm, promtool, prometheus and the manifest validator from pinned Go modules, once per
 #                   version (deploy/tools/install.sh: a progress line per build, no Go cache left behind)
 #   make browser    Debian's chromium and chromium-driver, for the console's browser tests (deploy/local/browser.sh)
@@ -15,7 +16,7 @@
 #   make status     what runs; when the services are not running it says so and how to start them, and exits 0
 #                   (a script that needs the answer as a status: deploy/local/stack.sh status, exit 3 then)
 #   make stop       stop the services and delete their data
-#   make lint       ruff;        make typecheck   mypy
+#   make lint       ruff, cargo fmt and clippy (native/);        make typecheck   mypy
 #   make docs       the documentation site (mkdocs.yml, docs/) into site/, strictly: a broken link fails
 #
 # Variables: PYTHON (the interpreter that creates the venv), PYTEST_ARGS (e.g. PYTEST_ARGS='-k smoke -x'),
@@ -53,7 +54,14 @@ $(BIN)/python:
 	    fi; \
 	fi
 
-$(STAMP): pyproject.toml | $(BIN)/python
+# The native extension (native/, Rust) is built by pip through maturin: its sources are the stamp's too.
+NATIVE_SOURCES := $(shell find native -name target -prune -o \( -name '*.rs' -o -name 'Cargo.*' \) -print 2>/dev/null)
+CARGO := cargo --quiet
+CARGO_NATIVE := --manifest-path native/Cargo.toml
+
+$(STAMP): pyproject.toml $(NATIVE_SOURCES) | $(BIN)/python
+	@command -v cargo >/dev/null || { echo "make: cargo is missing: the native extension (native/) is Rust 1.85+;" \
+	    "install it (rustup, or Debian: apt-get install cargo when its version is 1.85 or later)" >&2; exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	@touch $@
 
@@ -78,6 +86,8 @@ stop:
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(CARGO) fmt $(CARGO_NATIVE) --all --check
+	$(CARGO) clippy $(CARGO_NATIVE) --workspace --all-targets -- -D warnings
 
 typecheck: venv
 	$(BIN)/mypy rwcore gatekeeper
@@ -95,6 +105,7 @@ browser:
 
 # pytest exits 5 when it collects no test: that fails the target too, on purpose.
 test: venv lint typecheck tools browser services
+	$(CARGO) test $(CARGO_NATIVE) --workspace
 	@$(WITH_STACK_ENV) $(BIN)/pytest $(PYTEST_ARGS)
 
 # The newcomer's path: `gatekeeper demo` (gatekeeper/demo.py, config/samples/) on the local services.

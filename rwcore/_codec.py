@@ -15,7 +15,6 @@ property test holds it to that).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -25,6 +24,7 @@ from json.encoder import encode_basestring as _jstr
 from operator import add, itemgetter
 from typing import Any, Final
 
+from rwcore import _native
 from rwcore._errors import FormError, problem
 from rwcore._profiles import (
     ENVELOPE,
@@ -725,7 +725,7 @@ def canonical(msg: Mapping[str, Any]) -> str:
 
 def _digest_text(text: str) -> str:
     # surrogatepass: a lone surrogate (impossible in decoded UTF-8, possible in a Python str) still digests
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return _native.digest(text.encode("utf-8", "surrogatepass"))
 
 
 class _NotPlain(Exception):

@@ -6,6 +6,7 @@ constraints satisfy pyproject.toml, and the final stage is non-root with no buil
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shutil
 import subprocess
@@ -48,6 +49,12 @@ def _stages(text: str) -> list[list[str]]:
     return stages
 
 
+def _build_and_final(text: str) -> tuple[list[str], list[str]]:
+    """The stage named ``build`` and the last stage (the image)."""
+    stages = _stages(text)
+    return next(s for s in stages if s[0].endswith(" AS build")), stages[-1]
+
+
 def test_hadolint_passes_the_dockerfile() -> None:
     result = _hadolint(DOCKERFILE)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -65,7 +72,7 @@ def test_hadolint_can_fail(tmp_path: Path) -> None:
 
 
 def test_the_final_stage_is_non_root_with_the_console_script_and_no_build_tools() -> None:
-    build, final = _stages(DOCKERFILE.read_text())
+    build, final = _build_and_final(DOCKERFILE.read_text())
     assert build[0].endswith(" AS build")
     text = "\n".join(final)
     assert re.search(r"^USER 10001:10001$", text, re.M), "the final stage runs as uid 10001"
@@ -122,16 +129,17 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_nothing_else() -
     files = [*_repository_files(), ".venv/bin/python", ".local/stack/stack.env", ".git/HEAD"]
     admitted = _admitted(files)
     copied = []
-    for line in _stages(DOCKERFILE.read_text())[0]:
+    for line in _build_and_final(DOCKERFILE.read_text())[0]:
         if line.startswith("COPY") and "--from" not in line:
             copied.extend(line.split()[1:-1])
     for source in copied:
         assert any(p == source or p.startswith(source.rstrip("/") + "/") for p in admitted), source
     for path in admitted:
-        assert path.split("/")[0] in {"pyproject.toml", "README.md", "rwcore", "gatekeeper"} or (
+        assert path.split("/")[0] in {"pyproject.toml", "README.md", "rwcore", "gatekeeper", "native"} or (
             path == "deploy/image/constraints.txt"
         ), path
-        assert "__pycache__" not in path and not path.endswith(".pyc")
+        assert "__pycache__" not in path and not path.endswith(".pyc") and not path.startswith("native/target/")
+        assert not path.endswith(".so"), path  # a locally built extension never goes in: the image builds its own
     for kept_out in (".venv/bin/python", ".local/stack/stack.env", ".git/HEAD", "tests/conftest.py"):
         assert kept_out not in admitted
 
@@ -145,13 +153,15 @@ def test_the_build_stage_wheel_from_the_context_alone(tmp_path: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / path, target)
     out = tmp_path / "wheels"
-    subprocess.run(
+    built = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), "."],
         cwd=context,
-        check=True,
         capture_output=True,
-        timeout=300,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"},  # maturin
     )
+    assert built.returncode == 0, built.stderr[-3000:]
     [wheel] = out.glob("*.whl")
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
@@ -159,7 +169,9 @@ def test_the_build_stage_wheel_from_the_context_alone(tmp_path: Path) -> None:
     for profile in (ROOT / "rwcore" / "profiles").glob("*.json"):
         assert f"rwcore/profiles/{profile.name}" in names
     assert "gatekeeper/py.typed" in names and "gatekeeper/cli/__init__.py" in names
-    assert "gatekeeper = gatekeeper.cli:main" in entry_points
+    assert {"gatekeeper/console/templates/conversation.html", "gatekeeper/console/static/console.css"} <= names
+    assert any(n.startswith("rwcore/_native") and n.endswith(".so") for n in names), "the native extension"
+    assert "gatekeeper=gatekeeper.cli:main" in entry_points.replace(" ", "")
     assert not any(n.startswith("tests/") for n in names)
 
 
@@ -185,8 +197,15 @@ def _canonical(name: str) -> str:
 
 @pytest.mark.parametrize("base", ["build", "final"])
 def test_both_stages_use_one_pinned_python_image(base: str) -> None:
+    """The image is the slim Python of a patch-level tag; the build stage is the full image of the same tag (it has
+    the C compiler and linker the Rust extension needs), and the Rust toolchain comes from a patch-level tag."""
     text = DOCKERFILE.read_text()
     [image] = re.findall(r"^ARG PYTHON_IMAGE=(\S+)$", text, re.M)
+    [build_image] = re.findall(r"^ARG PYTHON_BUILD_IMAGE=(\S+)$", text, re.M)
+    [rust_image] = re.findall(r"^ARG RUST_IMAGE=(\S+)$", text, re.M)
     assert re.fullmatch(r"python:3\.11\.\d+-slim-\w+", image), "a patch-level tag of the slim image"
-    stage = _stages(text)[0 if base == "build" else 1]
-    assert stage[0].split()[1] == "${PYTHON_IMAGE}"
+    assert build_image == image.replace("-slim-", "-"), "the build stage's Python is the image's, in full"
+    assert re.fullmatch(r"rust:\d+\.\d+\.\d+-slim-\w+", rust_image) and rust_image.endswith(image.rsplit("-", 1)[1])
+    build, final = _build_and_final(text)
+    stage = build if base == "build" else final
+    assert stage[0].split()[1] == ("${PYTHON_BUILD_IMAGE}" if base == "build" else "${PYTHON_IMAGE}")
