@@ -120,29 +120,36 @@ async def admin_client(kafka: KafkaSettings, timeout: float = DEFAULT_TIMEOUT) -
             await asyncio.wait_for(admin.close(), 5.0)
 
 
+def reader_consumer(kafka: KafkaSettings, role: str, group_id: str | None = None, **extra: Any) -> AIOKafkaConsumer:
+    """A consumer (not started) that commits nothing: outside any group (``group_id=None``: manual assignment) or,
+    with ``group_id``, one that only reads that group's committed offsets (it never subscribes, so it never joins).
+    ``read_committed`` when the deployment is transactional: exactly-once deployments write their outcomes in
+    transactions, and an aborted one is never read. ``role`` names it (``<client_id>-<role>``); ``extra``: the
+    reader's own settings. The operator's commands, the gate's correlator and the console read with it."""
+    from aiokafka import AIOKafkaConsumer
+
+    from gatekeeper.consumers.kafka import client_kwargs
+
+    kw = client_kwargs(kafka)
+    kw.update(
+        client_id=f"{kafka.client_id}-{role}",
+        group_id=group_id,
+        enable_auto_commit=False,
+        isolation_level="read_committed" if kafka.transactional else "read_uncommitted",
+        **extra,
+    )
+    return AIOKafkaConsumer(**kw)
+
+
 @contextlib.asynccontextmanager
 async def plain_consumer(
     kafka: KafkaSettings, timeout: float = DEFAULT_TIMEOUT, group_id: str | None = None
 ) -> AsyncIterator[AIOKafkaConsumer]:
     """A consumer outside any group (``group_id=None``: manual assignment, nothing committed) or, with
     ``group_id``, one that only reads that group's committed offsets (it never subscribes, so it never joins).
-    ``read_committed`` when the deployment is transactional."""
-    from aiokafka import AIOKafkaConsumer
-
-    from gatekeeper.consumers.kafka import client_kwargs
-
+    ``read_committed`` when the deployment is transactional (``reader_consumer``), started and stopped."""
     quiet_client_logs()
-    kw = client_kwargs(kafka)
-    kw["client_id"] = f"{kafka.client_id}-ops"
-    consumer = AIOKafkaConsumer(
-        **kw,
-        group_id=group_id,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-        max_poll_records=500,
-        # exactly-once deployments write their outcomes in transactions: never read an aborted one
-        isolation_level="read_committed" if kafka.transactional else "read_uncommitted",
-    )
+    consumer = reader_consumer(kafka, "ops", group_id, auto_offset_reset="earliest", max_poll_records=500)
     try:
         await _bounded(consumer.start(), timeout, kafka, "connecting")
         yield consumer

@@ -57,12 +57,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pydantic import BaseModel, ConfigDict, Field
 
+from gatekeeper.admin import reader_consumer
 from gatekeeper.api.auth import Principal, TokenBook
 from gatekeeper.api.functions import HO_EXAMPLE, MAX_TEXT, Unicode, problem_document
 from gatekeeper.api.redaction import redact
 from gatekeeper.auth import KeyRing, check_record
 from gatekeeper.config import Route, Settings
-from gatekeeper.consumers.kafka import client_kwargs, make_producer
+from gatekeeper.consumers.kafka import make_producer
 from gatekeeper.consumers.outcomes import Outcome, OutcomeKind, Source, Targets, build
 from gatekeeper.errors import Unavailable
 from gatekeeper.generation import refusal, require
@@ -232,16 +233,7 @@ class Correlator:
 
     async def start(self, partitions: Mapping[str, Collection[int]]) -> None:
         """Assign every partition of the outcome topics (``partitions``: topic -> its partitions) at its end."""
-        kafka = self.settings.kafka
-        kw = client_kwargs(kafka)
-        kw.update(
-            client_id=f"{kafka.client_id}-gate",
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="latest",
-            isolation_level="read_committed" if kafka.transactional else "read_uncommitted",
-        )
-        consumer = AIOKafkaConsumer(**kw)
+        consumer = reader_consumer(self.settings.kafka, "gate", auto_offset_reset="latest")
         await consumer.start()
         try:
             tps = [TopicPartition(t, p) for t in sorted(self.kinds) for p in sorted(partitions[t])]

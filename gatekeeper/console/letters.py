@@ -167,20 +167,10 @@ class LetterReader:
 
     async def _ensure(self) -> Any:
         if self._consumer is None:
-            from aiokafka import AIOKafkaConsumer
+            from gatekeeper.admin import reader_consumer
 
-            from gatekeeper.consumers.kafka import client_kwargs
-
-            kafka = self.settings.kafka
-            kw = client_kwargs(kafka)
-            kw.update(
-                client_id=f"{kafka.client_id}-console",
-                group_id=None,
-                enable_auto_commit=False,
-                isolation_level="read_committed" if kafka.transactional else "read_uncommitted",
-                fetch_max_wait_ms=20,  # a page waits for what is there, not for more to arrive
-            )
-            consumer = AIOKafkaConsumer(**kw)
+            # fetch_max_wait_ms: a page waits for what is there, not for more to arrive
+            consumer = reader_consumer(self.settings.kafka, "console", fetch_max_wait_ms=20)
             try:
                 await asyncio.wait_for(consumer.start(), self.timeout)
             except BaseException:
