@@ -27,7 +27,6 @@ from rwcore._checks import (
 from rwcore._checks import ho_check as _ho_check
 from rwcore._codec import (
     VERSION,
-    _clean_message,
     digest_raw,
     encode_checked,
     line_digest,
@@ -179,11 +178,9 @@ def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[
     msgs: list[Message | None] = []
     problems: list[Problem] = []
     for label, line in pairs:
-        message = _clean_message(line, prof)  # the usual line, with no finding
-        if message is None:
-            message, _, errors, _, _ = parse_message(line, prof)
-            if errors:
-                problems += [_invalid(label, e) for e in errors]
+        message, _, errors, _, _ = parse_message(line, prof)
+        if errors:
+            problems += [_invalid(label, e) for e in errors]
         msgs.append(message)
     return prof, msgs, problems
 

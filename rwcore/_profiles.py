@@ -3,8 +3,8 @@
 A profile file is the reference's JSON format (section 7), so a user's existing profile files load unchanged. rwcore
 reads each file once, merges it with the core exactly as the reference does (a profile may add, never redefine), and
 compiles the result into a frozen :class:`Profile`: per-type required/optional/allowed sets, enums as read-only
-mappings, one precompiled validator per slot, the exec map, the agents, the answer vocabulary, the constraint keys
-and aliases, and the slots to mask in logs. Nothing is re-read or re-merged per call.
+mappings, the grammar the parser runs on (native/rw1: one check per slot), the exec map, the agents, the answer
+vocabulary, the constraint keys and aliases, and the slots to mask in logs. Nothing is re-read or re-merged per call.
 
 Where profiles are found, first match wins: the ``extra_dirs`` given to :func:`get_profile`, then the folders in the
 ``RWCORE_PROFILE_PATH`` environment variable (``os.pathsep``-separated), then rwcore's own ``profiles/`` folder.
@@ -21,15 +21,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from rwcore import _native
 from rwcore._acc import AccTables
-from rwcore._errors import FormError, problem
-from rwcore._types import Problem
+from rwcore._errors import FormError
 
 #: Environment variable naming extra profile folders, ``os.pathsep``-separated.
 PROFILE_PATH_ENV: Final = "RWCORE_PROFILE_PATH"
@@ -41,138 +42,9 @@ DEFAULT_SENSITIVE: Final = frozenset({"acct", "prev", "addr"})
 ENVELOPE: Final = ("re", "from", "to", "item")
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-# The grammar's character classes. ``$`` (not ``\Z``) and ``\d`` (any Unicode decimal digit) are deliberate: they are
-# the reference's semantics, and a line must get the same verdict from both.
-# Each class's text is written once: the validators below and the clean-line matcher (TypeDef.clean) share it.
-_ID = r"[A-Za-z0-9._-]"
-_DATE = r"\d{8}"
-_TIME = r"\d{8}T\d{4}Z"
-_MONEY = r"-?\d+\.\d{2}"
-_NUM = r"-?\d+(?:\.\d+)?(?:/\d+(?:\.\d+)?)?"
-ID_RE: Final = re.compile(rf"^{_ID}+$")
-KEY_RE: Final = re.compile(r"^[a-z][a-z0-9_]*$")
-DATE_RE: Final = re.compile(rf"^{_DATE}$")
-TIME_RE: Final = re.compile(rf"^{_TIME}$")
-_INT_RE = re.compile(r"-?\d+")
-_DAYS_RE = re.compile(r"\d+d?")
-_MONEY_RE = re.compile(_MONEY)
-_NUM_RE = re.compile(_NUM)
-_RANGE_RE = re.compile(r"(\d+)-(\d+)")
-
-#: A compiled slot validator: decodes one raw value, appending any problem to the list it is given.
-Validator = Callable[[str, list[Problem]], Any]
-#: How the parser decodes one slot on one type (see TypeDef.slot_info).
-SlotPlan = tuple[int, Any, bool, bool]
-
-#: The slot types checked by one pattern and kept as written: (match, problem code, message after ``key=value``).
-_PATTERN_TYPES: Final = {
-    "date": (DATE_RE.match, "bad-date", ": dates are YYYYMMDD"),
-    "time": (TIME_RE.match, "bad-time", ": times are YYYYMMDDTHHMMZ in UTC, e.g. 20261002T1405Z"),
-    "money": (
-        _MONEY_RE.fullmatch,
-        "bad-money",
-        ": money is digits with exactly two decimals, no separators, e.g. 5400.00",
-    ),
-    "num": (_NUM_RE.fullmatch, "bad-num", ": num is a number as written (7.2, 148/88), no units, no separators"),
-}
-
-
-def _plan(key: str, typ: str, validator: Validator, enums: Mapping[str, Mapping[str, str]]) -> tuple[int, Any]:
-    if typ in ("ref", "token"):
-        return 0, None
-    if typ in ("list:ref", "list:token"):
-        return 4, validator  # strings as written, joined with +: no check beyond the split
-    if typ.startswith("enum:"):
-        return 1, enums.get(typ[5:], {})
-    pattern = _PATTERN_TYPES.get(typ)
-    if pattern is not None:
-        return 3, pattern
-    return 2, validator
-
-
-# ---------------------------------------------------------------- the clean-line matcher
-
-_VALUE_END = "(?![^ ])"  # a value ends at a space or at the end of the slots
-
-
-def _trie(branches: Mapping[str, str]) -> str:
-    """Regex text matching any of the literal prefixes, each followed by its own text, written as a trie: at each
-    character the engine tries the few branches that start with it, not every prefix in turn."""
-    groups: dict[str, dict[str, str]] = {}
-    for literal, then in branches.items():
-        groups.setdefault(literal[:1], {})[literal[1:]] = then
-    alts = []
-    for first, rest in groups.items():
-        if not first:
-            alts.append(rest[""])
-        elif len(rest) == 1:
-            ((tail, then),) = rest.items()
-            alts.append(re.escape(first + tail) + then)
-        else:
-            alts.append(re.escape(first) + _trie(rest))
-    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-
-
-def _alternation(words: Iterable[str]) -> str | None:
-    """Regex text matching exactly one of the words, the whole value."""
-    ws = {w: "" for w in sorted(words) if w and " " not in w}
-    return _trie(ws) + _VALUE_END if ws else None
-
-
-def _clean_value(
-    typ: str, enums: Mapping[str, Mapping[str, str]], agents: frozenset[str] | None
-) -> tuple[str, bool] | None:
-    """The regex text of values of a slot type that are valid as they stand, and whether the value is decoded
-    after the match (lists, integers, days, booleans: their validator then has the last word). Every value the
-    text matches must be one the slot's validator passes: the matcher may refuse a valid value (the full pass then
-    takes it), never accept an invalid one. None: no such text (the slot always takes the full pass)."""
-    if typ in ("ref", "token"):
-        return r"[^ ]++", False
-    if typ.startswith("list:"):
-        return r"[^ ]++", True
-    if typ.startswith("enum:"):
-        alt = _alternation(enums.get(typ[5:], {}))
-        return (alt, False) if alt is not None else None
-    pattern = {"date": _DATE, "time": _TIME, "money": _MONEY, "num": _NUM}.get(typ)
-    if pattern is not None:
-        return f"(?:{pattern}){_VALUE_END}", False
-    if typ.startswith("int:"):
-        return rf"-?\d++{_VALUE_END}", True
-    if typ == "days":
-        return rf"\d++d?{_VALUE_END}", True
-    if typ == "bool":
-        return f"[YN]{_VALUE_END}", True
-    if typ == "msgid" or (typ == "agent" and not agents):
-        return f"{_ID}++{_VALUE_END}", False
-    if typ == "agent":
-        alt = _alternation(a for a in agents or () if ID_RE.match(a) and a[-1:] != "\n")
-        return (alt, False) if alt is not None else None
-    return None
-
-
-def _clean_matcher(
-    code: str,
-    keys: Sequence[str],
-    values: Mapping[str, tuple[str, bool] | None],
-    declared: str | None,
-    x_known: Sequence[str],
-) -> Callable[[str], re.Match[str] | None]:
-    """The ``fullmatch`` of a clean line of one type (see TypeDef.clean). Under a profile ``p=`` must name it; under
-    the core a ``p=`` line always takes the full pass (it switches profile). ``x_`` keys the profile does not
-    define are taken as written."""
-    branches = {}
-    for k in keys:
-        if k == "p":
-            if declared is not None:
-                branches["p="] = re.escape(declared) + _VALUE_END
-            continue
-        value = values[k]
-        assert value is not None
-        branches[k + "="] = value[0]
-    not_known = f"(?!(?:{'|'.join(map(re.escape, x_known))})=)" if x_known else ""
-    x_slot = rf"{not_known}x_[a-z0-9_]*+=[^ ]++"
-    slot = f"(?:{_trie(branches)}|{x_slot})" if branches else f"(?:{x_slot})"
-    return re.compile(rf"RW1 {re.escape(code)} ({_ID}++)((?: {slot})*+)(?: // (.*)|( //))?", re.S).fullmatch
+#: A time as the protocol writes it (``exp=``). ``$`` and ``\d`` (any Unicode decimal digit) are the reference's
+#: semantics, as the parser's (native/rw1) are.
+TIME_RE: Final = re.compile(r"^\d{8}T\d{4}Z$")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -184,21 +56,8 @@ class TypeDef:
     required: tuple[str, ...]
     optional: tuple[str, ...]
     allowed: frozenset[str]
-    #: per slot, how the parser decodes it on this type: (kind, data, is an envelope slot, allowed on this type);
-    #: kind 0 takes the value as written, 1 checks it against an enum (data: the codes), 2 calls a validator
-    #: (data), 3 matches a pattern (data: match function, problem code, message suffix), 4 splits a list of
-    #: strings as written (data: its validator, which the full pass calls)
-    slot_info: Mapping[str, SlotPlan] = field(default_factory=dict)
     #: the slots every line of this type must carry, as a set
     required_set: frozenset[str] = frozenset()
-    #: the clean-line matcher: ``fullmatch`` of one regex that accepts only a line the parser would pass without a
-    #: finding of its own (a subset: anything it refuses takes the full pass), its groups the id, the slots (each
-    #: after one space), the tail, and `` //`` for an empty tail; duplicates, required slots and the rules over the
-    #: whole line are checked after it. (None only in a TypeDef made by hand: every line takes the full pass.)
-    clean: Callable[[str], re.Match[str] | None] | None = None
-    #: the keys the matcher takes as written but whose value is decoded (and checked) after it: lists, integers,
-    #: days and booleans (a tuple: the parser scans it, a handful of keys, rather than intersect sets)
-    decode_keys: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -212,7 +71,6 @@ class Profile:
     declared: str | None
     types: Mapping[str, TypeDef]
     slot_types: Mapping[str, str]
-    validators: Mapping[str, Validator]
     enums: Mapping[str, Mapping[str, str]]
     agents: frozenset[str] | None
     ans: Mapping[str, str] | None
@@ -235,6 +93,8 @@ class Profile:
     acc_tables: AccTables
     #: the slots whose decoded value is a list
     list_keys: frozenset[str]
+    #: the profile compiled for the parser (native/rw1: the slots' checks, the types, the answer vocabulary)
+    grammar: _native.Grammar
 
     @property
     def is_core(self) -> bool:
@@ -255,119 +115,6 @@ class Profile:
 
     def __repr__(self) -> str:
         return f"Profile({self.name!r})"
-
-
-# ---------------------------------------------------------------- slot validators
-
-
-def _err(errors: list[Problem], code: str, message: str, key: str, expected: str, got: str) -> None:
-    errors.append(problem(code, message, "form", key, expected, got))
-
-
-def _compile_validator(
-    key: str, typ: str, enums: Mapping[str, Mapping[str, str]], agents: frozenset[str] | None, pname: str | None
-) -> Validator:
-    """One closure per slot: the decode-and-check the reference does per value, with everything looked up once."""
-    if typ.startswith("list:"):
-        inner = _compile_validator(key, typ[5:], enums, agents, pname)
-
-        def v_list(raw: str, errors: list[Problem]) -> Any:
-            return [inner(x, errors) for x in raw.split("+") if x != ""]
-
-        return v_list
-    if typ.startswith("enum:"):
-        ename = typ[5:]
-        allowed = enums.get(ename, {})
-        tail = f": not a known {ename} code (rule 2: reply UN why=UNK, do not guess)"
-
-        def v_enum(raw: str, errors: list[Problem]) -> Any:
-            if raw not in allowed:
-                _err(errors, "unknown-code", f"{key}={raw}{tail}", key, typ, raw)
-            return raw
-
-        return v_enum
-    if typ.startswith("int:"):
-        m = _RANGE_RE.fullmatch(typ[4:])
-        if m is None:
-            raise FormError(f"slot {key}: int type {typ!r} is not int:<lo>-<hi> with non-negative bounds")
-        lo_s, hi_s = m.group(1), m.group(2)
-        lo, hi = int(lo_s), int(hi_s)
-        int_match = _INT_RE.fullmatch
-
-        def v_int(raw: str, errors: list[Problem]) -> Any:
-            if not int_match(raw):
-                _err(errors, "bad-int", f"{key}={raw}: expected an integer", key, typ, raw)
-                return raw
-            try:
-                v = int(raw)
-            except ValueError:  # more digits than int() converts: certainly out of range
-                _err(errors, "out-of-range", f"{key}={raw}: out of range {lo_s}-{hi_s}", key, typ, raw)
-                return raw
-            if not (lo <= v <= hi):
-                _err(errors, "out-of-range", f"{key}={raw}: out of range {lo_s}-{hi_s}", key, typ, raw)
-            return v
-
-        return v_int
-    pattern = _PATTERN_TYPES.get(typ)
-    if pattern is not None:
-        match, code, suffix = pattern
-
-        def v_pattern(raw: str, errors: list[Problem]) -> Any:
-            if not match(raw):
-                _err(errors, code, f"{key}={raw}{suffix}", key, typ, raw)
-            return raw
-
-        return v_pattern
-    if typ == "days":
-        days_match = _DAYS_RE.fullmatch
-
-        def v_days(raw: str, errors: list[Problem]) -> Any:
-            if not days_match(raw):
-                _err(errors, "bad-days", f"{key}={raw}: expected a number of days, e.g. 14 or 14d", key, typ, raw)
-                return raw
-            try:
-                return int(raw.rstrip("d"))
-            except ValueError:  # more digits than int() converts
-                _err(errors, "bad-days", f"{key}={raw}: expected a number of days, e.g. 14 or 14d", key, typ, raw)
-                return raw
-
-        return v_days
-    if typ == "bool":
-
-        def v_bool(raw: str, errors: list[Problem]) -> Any:
-            if raw == "Y":
-                return True
-            if raw == "N":
-                return False
-            _err(errors, "bad-bool", f"{key}={raw}: booleans are Y or N", key, typ, raw)
-            return raw
-
-        return v_bool
-    if typ in ("msgid", "agent"):
-        id_match = ID_RE.match
-        check_agents = agents if typ == "agent" and agents else None
-
-        def v_id(raw: str, errors: list[Problem]) -> Any:
-            if not id_match(raw):
-                _err(errors, "bad-agent", f"{key}={raw}: must match [A-Za-z0-9._-]+", key, typ, raw)
-            if check_agents is not None and raw not in check_agents:
-                msg = f"{key}={raw}: not an agent named in profile {pname}"
-                _err(errors, "unknown-agent", msg, key, typ, raw)
-            return raw
-
-        return v_id
-    if typ in ("ref", "token"):
-
-        def v_str(raw: str, errors: list[Problem]) -> Any:
-            return raw
-
-        return v_str
-
-    def v_unknown(raw: str, errors: list[Problem]) -> Any:
-        _err(errors, "bad-slot-type", f"{key}: unknown slot type {typ} in spec", key, typ, raw)
-        return raw
-
-    return v_unknown
 
 
 # ---------------------------------------------------------------- reading and merging
@@ -528,28 +275,31 @@ def _compile(
     slots = dict(slots)
     ro_enums = MappingProxyType({k: MappingProxyType(dict(v)) for k, v in enums.items()})
     ho = types["HO"]
-    validators = {k: _compile_validator(k, typ, ro_enums, agents, declared) for k, typ in slots.items()}
-    plans = {k: _plan(k, typ, validators[k], ro_enums) for k, typ in slots.items()}
-    values = {k: _clean_value(typ, ro_enums, agents) for k, typ in slots.items()}
-    decoded = {k for k, value in values.items() if value is not None and value[1]}
     typedefs: dict[str, TypeDef] = {}
     for code, tdata in types.items():
         allowed = set(tdata["required"]) | set(tdata["optional"]) | {"p"}
         if code == "RB":
             allowed |= set(ho["required"]) | set(ho["optional"])
-        info = MappingProxyType({k: (kind, data, k in ENVELOPE, k in allowed) for k, (kind, data) in plans.items()})
-        clean_keys = [k for k in slots if k in allowed and values[k] is not None and KEY_RE.match(k)]
         typedefs[code] = TypeDef(
             code,
             tdata["name"],
             tuple(tdata["required"]),
             tuple(tdata["optional"]),
             frozenset(allowed),
-            info,
             required_set=frozenset(tdata["required"]),
-            clean=_clean_matcher(code, clean_keys, values, declared, [k for k in slots if k.startswith("x_")]),
-            decode_keys=tuple(k for k in clean_keys if k in decoded),
         )
+    try:
+        grammar = _native.Grammar(
+            declared,
+            [(t.code, list(t.required), sorted(t.allowed)) for t in typedefs.values()],
+            list(slots.items()),
+            [(name, list(codes)) for name, codes in ro_enums.items()],
+            sorted(agents) if agents else None,
+            tail_max,
+            sys.get_int_max_str_digits(),
+        )
+    except ValueError as e:
+        raise FormError(str(e)) from e
     encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")
     return Profile(
@@ -557,7 +307,6 @@ def _compile(
         declared=declared,
         types=MappingProxyType(typedefs),
         slot_types=MappingProxyType(slots),
-        validators=MappingProxyType(validators),
         enums=ro_enums,
         agents=agents,
         ans=ans if ans else None,
@@ -579,6 +328,7 @@ def _compile(
         ans_text="/".join(ans) if ans else "",
         acc_tables=AccTables(ckeys, cset, aliases),
         list_keys=frozenset(k for k, typ in slots.items() if typ.startswith("list:")),
+        grammar=grammar,
     )
 
 

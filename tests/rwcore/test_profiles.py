@@ -132,7 +132,7 @@ def test_profiles_are_frozen_and_slotted() -> None:
     with pytest.raises(TypeError):
         pay.exec_map["PAY"] = ()  # type: ignore[index]
     with pytest.raises(TypeError):
-        pay.types["HO"].slot_info["x"] = (0, None, False, True)  # type: ignore[index]
+        pay.slot_types["x"] = "ref"  # type: ignore[index]
     assert isinstance(pay.agents, frozenset)
     assert isinstance(pay.sensitive, frozenset)
     assert isinstance(pay.types["HO"].allowed, frozenset)
