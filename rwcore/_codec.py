@@ -11,10 +11,9 @@ writes lines (encode, checked by that parser) and the canonical JSON the digest 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import FrozenInstanceError, fields
 from json.encoder import encode_basestring as _jstr
-from operator import itemgetter
 from typing import Any, Final
 
 from rwcore import _native
@@ -109,8 +108,9 @@ _P_RAW = Parsed.__dict__["_raw"].__set__
 _P_PROFILE = Parsed.__dict__["profile"].__set__
 
 
-def _problems(found: list[tuple[str, str, str | None, str | None, str | None]]) -> list[Problem]:
-    return [problem(code, message, "form", slot, expected, got) for code, message, slot, expected, got in found]
+def native_problems(found: list[tuple[str, str, str, str | None, str | None, str | None]]) -> list[Problem]:
+    """Findings as the native code gives them, ``(code, tier, message, slot, expected, got)``, as Problems."""
+    return [problem(code, message, tier, slot, expected, got) for code, tier, message, slot, expected, got in found]
 
 
 _SWITCHES: dict[tuple[str, ...], Callable[[str], Profile]] = {}
@@ -133,8 +133,8 @@ def _native_parse(line: str, prof: Profile) -> tuple[tuple[Any, ...], list[Probl
     twin, errors, warnings, switched = _native.parse(line, prof.grammar, _switch(prof), Slots)
     return (
         twin,
-        _problems(errors) if errors else [],
-        _problems(warnings) if warnings else [],
+        native_problems(errors) if errors else [],
+        native_problems(warnings) if warnings else [],
         prof if switched is None else switched,
     )
 
@@ -255,7 +255,7 @@ def encode_checked(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profi
         _switch(prof),
     )
     if errors:
-        raise FormError("; ".join(message for _, message, _, _, _ in errors))
+        raise FormError("; ".join(message for _, _, message, _, _, _ in errors))
     return line
 
 
@@ -314,125 +314,6 @@ def _jv(v: Any) -> str:
 
 # Messages of one kind carry the same slots in the same order, so the work that depends only on which keys a
 # message has, in which order (the key order a line or the canonical form writes), is done once per shape.
-_SHAPES_MAX: Final = 4096
-
-
-def _getter(items: Sequence[Any]) -> Any:
-    """A function of a container giving the tuple of its items at these keys or positions."""
-    if len(items) >= 2:
-        return itemgetter(*items)
-    if items:
-        at = items[0]
-        return lambda c: (c[at],)
-    return lambda c: ()
-
-
-def _encode_order(slots: Mapping[str, Any], prof: Profile) -> tuple[str, ...]:
-    """The slots' keys in the order a line writes them: the profile's slot order, then the others as they come."""
-    order_set = prof.encode_order_set
-    known = sorted(slots.keys() & order_set, key=prof.encode_rank.__getitem__)
-    return (*known, *(k for k in slots if k not in order_set))
-
-
-# The canonical form of a twin is written from a plan per shape: the text between values (the keys sorted, written
-# out, a string's quotes, null where a value is always None) is laid down once; a message's values are gathered in
-# one step and set between it.
-_CanonPlan = tuple[list[str | None], Any, tuple[int, ...], Any]
-_CANON_PLANS: dict[tuple[object, ...], _CanonPlan | tuple[()]] = {}  # a Message's plans by shape; (): not plain
-_ENVELOPE_SORTED: Final = ("from", "id", "item", "re", "tail", "to", "type", "v")  # as _canon_fields gathers them
-_NONE: Final = type(None)
-
-
-def _canon_plan(keys: tuple[str, ...], places: tuple[type, ...]) -> _CanonPlan | None:
-    """The canonical form's plan for slots with these keys (in their order), given what each value's place holds
-    (the slots' values, then the envelope's in ``_ENVELOPE_SORTED`` order): ``str``, a string, written between
-    quotes; ``list``, any value, written as JSON (:func:`_jv`); None's type, null, written into the text. The plan
-    is (the text, with None at every other value's place, the gatherer of those values from that tuple, their
-    positions to write as JSON first, the gatherer of the string values); None when a key is not a string."""
-    if any(type(k) is not str for k in keys):
-        return None
-    n = len(keys)
-    at_env = {name: n + i for i, name in enumerate(_ENVELOPE_SORTED)}
-    texts = ["{"]  # the text before each value's place, and after the last
-    args: list[int] = []
-    later: list[int] = []
-    strs: list[int] = []
-
-    def fields(names: Iterable[tuple[str, int]]) -> None:
-        for j, (name, i) in enumerate(names):
-            texts[-1] += ("," if j else "") + _jstr(name) + ":"
-            place = places[i]
-            if place is _NONE:
-                texts[-1] += "null"
-                continue
-            if place is str:
-                strs.append(i)
-                texts[-1] += '"'
-            else:
-                later.append(len(args))
-            args.append(i)
-            texts.append('"' if place is str else "")
-
-    fields((k, at_env[k]) for k in _ENVELOPE_SORTED[:4])
-    texts[-1] += ',"slots":{'
-    fields(sorted(zip(keys, range(n), strict=True)))
-    texts[-1] += "},"
-    fields((k, at_env[k]) for k in _ENVELOPE_SORTED[4:])
-    texts[-1] += "}"
-    parts: list[str | None] = [None] * (2 * len(texts) - 1)
-    parts[::2] = texts
-    return parts, _getter(args), tuple(later), _getter(strs)
-
-
-def _canon_fields(
-    v: Any, typ: Any, mid: Any, re_: Any, frm: Any, to: Any, item: Any, slots: Mapping[str, Any], tail: Any
-) -> str | None:
-    """The canonical JSON of a twin written through its shape's plan (see :func:`_canon_plan`), or None when the
-    plan does not write it (the JSON encoder then does).
-
-    A shape is the slot keys in order and whether ``re`` and the tail are None (null in the plan's text). The plan
-    takes the places of the strings from the first twin of its shape and writes every other value (a slot's None
-    too) as JSON: a later twin with a string where that one had another value is still written right, and one with
-    another value where that one had a string is not written here (:func:`_canon_write` declines it)."""
-    vals = (*slots.values(), frm, mid, item, re_, tail, to, typ, v)
-    shape = (*slots, re_ is None, tail is None)
-    plan = _CANON_PLANS.get(shape)
-    if plan is None:
-        places: list[type] = [str if type(x) is str else list for x in vals]  # list: written as JSON
-        n = len(slots)
-        places[n + 3 : n + 5] = (_NONE if re_ is None else places[n + 3], _NONE if tail is None else places[n + 4])
-        plan = _canon_plan(tuple(slots), tuple(places)) or ()
-        if len(_CANON_PLANS) >= _SHAPES_MAX:
-            _CANON_PLANS.clear()
-        _CANON_PLANS[shape] = plan
-    if not plan:
-        return None
-    return _canon_write(plan, vals)
-
-
-def _canon_write(plan: _CanonPlan, vals: tuple[Any, ...]) -> str | None:
-    """The canonical JSON of the values (laid out as :func:`_canon_plan` says) through their plan, or None when a
-    string needs escaping or a value is not one the plan writes."""
-    parts, gather, later, gather_strs = plan
-    try:
-        strs = "".join(gather_strs(vals))
-    except TypeError:  # a value that is not a string where the plan has one
-        return None
-    if len(_jstr(strs)) != len(strs) + 2:  # a string to escape: " \\ or a control character
-        return None
-    args = gather(vals)
-    if later:
-        args = list(args)
-        try:
-            for i in later:
-                args[i] = _jv(args[i])
-        except _NotPlain:
-            return None
-    text = parts[:]
-    text[1::2] = args
-    return "".join(text)  # type: ignore[arg-type]  # every place now holds its value's text
-
-
 def _jv_spaced(v: Any) -> str:
     """As :func:`_jv`, with json.dumps' default separators inside lists."""
     if type(v) is str:
@@ -457,16 +338,19 @@ def twin_json(raw: Mapping[str, Any]) -> str:
 
 
 def canonical_message(msg: Message) -> str:
-    """Canonical JSON of a Message's twin (tuples serialise as arrays)."""
-    text = _canon_fields(msg.v, msg.type, msg.id, msg.re, msg.from_, msg.to, msg.item, msg.slots, msg.tail)
-    if text is not None:
-        return text
-    return canonical(msg.to_dict())
+    """Canonical JSON of a Message's twin (tuples serialise as arrays), native (native/rw1/src/canon.rs)."""
+    try:
+        return _native.canonical(msg)
+    except ValueError as e:
+        raise FormError(f"not a JSON twin: {e}") from e
 
 
 def message_digest(msg: Message) -> str:
     """``h=`` of a message: the first 12 hex characters of SHA-256 over its canonical JSON."""
-    return _digest_text(canonical_message(msg))
+    try:
+        return _native.message_digest(msg)
+    except ValueError as e:
+        raise FormError(f"not a JSON twin: {e}") from e
 
 
 def line_digest(line: str, prof: Profile) -> str:

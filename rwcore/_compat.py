@@ -14,13 +14,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from rwcore._acc import AccTables, compare
+from rwcore import _native
 from rwcore._checks import (
-    dn_executed,
+    acc_compare,
+    dn_check,
     dn_receipt,
     encoding_profile,
     now_utc,
-    plan_of,
     rb_problems,
     readback_twin,
 )
@@ -154,9 +154,6 @@ def digest(line_or_msg: str | dict[str, Any], profile: str | None = None) -> str
     return digest_raw(line_or_msg)
 
 
-_core_tables: list[AccTables] = []
-
-
 def compare_acc(
     expected: list[str],
     derived: list[str],
@@ -166,9 +163,27 @@ def compare_acc(
 ) -> tuple[list[str], list[str]]:
     """Tier 4: the sender's criteria against the receiver's; ``(problems, notes)``. ``spec`` (a dict with
     ``constraint_keys``, ``constraint_set_keys``, ``value_aliases``) replaces the core's tables."""
-    tables = AccTables.from_spec(spec) if spec else reference_profile(None).acc_tables
-    problems, notes = compare(expected, derived, keys, derived_not, tables)
-    return [p.message for p in problems], [n.message for n in notes]
+    grammar = _criteria_grammar(spec) if spec else reference_profile(None).grammar
+    return acc_compare(expected, derived, keys, derived_not, grammar).compat()
+
+
+def _criteria_grammar(spec: Mapping[str, Any]) -> _native.Grammar:
+    """A grammar holding only tier 4's tables, from a reference-shaped dict (``constraint_keys``,
+    ``constraint_set_keys``, ``value_aliases``)."""
+    aliases = spec.get("value_aliases", {})
+    return _native.Grammar(
+        None,
+        [],
+        [],
+        [],
+        None,
+        0,
+        0,
+        [],
+        [str(k) for k in spec.get("constraint_keys", {})],
+        [str(k) for k in spec.get("constraint_set_keys", ["must", "no", "scope", "src"])],
+        [(str(canon), [str(a) for a in alts]) for canon, alts in aliases.items()],
+    )
 
 
 def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[Message | None], list[Problem]]:
@@ -260,9 +275,7 @@ def check_dn_lines(ho_line: str, dn_line: str, profile: str | None = None, rb_li
             text = "the readback did not pass the sender's check, so it is not the plan: " + first.message
             return CheckResult((*found, Problem("rb-not-plan", text, "executed", first.slot, None, first.code)))
         plan_rb = rb
-    notes: list[Problem] = []
-    dn_executed(ho, dn, prof, plan_of(ho, plan_rb), found, notes)
-    return CheckResult(tuple(found), tuple(notes))
+    return dn_check(ho, dn, prof, plan_rb)
 
 
 def check_dn(

@@ -18,9 +18,15 @@ class Grammar:
         agents: list[str] | None,
         tail_max: int,
         int_max_digits: int,
+        exec: list[tuple[str, list[str]]],
+        constraint_keys: list[str],
+        constraint_set_keys: list[str],
+        value_aliases: list[tuple[str, list[str]]],
     ) -> None: ...
 
-_Finding = tuple[str, str, str | None, str | None, str | None]
+#: (code, tier, message, slot, expected, got)
+_Finding = tuple[str, str, str, str | None, str | None, str | None]
+_Findings = tuple[list[_Finding], list[_Finding]]
 
 def parse(
     line: str, grammar: Grammar, switch: Callable[[str], Any], slots_type: type
@@ -40,3 +46,26 @@ def encode(
     switch: Callable[[str], Any],
 ) -> tuple[str, list[_Finding]]:
     """A twin's line, written as the reference writes it, and the errors the parser finds in it."""
+
+def canonical(msg: Any) -> str:
+    """A message's canonical JSON."""
+
+def message_digest(msg: Any) -> str:
+    """A message's digest (``h=``)."""
+
+def ho_check(ho: Any, record: Any, grammar: Grammar) -> _Findings:
+    """Check 1: (problems, notes)."""
+
+def rb_check(ho: Any, rb: Any, grammar: Grammar, expect_acc: list[str] | None, now: str) -> _Findings:
+    """Check 2: (problems, notes)."""
+
+def dn_receipt(ho: Any, dn: Any) -> tuple[list[_Finding], bool]:
+    """Check 3's type and receipt part: (problems, whether the check goes on)."""
+
+def dn_check(ho: Any, dn: Any, grammar: Grammar, plan_rb: Any | None) -> _Findings:
+    """Check 3: (problems, notes)."""
+
+def acc_compare(
+    expected: list[str], derived: list[str], keys: list[str], derived_not: list[str], grammar: Grammar
+) -> _Findings:
+    """Tier 4 alone: (problems, notes)."""

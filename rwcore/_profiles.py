@@ -29,7 +29,6 @@ from types import MappingProxyType
 from typing import Any, Final
 
 from rwcore import _native
-from rwcore._acc import AccTables
 from rwcore._errors import FormError
 
 #: Environment variable naming extra profile folders, ``os.pathsep``-separated.
@@ -90,10 +89,10 @@ class Profile:
     encode_order_set: frozenset[str]
     encode_rank: Mapping[str, int]
     ans_text: str
-    acc_tables: AccTables
     #: the slots whose decoded value is a list
     list_keys: frozenset[str]
-    #: the profile compiled for the parser (native/rw1: the slots' checks, the types, the answer vocabulary)
+    #: the profile compiled (native/rw1): for the parser (the slots' checks, the types, the answer vocabulary) and
+    #: the checks (the exec map, tier 4's constraint keys and aliases)
     grammar: _native.Grammar
 
     @property
@@ -271,8 +270,10 @@ def _compile(
     dirs: tuple[str, ...],
     tail_max: int,
 ) -> Profile:
-    """A merged vocabulary compiled into a Profile: validators, per-type slot plans, read-only mappings."""
+    """A merged vocabulary compiled into a Profile: its types, its grammar (native), read-only mappings."""
     slots = dict(slots)
+    cset = tuple(cset)
+    aliases = {canon: tuple(alts) for canon, alts in aliases.items()}
     ro_enums = MappingProxyType({k: MappingProxyType(dict(v)) for k, v in enums.items()})
     ho = types["HO"]
     typedefs: dict[str, TypeDef] = {}
@@ -297,6 +298,10 @@ def _compile(
             sorted(agents) if agents else None,
             tail_max,
             sys.get_int_max_str_digits(),
+            [(ask, list(slots_)) for ask, slots_ in exec_map.items()],
+            list(ckeys),
+            list(cset),
+            [(canon, list(alts)) for canon, alts in aliases.items()],
         )
     except ValueError as e:
         raise FormError(str(e)) from e
@@ -326,7 +331,6 @@ def _compile(
         encode_order_set=frozenset(encode_order),
         encode_rank=MappingProxyType({k: i for i, k in enumerate(encode_order)}),
         ans_text="/".join(ans) if ans else "",
-        acc_tables=AccTables(ckeys, cset, aliases),
         list_keys=frozenset(k for k, typ in slots.items() if typ.startswith("list:")),
         grammar=grammar,
     )

@@ -57,7 +57,18 @@ fn opt_string<'py>(py: Python<'py>, b: Option<&[u8]>) -> PyResult<Bound<'py, PyA
     }
 }
 
-/// A profile compiled for the parser (`rw1::Grammar`); rwcore's `Profile` holds one.
+/// Python strings, as a list of them.
+type Names<'py> = Vec<Bound<'py, PyString>>;
+/// (a name, its names): an enum's codes, an ask's execution slots, an alias group.
+type Groups<'py> = Vec<(Bound<'py, PyString>, Names<'py>)>;
+
+fn groups(g: &Groups<'_>) -> PyResult<Vec<rw1::grammar::Group>> {
+    g.iter()
+        .map(|(n, c)| Ok((owned(n)?, owned_all(c)?)))
+        .collect()
+}
+
+/// A profile compiled (`rw1::Grammar`): for the parser and the checks. rwcore's `Profile` holds one.
 #[pyclass(frozen, module = "rwcore._native")]
 struct Grammar {
     inner: Arc<rw1::Grammar>,
@@ -67,22 +78,22 @@ struct Grammar {
 impl Grammar {
     /// Compile a merged vocabulary: the profile's declared name (None for the core), its types as (code,
     /// required, allowed), its slots as (key, type), its enums as (name, codes), its agents (None: any), the
-    /// tail's limit and `sys.get_int_max_str_digits()`. A slot type it cannot read is a ValueError.
+    /// tail's limit, `sys.get_int_max_str_digits()`, the execution slots per ask, the constraint keys, the
+    /// set-valued ones and the alias groups. A slot type it cannot read is a ValueError.
     #[new]
     #[allow(clippy::too_many_arguments)]
-    #[allow(clippy::type_complexity)]
     fn new(
         declared: Option<Bound<'_, PyString>>,
-        types: Vec<(
-            Bound<'_, PyString>,
-            Vec<Bound<'_, PyString>>,
-            Vec<Bound<'_, PyString>>,
-        )>,
+        types: Vec<(Bound<'_, PyString>, Names<'_>, Names<'_>)>,
         slots: Vec<(Bound<'_, PyString>, Bound<'_, PyString>)>,
-        enums: Vec<(Bound<'_, PyString>, Vec<Bound<'_, PyString>>)>,
-        agents: Option<Vec<Bound<'_, PyString>>>,
+        enums: Groups<'_>,
+        agents: Option<Names<'_>>,
         tail_max: usize,
         int_max_digits: usize,
+        exec: Groups<'_>,
+        constraint_keys: Names<'_>,
+        constraint_set_keys: Names<'_>,
+        value_aliases: Groups<'_>,
     ) -> PyResult<Self> {
         let vocabulary = rw1::Vocabulary {
             declared: declared.as_ref().map(owned).transpose()?,
@@ -94,13 +105,14 @@ impl Grammar {
                 .iter()
                 .map(|(k, t)| Ok((owned(k)?, owned(t)?)))
                 .collect::<PyResult<_>>()?,
-            enums: enums
-                .iter()
-                .map(|(n, c)| Ok((owned(n)?, owned_all(c)?)))
-                .collect::<PyResult<_>>()?,
+            enums: groups(&enums)?,
             agents: agents.as_deref().map(owned_all).transpose()?,
             tail_max,
             int_max_digits,
+            exec: groups(&exec)?,
+            constraint_keys: owned_all(&constraint_keys)?,
+            constraint_set_keys: owned_all(&constraint_set_keys)?,
+            value_aliases: groups(&value_aliases)?,
         };
         match rw1::Grammar::new(vocabulary) {
             Ok(g) => Ok(Grammar { inner: Arc::new(g) }),
@@ -119,6 +131,8 @@ fn value<'py>(py: Python<'py>, v: &rw1::Value<'_>) -> PyResult<Bound<'py, PyAny>
             .get_type::<pyo3::types::PyInt>()
             .call1((digits.as_str(),))?,
         rw1::Value::Bool(b) => pyo3::types::PyBool::new(py, *b).to_owned().into_any(),
+        rw1::Value::None => py.None().into_bound(py),
+        rw1::Value::Float(f, _) => pyo3::types::PyFloat::new(py, *f).into_any(),
         rw1::Value::List(items) => {
             let items = items
                 .iter()
@@ -141,6 +155,7 @@ fn problems<'py>(py: Python<'py>, ps: &[rw1::Problem]) -> PyResult<Bound<'py, Py
     for p in ps {
         out.append((
             p.code,
+            p.tier,
             string(py, &p.message)?,
             opt_string(py, p.slot.as_deref())?,
             opt_string(py, p.expected.as_deref())?,
@@ -218,15 +233,15 @@ fn parse<'py>(
     let twin = PyTuple::new(
         py,
         [
-            opt_string(py, t.v)?,
-            opt_string(py, t.typ)?,
-            opt_string(py, t.id)?,
+            opt_string(py, t.v.as_deref())?,
+            opt_string(py, t.typ.as_deref())?,
+            opt_string(py, t.id.as_deref())?,
             opt_value(py, &t.re)?,
             opt_value(py, &t.from)?,
             opt_value(py, &t.to)?,
             opt_value(py, &t.item)?,
             slots,
-            opt_string(py, t.tail)?,
+            opt_string(py, t.tail.as_deref())?,
         ],
     )?;
     PyTuple::new(
@@ -353,12 +368,272 @@ fn encode<'py>(
     Ok((string(py, &line)?, problems(py, &parsed.errors)?))
 }
 
+// ---------------------------------------------------------------- messages and the checks
+
+/// A Python value as a slot value: text, an integer, a boolean, a float, None, or a list or tuple of them. Text
+/// is borrowed from the Python string where it can be.
+fn slot_value<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<rw1::Value<'a>> {
+    if v.is_none() {
+        return Ok(rw1::Value::None);
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(rw1::Value::Text(text(s)?));
+    }
+    if let Ok(b) = v.cast::<pyo3::types::PyBool>() {
+        return Ok(rw1::Value::Bool(b.is_true()));
+    }
+    if v.is_instance_of::<pyo3::types::PyInt>() {
+        return Ok(match v.extract::<i64>() {
+            Ok(i) => rw1::Value::Int(i),
+            Err(_) => rw1::Value::BigInt(v.str()?.to_str()?.to_owned()),
+        });
+    }
+    if let Ok(f) = v.cast::<pyo3::types::PyFloat>() {
+        let repr = v.repr()?;
+        return Ok(rw1::Value::Float(
+            f.value(),
+            text(&repr)?.into_owned().into(),
+        ));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        let items = v
+            .try_iter()?
+            .map(|x| slot_value(&x?).map(rw1::Value::into_owned))
+            .collect::<PyResult<_>>()?;
+        return Ok(rw1::Value::List(items));
+    }
+    Err(PyValueError::new_err(format!(
+        "a slot value is text, a number, a boolean, None or a list of them, not {}",
+        v.get_type().name()?
+    )))
+}
+
+/// A message's field that is text (its version, type, id and tail), or None.
+fn opt_text<'a>(v: &'a Bound<'_, PyAny>, field: &str) -> PyResult<Option<Cow<'a, [u8]>>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    match v.cast::<PyString>() {
+        Ok(s) => Ok(Some(text(s)?)),
+        Err(_) => Err(PyValueError::new_err(format!(
+            "a message's {field} is text, not {}",
+            v.get_type().name()?
+        ))),
+    }
+}
+
+fn opt_slot_value<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Option<rw1::Value<'a>>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        slot_value(v).map(Some)
+    }
+}
+
+/// A `rwcore.Message`'s fields and slots, held while `rw1` reads them (its twin borrows their text).
+struct Held<'py> {
+    /// v, type, id, re, from_, to, item, tail
+    fields: [Bound<'py, PyAny>; 8],
+    slots: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+}
+
+fn hold<'py>(m: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
+    let py = m.py();
+    let slots = m.getattr(pyo3::intern!(py, "slots"))?;
+    let slots = slots.cast::<PyDict>()?.iter().collect();
+    let fields = [
+        m.getattr(pyo3::intern!(py, "v"))?,
+        m.getattr(pyo3::intern!(py, "type"))?,
+        m.getattr(pyo3::intern!(py, "id"))?,
+        m.getattr(pyo3::intern!(py, "re"))?,
+        m.getattr(pyo3::intern!(py, "from_"))?,
+        m.getattr(pyo3::intern!(py, "to"))?,
+        m.getattr(pyo3::intern!(py, "item"))?,
+        m.getattr(pyo3::intern!(py, "tail"))?,
+    ];
+    Ok(Held { fields, slots })
+}
+
+/// The twin `rw1`'s checks read of a held message.
+fn twin<'a>(h: &'a Held<'_>) -> PyResult<rw1::Twin<'a>> {
+    let mut pairs = Vec::with_capacity(h.slots.len());
+    for (k, v) in &h.slots {
+        let key = match k.cast::<PyString>() {
+            Ok(s) => text(s)?,
+            Err(_) => Cow::Owned(text(&k.str()?)?.into_owned()),
+        };
+        pairs.push((key, slot_value(v)?));
+    }
+    let [v, typ, id, re, from, to, item, tail] = &h.fields;
+    Ok(rw1::Twin {
+        v: opt_text(v, "v")?,
+        typ: opt_text(typ, "type")?,
+        id: opt_text(id, "id")?,
+        re: opt_slot_value(re)?,
+        from: opt_slot_value(from)?,
+        to: opt_slot_value(to)?,
+        item: opt_slot_value(item)?,
+        slots: pairs,
+        tail: opt_text(tail, "tail")?,
+    })
+}
+
+fn findings<'py>(
+    py: Python<'py>,
+    f: &rw1::checks::Findings,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    Ok((problems(py, &f.problems)?, problems(py, &f.notes)?))
+}
+
+fn refs(v: &[Vec<u8>]) -> Vec<&[u8]> {
+    v.iter().map(|x| &x[..]).collect()
+}
+
+fn owned_texts(v: &[Bound<'_, PyString>]) -> PyResult<Vec<Vec<u8>>> {
+    v.iter().map(|s| Ok(text(s)?.into_owned())).collect()
+}
+
+/// The canonical JSON of a message, what its digest is taken over.
+#[pyfunction]
+fn canonical<'py>(py: Python<'py>, msg: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let held = hold(msg)?;
+    string(py, &rw1::canon::canonical(&twin(&held)?))
+}
+
+/// The digest (`h=`) of a message: the first 12 hex digits of the SHA-256 of its canonical JSON.
+#[pyfunction]
+fn message_digest(msg: &Bound<'_, PyAny>) -> PyResult<String> {
+    let held = hold(msg)?;
+    Ok(rw1::canon::digest(&twin(&held)?))
+}
+
+/// Check 1: an HO against its record (a mapping of slots to values; a value other than text is compared as the
+/// line writes it): (problems, notes).
+#[pyfunction]
+fn ho_check<'py>(
+    py: Python<'py>,
+    ho: &Bound<'py, PyAny>,
+    record: &Bound<'py, PyAny>,
+    grammar: &Bound<'py, Grammar>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let held = hold(ho)?;
+    let ho = twin(&held)?;
+    let items: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = match record.cast::<PyDict>() {
+        Ok(d) => d.iter().collect(),
+        Err(_) => record
+            .call_method0("items")?
+            .try_iter()?
+            .map(|item| item?.extract())
+            .collect::<PyResult<_>>()?,
+    };
+    let mut texts: Vec<(Text<'_>, Text<'_>)> = Vec::with_capacity(items.len());
+    for (k, v) in &items {
+        let key = match k.cast_exact::<PyString>() {
+            Ok(s) => text(s)?,
+            Err(_) => Cow::Owned(text(&k.str()?)?.into_owned()),
+        };
+        let want = match v.cast_exact::<PyString>() {
+            Ok(s) => text(s)?,
+            Err(_) => Cow::Owned(slot_value(v)?.show().into_owned()),
+        };
+        texts.push((key, want));
+    }
+    let pairs: Vec<(&[u8], &[u8])> = texts.iter().map(|(k, v)| (&k[..], &v[..])).collect();
+    findings(
+        py,
+        &rw1::checks::ho_check(&ho, &pairs, &grammar.get().inner),
+    )
+}
+
+/// Check 2: a readback against its HO, with the sender's withheld criteria (None: the HO's own) and the clock:
+/// (problems, notes).
+#[pyfunction]
+fn rb_check<'py>(
+    py: Python<'py>,
+    ho: &Bound<'py, PyAny>,
+    rb: &Bound<'py, PyAny>,
+    grammar: &Bound<'py, Grammar>,
+    expect_acc: Option<Names<'py>>,
+    now: &Bound<'py, PyString>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let (ho, rb) = (hold(ho)?, hold(rb)?);
+    let (ho, rb) = (twin(&ho)?, twin(&rb)?);
+    let expect = expect_acc.as_deref().map(owned_texts).transpose()?;
+    let expect_refs: Option<Vec<&[u8]>> =
+        expect.as_ref().map(|e| e.iter().map(|x| &x[..]).collect());
+    let now = text(now)?;
+    let f = rw1::checks::rb_check(&ho, &rb, &grammar.get().inner, expect_refs.as_deref(), &now);
+    findings(py, &f)
+}
+
+/// Check 3: a done report against its HO and the readback that made the plan (None: the HO alone):
+/// (problems, notes).
+#[pyfunction]
+fn dn_check<'py>(
+    py: Python<'py>,
+    ho: &Bound<'py, PyAny>,
+    dn: &Bound<'py, PyAny>,
+    grammar: &Bound<'py, Grammar>,
+    plan_rb: Option<Bound<'py, PyAny>>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let (ho, dn) = (hold(ho)?, hold(dn)?);
+    let (ho, dn) = (twin(&ho)?, twin(&dn)?);
+    let plan = plan_rb.as_ref().map(hold).transpose()?;
+    let plan = plan.as_ref().map(twin).transpose()?;
+    findings(
+        py,
+        &rw1::checks::dn_check(&ho, &dn, &grammar.get().inner, plan.as_ref()),
+    )
+}
+
+/// The type and receipt part of check 3: (problems, whether the types let the check go on).
+#[pyfunction]
+fn dn_receipt<'py>(
+    py: Python<'py>,
+    ho: &Bound<'py, PyAny>,
+    dn: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyList>, bool)> {
+    let (ho, dn) = (hold(ho)?, hold(dn)?);
+    let (f, go_on) = rw1::checks::dn_receipt(&twin(&ho)?, &twin(&dn)?);
+    Ok((problems(py, &f.problems)?, go_on))
+}
+
+/// Tier 4 alone: the sender's criteria against the receiver's, with `keys=` and `not=`: (problems, notes).
+#[pyfunction]
+fn acc_compare<'py>(
+    py: Python<'py>,
+    expected: Names<'py>,
+    derived: Names<'py>,
+    keys: Names<'py>,
+    derived_not: Names<'py>,
+    grammar: &Bound<'py, Grammar>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+    let all = [&expected, &derived, &keys, &derived_not].map(|v| owned_texts(v));
+    let [e, d, k, n] = all;
+    let (e, d, k, n) = (e?, d?, k?, n?);
+    let (p, notes) = rw1::acc::compare(
+        &refs(&e),
+        &refs(&d),
+        &refs(&k),
+        &refs(&n),
+        &grammar.get().inner.acc,
+    );
+    Ok((problems(py, &p)?, problems(py, &notes)?))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;
     m.add_function(wrap_pyfunction!(errors, m)?)?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
+    m.add_function(wrap_pyfunction!(message_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical, m)?)?;
+    m.add_function(wrap_pyfunction!(ho_check, m)?)?;
+    m.add_function(wrap_pyfunction!(rb_check, m)?)?;
+    m.add_function(wrap_pyfunction!(dn_check, m)?)?;
+    m.add_function(wrap_pyfunction!(dn_receipt, m)?)?;
+    m.add_function(wrap_pyfunction!(acc_compare, m)?)?;
     m.add_class::<Grammar>()?;
     Ok(())
 }

@@ -78,6 +78,7 @@ mod tests {
             agents: None,
             tail_max: 300,
             int_max_digits: 4300,
+            ..Vocabulary::default()
         })
         .unwrap_or_else(|e| panic!("{}", String::from_utf8_lossy(&e)))
     }

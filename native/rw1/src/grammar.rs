@@ -11,10 +11,14 @@ use std::cmp::Ordering;
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
+use crate::acc::AccTables;
 use crate::pytext;
 
 /// Owned bytes of a Python string.
 pub type Bytes = Box<[u8]>;
+
+/// A name and its names: an enum and its codes, an ask and its execution slots, a value and its aliases.
+pub type Group = (Bytes, Vec<Bytes>);
 
 /// The four envelope slots, kept outside `slots` in the JSON twin, in the order a line writes them.
 pub const ENVELOPE: [&[u8]; 4] = [b"re", b"from", b"to", b"item"];
@@ -152,9 +156,14 @@ pub struct Grammar {
     pub tail_max: usize,
     /// the most digits Python's `int()` converts (`sys.get_int_max_str_digits()`; 0: no limit)
     pub int_max_digits: usize,
+    /// the execution slots of each ask that names any (`exec` in a profile)
+    pub exec_map: HashMap<Bytes, Vec<Bytes>>,
+    /// tier 4's tables: constraint keys, set-valued keys, value aliases
+    pub acc: AccTables,
 }
 
 /// What makes a [`Grammar`]: the merged vocabulary, as rwcore's Python holds it.
+#[derive(Default)]
 pub struct Vocabulary {
     pub declared: Option<Bytes>,
     /// (code, required slots, allowed slots), in the profile's order
@@ -162,10 +171,16 @@ pub struct Vocabulary {
     /// (key, declared type)
     pub slots: Vec<(Bytes, Bytes)>,
     /// (name, codes in order)
-    pub enums: Vec<(Bytes, Vec<Bytes>)>,
+    pub enums: Vec<Group>,
     pub agents: Option<Vec<Bytes>>,
     pub tail_max: usize,
     pub int_max_digits: usize,
+    /// (ask, its execution slots)
+    pub exec: Vec<Group>,
+    /// the constraint keys, the set-valued ones, and the alias groups (canonical value, its aliases)
+    pub constraint_keys: Vec<Bytes>,
+    pub constraint_set_keys: Vec<Bytes>,
+    pub value_aliases: Vec<Group>,
 }
 
 impl Grammar {
@@ -216,6 +231,8 @@ impl Grammar {
             ans,
             tail_max: v.tail_max,
             int_max_digits: v.int_max_digits,
+            exec_map: v.exec.into_iter().collect(),
+            acc: AccTables::new(v.constraint_keys, v.constraint_set_keys, v.value_aliases),
         })
     }
 
@@ -321,6 +338,10 @@ mod tests {
             agents: None,
             tail_max: 300,
             int_max_digits: 4300,
+            exec: vec![],
+            constraint_keys: vec![],
+            constraint_set_keys: vec![],
+            value_aliases: vec![],
         };
         let err = Grammar::new(v).err().unwrap_or_default();
         assert_eq!(

@@ -3,17 +3,26 @@
 //!
 //! It holds what has been ported from rwcore's Python so far (issue 33 ports the rest, then the decision engine):
 //!
+//! - [`acc`]: tier 4, the sender's criteria against the receiver's;
+//! - [`checks`]: the HO against the record, the readback against the HO, the done report against the plan;
+//! - [`canon`]: a message's canonical JSON, what the digest is taken over;
 //! - [`digest`]: the protocol's tier-2 integrity digest, `h=`;
 //! - [`encode`]: a twin's values to its line;
 //! - [`grammar`]: a profile compiled for the parser;
 //! - [`parse`]: a line to its JSON twin and its findings, in the reference's order and words;
-//! - [`pytext`]: Python's text semantics (digits, whitespace, `repr`) the grammar is defined by.
+//! - [`pytext`]: Python's text semantics (digits, whitespace, `repr`) the grammar is defined by;
+//! - [`value`]: a decoded value, with Python's equality and `str`.
 
+pub mod acc;
+pub mod canon;
+pub mod checks;
 pub mod digest;
 pub mod encode;
 pub mod grammar;
 pub mod parse;
+pub mod problem;
 pub mod pytext;
+pub mod value;
 #[rustfmt::skip] // written by tools/pytext_tables.py, checked by a test against the Python that runs it
 mod pytext_tables;
 

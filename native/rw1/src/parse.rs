@@ -4,52 +4,31 @@
 //!
 //! The parser borrows the line: every string in the twin is a slice of it.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::grammar::{Check, Grammar, TypeDef, Validator, Whole};
+use crate::problem::cat;
+pub use crate::problem::Problem;
 use crate::pytext;
+pub use crate::value::Value;
 
 /// The protocol's version token.
 pub const VERSION: &[u8] = b"RW1";
 
-/// A decoded slot value.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Value<'a> {
-    /// text as written (a slice of the line)
-    Text(&'a [u8]),
-    /// an int or days slot's number, when it fits
-    Int(i64),
-    /// an int or days slot's number beyond i64: its decimal digits, `-` first when negative
-    BigInt(String),
-    /// a bool slot
-    Bool(bool),
-    /// a list slot's items
-    List(Vec<Value<'a>>),
-}
-
-/// One finding of the parser (tier `form`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    pub code: &'static str,
-    pub message: Vec<u8>,
-    pub slot: Option<Vec<u8>>,
-    pub expected: Option<Vec<u8>>,
-    pub got: Option<Vec<u8>>,
-}
-
 /// A line's JSON twin: what the parser decoded, as far as it got.
-#[derive(Debug, Default, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone)]
 pub struct Twin<'a> {
-    pub v: Option<&'a [u8]>,
-    pub typ: Option<&'a [u8]>,
-    pub id: Option<&'a [u8]>,
+    pub v: Option<Cow<'a, [u8]>>,
+    pub typ: Option<Cow<'a, [u8]>>,
+    pub id: Option<Cow<'a, [u8]>>,
     pub re: Option<Value<'a>>,
     pub from: Option<Value<'a>>,
     pub to: Option<Value<'a>>,
     pub item: Option<Value<'a>>,
     /// every other slot, in the order the twin holds them
-    pub slots: Vec<(&'a [u8], Value<'a>)>,
-    pub tail: Option<&'a [u8]>,
+    pub slots: Vec<(Cow<'a, [u8]>, Value<'a>)>,
+    pub tail: Option<Cow<'a, [u8]>>,
 }
 
 /// What a parse gives: the twin, the errors (any: the line is invalid), the warnings, and the grammar a `p=` slot
@@ -88,10 +67,10 @@ where
         line = stripped;
     }
     if let Some(cut) = find(line, b" // ") {
-        twin.tail = Some(&line[cut + 4..]);
+        twin.tail = Some(Cow::Borrowed(&line[cut + 4..]));
         line = &line[..cut];
     } else if let Some(head) = line.strip_suffix(b" //") {
-        twin.tail = Some(b"");
+        twin.tail = Some(Cow::Borrowed(b""));
         line = head;
     }
     let mut toks: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
@@ -119,7 +98,11 @@ where
         );
         return done(twin, p);
     };
-    (twin.v, twin.typ, twin.id) = (Some(v), Some(mtype), Some(mid));
+    (twin.v, twin.typ, twin.id) = (
+        Some(Cow::Borrowed(v)),
+        Some(Cow::Borrowed(mtype)),
+        Some(Cow::Borrowed(mid)),
+    );
     if v != VERSION {
         let msg = cat(&[
             b"version token ",
@@ -239,15 +222,18 @@ where
             );
         }
     }
-    let from = match &twin.from {
-        Some(Value::Text(f)) => Some(*f),
-        _ => None,
-    };
-    let to = match &twin.to {
-        Some(Value::Text(t)) => Some(*t),
-        _ => None,
-    };
-    line_rules(&mut p, used, &seen, mtype, mid, from, to, twin.tail);
+    let from = twin.from.as_ref().and_then(Value::as_text);
+    let to = twin.to.as_ref().and_then(Value::as_text);
+    line_rules(
+        &mut p,
+        used,
+        &seen,
+        mtype,
+        mid,
+        from,
+        to,
+        twin.tail.as_deref(),
+    );
     Parsed {
         twin,
         errors: p.errors,
@@ -396,7 +382,7 @@ impl Parser {
     ) {
         let Some(slot) = g.slots.get(k) else {
             if k.starts_with(b"x_") {
-                twin.slots.push((k, Value::Text(val)));
+                twin.slots.push((Cow::Borrowed(k), Value::text(val)));
             } else {
                 let msg = cat(&[
                     b"unknown key ",
@@ -417,7 +403,7 @@ impl Parser {
             b"from" => twin.from = Some(decoded),
             b"to" => twin.to = Some(decoded),
             b"item" => twin.item = Some(decoded),
-            _ => twin.slots.push((k, decoded)),
+            _ => twin.slots.push((Cow::Borrowed(k), decoded)),
         }
     }
 
@@ -466,12 +452,12 @@ impl Parser {
                 };
                 if !pytext::is_decimal(digits) {
                     bad(self, "bad-int", &[b": expected an integer"]);
-                    return Value::Text(raw);
+                    return Value::text(raw);
                 }
                 let out_of_range: &[&[u8]] = &[b": out of range ", lo_text, b"-", hi_text];
                 if too_many_digits(digits, g) {
                     bad(self, "out-of-range", out_of_range);
-                    return Value::Text(raw);
+                    return Value::text(raw);
                 }
                 let n = Whole::from_digits(negative, digits).unwrap_or_else(|| Whole {
                     negative,
@@ -515,7 +501,7 @@ impl Parser {
                 let message: &[&[u8]] = &[b": expected a number of days, e.g. 14 or 14d"];
                 if !pytext::is_decimal(digits) || too_many_digits(digits, g) {
                     bad(self, "bad-days", message);
-                    return Value::Text(raw);
+                    return Value::text(raw);
                 }
                 return whole_value(Whole::from_digits(false, digits).unwrap_or_else(|| Whole {
                     negative: false,
@@ -553,7 +539,7 @@ impl Parser {
                 ));
             }
         }
-        Value::Text(raw)
+        Value::text(raw)
     }
 }
 
@@ -564,13 +550,7 @@ fn problem(
     expected: Option<&[u8]>,
     got: Option<&[u8]>,
 ) -> Problem {
-    Problem {
-        code,
-        message,
-        slot: slot.map(<[u8]>::to_vec),
-        expected: expected.map(<[u8]>::to_vec),
-        got: got.map(<[u8]>::to_vec),
-    }
+    Problem::new(code, "form", message, slot, expected, got)
 }
 
 fn whole_value(n: Whole) -> Value<'static> {
@@ -587,10 +567,6 @@ fn whole_value(n: Whole) -> Value<'static> {
 /// Whether `int()` refuses these digits for their number (`sys.get_int_max_str_digits()`).
 fn too_many_digits(digits: &[u8], g: &Grammar) -> bool {
     g.int_max_digits > 0 && pytext::char_len(digits) > g.int_max_digits
-}
-
-fn cat(parts: &[&[u8]]) -> Vec<u8> {
-    parts.concat()
 }
 
 fn repr(s: &[u8]) -> Vec<u8> {
@@ -636,6 +612,11 @@ fn id_fits(mid: &[u8], frm: &[u8]) -> bool {
     mid.strip_prefix(frm)
         .and_then(|r| r.strip_prefix(b"-"))
         .is_some_and(pytext::is_decimal)
+}
+
+/// `^\d{8}T\d{4}Z$`: a time as the protocol writes it (`exp=`).
+pub fn is_time(s: &[u8]) -> bool {
+    dated(s, true)
 }
 
 /// `^\d{8}$`, or with `time` `^\d{8}T\d{4}Z$`.
@@ -773,6 +754,7 @@ mod tests {
             agents: None,
             tail_max: 10,
             int_max_digits: 4300,
+            ..Vocabulary::default()
         })
         .unwrap_or_else(|e| panic!("{}", String::from_utf8_lossy(&e)))
     }
@@ -798,16 +780,21 @@ mod tests {
             "{:?}",
             codes(&p)
         );
-        assert_eq!(p.twin.from, Some(Value::Text(b"a")));
-        assert_eq!(p.twin.tail, Some(&b"hi"[..]));
-        let slots: Vec<(&[u8], Value)> = p.twin.slots;
+        assert_eq!(p.twin.from, Some(Value::text(b"a")));
+        assert_eq!(p.twin.tail.as_deref(), Some(&b"hi"[..]));
+        let slots: Vec<(&[u8], Value)> = p
+            .twin
+            .slots
+            .iter()
+            .map(|(k, v)| (&k[..], v.clone()))
+            .collect();
         assert_eq!(slots[2], (&b"n"[..], Value::Int(3)));
         assert_eq!(slots[3], (&b"ok"[..], Value::Bool(true)));
         assert_eq!(
             slots[4],
             (
                 &b"opts"[..],
-                Value::List(vec![Value::Text(b"x"), Value::Text(b"y")])
+                Value::List(vec![Value::text(b"x"), Value::text(b"y")])
             )
         );
         assert_eq!(slots[5], (&b"ttl"[..], Value::Int(14)));
@@ -840,7 +827,7 @@ mod tests {
             p.errors[1].message,
             b"'bare': expected key=value (positional slots are only RW1, TYPE and id)"
         );
-        assert_eq!(p.twin.tail, Some(&b""[..]));
+        assert_eq!(p.twin.tail.as_deref(), Some(&b""[..]));
     }
 
     #[test]
@@ -853,7 +840,10 @@ mod tests {
             no_switch,
         );
         assert_eq!(codes(&p), ["unknown-key"]);
-        assert_eq!(p.twin.slots[2], (&b"n"[..], Value::Int(10)));
+        assert_eq!(
+            (&p.twin.slots[2].0[..], &p.twin.slots[2].1),
+            (&b"n"[..], &Value::Int(10))
+        );
         let p = parse(
             b"RW1 HO a-1 from=a to=b ask=PAY n=-000123456789012345678901234567890",
             &g,

@@ -9,7 +9,7 @@
 //! on: decimal digits (regex `\d`, `str.isdecimal`, `int()`), whitespace (`str.strip`) and printable characters
 //! (what `repr` leaves unescaped).
 
-use crate::pytext_tables::{DIGIT_ZEROS, SPACES, UNPRINTABLE};
+use crate::pytext_tables::{DIGIT_ZEROS, LOWER, SPACES, UNPRINTABLE};
 
 /// The code point at `s[i..]` and its length in bytes. `s` is well-formed generalised UTF-8 (the bindings make
 /// it); a byte that does not start a sequence is taken as a code point of its own, so no input panics.
@@ -103,6 +103,27 @@ pub fn is_decimal(s: &[u8]) -> bool {
     !s.is_empty() && chars(s).all(|c| digit(c).is_some())
 }
 
+/// `s.lower()`.
+pub fn lower(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        let b = s[i];
+        if b.is_ascii() {
+            out.push(b.to_ascii_lowercase());
+            i += 1;
+            continue;
+        }
+        let (c, n) = decode(s, i);
+        match LOWER.binary_search_by_key(&c, |&(k, _)| k) {
+            Ok(at) => out.extend_from_slice(LOWER[at].1.as_bytes()),
+            Err(_) => out.extend_from_slice(&s[i..i + n]),
+        }
+        i += n;
+    }
+    out
+}
+
 /// `repr(s)` appended to `out`, as CPython writes it.
 pub fn repr(s: &[u8], out: &mut Vec<u8>) {
     let quote = if s.contains(&b'\'') && !s.contains(&b'"') {
@@ -181,6 +202,8 @@ mod tests {
         assert_eq!(strip(" \t ".as_bytes()), b"");
         assert_eq!(char_len("aé١".as_bytes()), 3);
         assert!(is_decimal("12١".as_bytes()) && !is_decimal(b"") && !is_decimal(b"1a"));
+        assert_eq!(lower("AbÉİ\u{212A}".as_bytes()), "abéi\u{307}k".as_bytes());
+        assert_eq!(lower(b"\xed\xa0\x80X"), b"\xed\xa0\x80x");
     }
 
     proptest! {

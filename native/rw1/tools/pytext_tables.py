@@ -1,8 +1,8 @@
 """Write (or, with --check, verify) rw1's tables of Python's character classes: src/pytext_tables.rs.
 
 The RW1 grammar is defined by a Python reference: its ``\\d`` and ``str.isdecimal()`` are Unicode's decimal digits,
-``str.strip()`` strips Python's whitespace, and a problem's wording quotes values with ``repr()``, which escapes what
-``str.isprintable()`` refuses. Each depends on the Unicode version of the Python that runs it (14.0 for 3.11), so rw1
+``str.strip()`` strips Python's whitespace, ``str.lower()`` folds the readback's criteria, and a problem's wording
+quotes values with ``repr()``, which escapes what ``str.isprintable()`` refuses. Each depends on the Unicode version of the Python that runs it (14.0 for 3.11), so rw1
 takes its tables from that Python rather than from Rust's (newer) ones: the same line gets the same verdict.
 
     python native/rw1/tools/pytext_tables.py           # write the tables
@@ -29,6 +29,10 @@ def _ranges(pred: object) -> list[tuple[int, int]]:
     return out
 
 
+def _rust_escaped(text: str) -> str:
+    return "".join(f"\\u{{{ord(c):X}}}" for c in text)
+
+
 def render() -> str:
     digits = _ranges(str.isdecimal)
     starts = []
@@ -38,23 +42,29 @@ def render() -> str:
             starts.append(s)
     spaces = [lo for lo, hi in _ranges(str.isspace) for lo in range(lo, hi + 1)]
     unprintable = _ranges(lambda c: not c.isprintable())
+    lower = [(cp, chr(cp).lower()) for cp in range(0x80, 0x110000) if chr(cp).lower() != chr(cp)]
     lines = [
         "// Written by tools/pytext_tables.py from Python "
         f"{sys.version_info.major}.{sys.version_info.minor} (Unicode {unicodedata.unidata_version}): do not edit.",
         "",
         "/// The first code point (the zero) of each run of ten decimal digits (`str.isdecimal`, regex `\\d`).",
-        f"pub(crate) const DIGIT_ZEROS: [u32; {len(starts)}] = [",
+        f"pub(crate) static DIGIT_ZEROS: [u32; {len(starts)}] = [",
         *(f"    0x{s:04X}," for s in starts),
         "];",
         "",
         "/// The code points `str.isspace` (and so `str.strip`) takes for whitespace.",
-        f"pub(crate) const SPACES: [u32; {len(spaces)}] = [",
+        f"pub(crate) static SPACES: [u32; {len(spaces)}] = [",
         *(f"    0x{s:04X}," for s in spaces),
         "];",
         "",
         "/// The ranges (inclusive) of code points `str.isprintable` refuses: `repr` escapes them.",
-        f"pub(crate) const UNPRINTABLE: [(u32, u32); {len(unprintable)}] = [",
+        f"pub(crate) static UNPRINTABLE: [(u32, u32); {len(unprintable)}] = [",
         *(f"    (0x{lo:04X}, 0x{hi:04X})," for lo, hi in unprintable),
+        "];",
+        "",
+        "/// The code points beyond ASCII that `str.lower` changes, and what it makes of each (perhaps two).",
+        f"pub(crate) static LOWER: [(u32, &str); {len(lower)}] = [",
+        *(f"    (0x{cp:04X}, \"{_rust_escaped(low)}\")," for cp, low in lower),
         "];",
         "",
     ]
