@@ -2,8 +2,9 @@
 
 The RW1 grammar is defined by a Python reference: its ``\\d`` and ``str.isdecimal()`` are Unicode's decimal digits,
 ``str.strip()`` strips Python's whitespace, ``str.lower()`` folds the readback's criteria, and a problem's wording
-quotes values with ``repr()``, which escapes what ``str.isprintable()`` refuses. Each depends on the Unicode version of the Python that runs it (14.0 for 3.11), so rw1
-takes its tables from that Python rather than from Rust's (newer) ones: the same line gets the same verdict.
+quotes values with ``repr()``, which escapes what ``str.isprintable()`` refuses. Each depends on the Unicode version
+of the Python that runs it (14.0 for 3.11), so rw1 takes its tables from that Python rather than from Rust's (newer)
+ones: the same line gets the same verdict.
 
     python native/rw1/tools/pytext_tables.py           # write the tables
     python native/rw1/tools/pytext_tables.py --check   # exit 1 when they differ from this Python's
@@ -64,7 +65,7 @@ def render() -> str:
         "",
         "/// The code points beyond ASCII that `str.lower` changes, and what it makes of each (perhaps two).",
         f"pub(crate) static LOWER: [(u32, &str); {len(lower)}] = [",
-        *(f"    (0x{cp:04X}, \"{_rust_escaped(low)}\")," for cp, low in lower),
+        *(f'    (0x{cp:04X}, "{_rust_escaped(low)}"),' for cp, low in lower),
         "];",
         "",
     ]
