@@ -69,3 +69,9 @@ def acc_compare(
     expected: list[str], derived: list[str], keys: list[str], derived_not: list[str], grammar: Grammar
 ) -> _Findings:
     """Tier 4 alone: (problems, notes)."""
+
+#: The profiles that have translation rules.
+TRANSLATION_PROFILES: list[str]
+
+def translation_check(msg: Any, profile: str) -> list[_Finding]:
+    """The translation rules for a message under the profile named: its problems."""

@@ -21,18 +21,21 @@ Decisions, written down:
   validates a line under its own ``p=``); the gatekeeper always passes the route's profile instead.
 - A value that is not a plain decimal number (the parser refuses those as ``money`` anyway) makes the sum uncheckable,
   which is reported under ``translation-net-vat`` rather than raising.
+
+The rules run natively (native/rw1/src/translation.rs, with exact decimal sums written as ``str(Decimal)`` writes
+them); this module names the profile and keeps the codes.
 """
 
 from __future__ import annotations
 
-import decimal
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from rwcore._errors import CodeInfo
-from rwcore._types import Message, Problem, SlotValue
+from rwcore import _native
+from rwcore._codec import native_problems
+from rwcore._errors import CodeInfo, FormError
+from rwcore._types import Message, Problem
 
 if TYPE_CHECKING:
     from rwcore._profiles import Profile
@@ -49,99 +52,8 @@ TRANSLATION_CODES: Mapping[str, CodeInfo] = MappingProxyType(
         "translation-net-vat": CodeInfo(_TIER, "problem", "kind=GROSS and net + vat is not amt (or not a number)"),
     }
 )
-_INVOICE_SLOTS = ("amt", "cur", "kind")
-
-
-def _present(v: SlotValue | None) -> bool:
-    return v is not None and v != "" and v != ()
-
-
-# plain decimal notation only (no exponent, ASCII digits): the sum's precision is then bounded by the line's length
-_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
-
-
-def _decimal(v: SlotValue) -> decimal.Decimal | None:
-    if not isinstance(v, str) or not _NUMBER.fullmatch(v):
-        return None
-    return decimal.Decimal(v)
-
-
-def _pay(msg: Message) -> tuple[Problem, ...]:
-    if msg.type != "ST" or not (msg.item or "").startswith("inv:"):
-        return ()
-    slots = msg.slots
-    where = f"ST {msg.id} about {msg.item}"
-    problems: list[Problem] = []
-    if not _present(slots.get("src")):
-        problems.append(
-            Problem(
-                code="translation-missing-src",
-                message=(
-                    f"translation: {where} carries no src=; every ST about a source document names where its facts "
-                    "came from (email:<n>, bank:<YYYYMMDD>, po:<id>)"
-                ),
-                tier=_TIER,
-                slot="src",
-                expected="src=<source>",
-            )
-        )
-    for k in _INVOICE_SLOTS:
-        if not _present(slots.get(k)):
-            problems.append(
-                Problem(
-                    code="translation-missing-slot",
-                    message=f"translation: {where} carries no {k}=; an invoice line carries amt, cur and kind",
-                    tier=_TIER,
-                    slot=k,
-                    expected=f"{k}=<value>",
-                )
-            )
-    net, vat, amt = slots.get("net"), slots.get("vat"), slots.get("amt")
-    if slots.get("kind") == "GROSS" and net is not None and vat is not None and amt is not None:
-        values = {"net": _decimal(net), "vat": _decimal(vat), "amt": _decimal(amt)}
-        bad = [k for k, d in values.items() if d is None]
-        if bad:
-            shown = ", ".join(f"{k}={slots.get(k)}" for k in bad)
-            problems.append(
-                Problem(
-                    code="translation-net-vat",
-                    message=f"translation: {where}: net + vat cannot be checked against amt: {shown} is not a number",
-                    tier=_TIER,
-                    slot=bad[0],
-                    expected="a decimal number",
-                    got=str(slots.get(bad[0])),
-                )
-            )
-        else:
-            d_net, d_vat, d_amt = values["net"], values["vat"], values["amt"]
-            assert d_net is not None and d_vat is not None and d_amt is not None
-            # exact: enough digits for both operands' whole span, so the sum never rounds
-            top = max(d_net.adjusted(), d_vat.adjusted(), 0)
-            bottom = min(int(d_net.as_tuple().exponent), int(d_vat.as_tuple().exponent), 0)
-            digits = top - bottom + 3
-            with decimal.localcontext(decimal.Context(prec=digits, traps=[decimal.Inexact])):
-                total = d_net + d_vat
-            if total != d_amt:
-                problems.append(
-                    Problem(
-                        code="translation-net-vat",
-                        message=(
-                            f"translation: {where}: net {net} + vat {vat} = {total}, not amt {amt}; "
-                            "with kind=GROSS net + vat must equal amt"
-                        ),
-                        tier=_TIER,
-                        slot="amt",
-                        expected=str(total),
-                        got=str(amt),
-                    )
-                )
-    return tuple(problems)
-
-
-_RULES: dict[str, Callable[[Message], tuple[Problem, ...]]] = {"pay": _pay}
-
 #: The profiles rwcore has translation rules for.
-TRANSLATION_PROFILES = frozenset(_RULES)
+TRANSLATION_PROFILES = frozenset(_native.TRANSLATION_PROFILES)
 
 
 def _profile_name(msg: Message, profile: Profile | str | None) -> str | None:
@@ -163,5 +75,10 @@ def translation_check(msg: Message, profile: Profile | str | None = None) -> tup
     ``translation``.
     """
     name = _profile_name(msg, profile)
-    rules = _RULES.get(name) if name is not None else None
-    return rules(msg) if rules is not None else ()
+    if name not in TRANSLATION_PROFILES:
+        return ()
+    try:
+        found = _native.translation_check(msg, name)
+    except ValueError as e:
+        raise FormError(str(e)) from e
+    return tuple(native_problems(found))

@@ -621,6 +621,20 @@ fn acc_compare<'py>(
     Ok((problems(py, &p)?, problems(py, &notes)?))
 }
 
+/// The translation rules for a message under the profile it names: its problems.
+#[pyfunction]
+fn translation_check<'py>(
+    py: Python<'py>,
+    msg: &Bound<'py, PyAny>,
+    profile: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyList>> {
+    let held = hold(msg)?;
+    problems(
+        py,
+        &rw1::translation::translation_check(&twin(&held)?, &text(profile)?),
+    )
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
@@ -634,6 +648,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dn_check, m)?)?;
     m.add_function(wrap_pyfunction!(dn_receipt, m)?)?;
     m.add_function(wrap_pyfunction!(acc_compare, m)?)?;
+    m.add_function(wrap_pyfunction!(translation_check, m)?)?;
+    m.add("TRANSLATION_PROFILES", rw1::translation::PROFILES.to_vec())?;
     m.add_class::<Grammar>()?;
     Ok(())
 }
