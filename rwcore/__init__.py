@@ -1,4 +1,7 @@
-"""rwcore: the RW1 protocol core. Pure Python, no I/O beyond reading profile files once.
+"""rwcore: the RW1 protocol core. No I/O beyond reading profile files once. The parser, the writer, the canonical
+form and digest, the three checks and the translation rules are native (``native/rw1``, Rust, through
+``rwcore._native``); profiles are read and merged here, and the closing rule (:class:`ThreadTracker`) and the legend
+are still Python.
 
 Two APIs over one implementation:
 

@@ -664,10 +664,9 @@ def test_clean_lines_and_the_profile_switch(profile: str | None, p: str | None) 
         assert (parsed.raw, [e.message for e in parsed.errors], [w.message for w in parsed.warnings]) == want
 
 
-# ---------------------------------------------------------------- the parser's clean-line path
+# ---------------------------------------------------------------- the common lines, and lines near them
 
-# lines the clean path must take (one regex, then the checks it cannot do): every kind of slot value, an x_ key, a
-# tail, an empty tail, a trailing newline
+# the lines nearly every topic carries: every kind of slot value, an x_ key, a tail, an empty tail, a trailing newline
 _TAKEN = {
     None: [
         _CLEAN[None],
@@ -723,7 +722,7 @@ def valid_value(typ: str, spec: dict[str, Any]) -> st.SearchStrategy[str]:
 @st.composite
 def near_clean_lines(draw: st.DrawFn) -> tuple[str | None, str]:
     """(profile argument, line): a line built to be clean (listed agents, a well-formed id, only its type's slots,
-    values mostly valid), then perhaps one character put in somewhere: the lines the clean path must judge."""
+    values mostly valid), then perhaps one character put in somewhere: where a parser's fast path would misjudge."""
     pname = draw(st.sampled_from(PROFILES))
     spec = _spec(pname)
     mtype = draw(st.sampled_from(sorted(spec["types"])))
@@ -768,8 +767,8 @@ _NASTY = ["", None, " ", "a b", "x // y", "a //", "=", "a=b", "\n", "9" * 30, "-
 @SETTINGS
 @given(handoffs(), st.data())
 def test_encode_of_a_changed_twin(hcase: tuple[str | None, dict[str, Any]], data: st.DataObject) -> None:
-    """encode's clean-line validation must refuse what the parser refuses: values with spaces, a tail marker, an
-    out-of-range integer, an envelope key repeated in the slots, a dropped required slot."""
+    """encode's validation must refuse what the parser refuses: values with spaces, a tail marker, an out-of-range
+    integer, an envelope key repeated in the slots, a dropped required slot."""
     pname, twin = hcase
     twin = {**twin, "slots": dict(twin["slots"])}
     for _ in range(data.draw(st.integers(1, 3))):
