@@ -33,9 +33,6 @@ def parse(
 ) -> tuple[tuple[Any, ...], list[_Finding], list[_Finding], Any]:
     """Parse a line: (twin, errors, warnings, the profile a ``p=`` switched to or None)."""
 
-def errors(line: str, grammar: Grammar, switch: Callable[[str], Any]) -> list[_Finding]:
-    """The errors the parser finds in a line, and nothing else."""
-
 def encode(
     typ: Any,
     id: Any,

@@ -209,7 +209,8 @@ fn run<'py, 'a>(
 /// Parse a line under a grammar: `(twin, errors, warnings, switched)`.
 ///
 /// `twin` is `(v, type, id, re, from, to, item, slots, tail)`, as far as the parser got; `slots` is a new
-/// `slots_type()` (a dict or a subclass) filled in the line's order, list values as tuples. The findings are `(code, message, slot, expected, got)` tuples. Under the core a `p=` slot calls
+/// `slots_type()` (a dict or a subclass) filled in the line's order, list values as tuples. The findings are
+/// `(code, tier, message, slot, expected, got)` tuples. Under the core a `p=` slot calls
 /// `switch(name)`, which returns the profile to validate with (an object whose `grammar` is a `Grammar`) or
 /// raises ValueError in the words of a finding; `switched` is what it returned, or None.
 #[pyfunction]
@@ -253,20 +254,6 @@ fn parse<'py>(
             switched.unwrap_or_else(|| py.None().into_bound(py)),
         ],
     )
-}
-
-/// The errors the parser finds in a line (as [`parse`] gives them), and nothing else: what a writer checks its
-/// line with.
-#[pyfunction]
-fn errors<'py>(
-    py: Python<'py>,
-    line: &Bound<'py, PyString>,
-    grammar: &Bound<'py, Grammar>,
-    switch: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyList>> {
-    let bytes = text(line)?;
-    let (parsed, _) = run(py, &bytes, grammar, switch)?;
-    problems(py, &parsed.errors)
 }
 
 /// A value as an f-string writes it (`format(v)`): a string as it is, anything else through its `__format__`.
@@ -639,7 +626,6 @@ fn translation_check<'py>(
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;
-    m.add_function(wrap_pyfunction!(errors, m)?)?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(message_digest, m)?)?;
     m.add_function(wrap_pyfunction!(canonical, m)?)?;

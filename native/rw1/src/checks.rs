@@ -76,15 +76,6 @@ fn text_of<'v>(t: &'v Option<Cow<'_, [u8]>>) -> &'v [u8] {
     t.as_deref().unwrap_or(b"None")
 }
 
-/// A slot of a message's slots (the last one of that key, as a dict built from them holds).
-fn slot<'v, 'a>(t: &'v Twin<'a>, key: &[u8]) -> Option<&'v Value<'a>> {
-    t.slots
-        .iter()
-        .rev()
-        .find(|(k, _)| &k[..] == key)
-        .map(|(_, v)| v)
-}
-
 /// A dict's view of `(key, value)` pairs: a later pair of a key replaces the earlier's value in its place.
 struct Flat<'v, 'a> {
     pairs: Vec<(&'v [u8], &'v Value<'a>)>,
@@ -211,10 +202,10 @@ pub fn ho_check(ho: &Twin<'_>, record: &[(&[u8], &[u8])], g: &Grammar) -> Findin
             }
         }
     }
-    let ask = slot(ho, b"ask");
+    let ask = ho.slot(b"ask");
     let exec = exec_slots(g, ask);
     if !exec.is_empty() {
-        let rb = slot(ho, b"rb");
+        let rb = ho.slot(b"rb");
         let asks_exec = rb.is_some_and(|rb| {
             rb.items()
                 .iter()
@@ -322,12 +313,12 @@ pub fn rb_check(
     }
     receipt_route(&mut f, ho, rb, b"tier1 receipt: RB", "receipt-route");
     // expiry
-    let (h_exp, r_exp) = (slot(ho, b"exp"), slot(rb, b"exp"));
+    let (h_exp, r_exp) = (ho.slot(b"exp"), rb.slot(b"exp"));
     if h_exp.is_some() || r_exp.is_some() {
         expiry(&mut f, h_exp.unwrap_or(&NONE), r_exp.unwrap_or(&NONE), now);
     }
     // tier 2, integrity
-    if let Some(h) = slot(rb, b"h") {
+    if let Some(h) = rb.slot(b"h") {
         let want = canon::digest(ho);
         if !h.py_eq(&Value::text(want.as_bytes())) {
             let msg = cat(&[
@@ -348,7 +339,8 @@ pub fn rb_check(
         }
     }
     // tier 3, echo
-    let named: Vec<Vec<u8>> = slot(ho, b"rb")
+    let named: Vec<Vec<u8>> = ho
+        .slot(b"rb")
         .map(|v| {
             v.items()
                 .iter()
@@ -405,23 +397,7 @@ pub fn rb_check(
                 );
             }
             Some(rv) if !rv.py_eq(hv) => {
-                let msg = cat(&[
-                    b"tier3 echo: ",
-                    k,
-                    b" mismatch: HO ",
-                    &hv.show(),
-                    b" vs RB ",
-                    &rv.show(),
-                ]);
-                f.add(
-                    To::Problems,
-                    "echo-mismatch",
-                    "echo",
-                    msg,
-                    Some(k),
-                    shown(hv).as_deref(),
-                    shown(rv).as_deref(),
-                );
+                mismatch(&mut f, "echo-mismatch", "echo", b"tier3 echo: ", k, hv, rv)
             }
             Some(_) => {}
         }
@@ -432,7 +408,8 @@ pub fn rb_check(
     }
     // tier 5, execution
     if level(b"exec") {
-        let ask = slot(ho, b"ask")
+        let ask = ho
+            .slot(b"ask")
             .filter(|a| a.truthy())
             .map(|a| a.py_str().into_owned())
             .unwrap_or_default();
@@ -472,30 +449,49 @@ pub fn rb_check(
                         None,
                     );
                 }
-                (Some(rv), Some(hv)) if !rv.py_eq(hv) => {
-                    let msg = cat(&[
-                        b"tier5 execution: ",
-                        k,
-                        b" mismatch: HO ",
-                        &hv.show(),
-                        b" vs RB ",
-                        &rv.show(),
-                    ]);
-                    f.add(
-                        To::Problems,
-                        "exec-mismatch",
-                        "execution",
-                        msg,
-                        Some(k),
-                        shown(hv).as_deref(),
-                        shown(rv).as_deref(),
-                    );
-                }
+                (Some(rv), Some(hv)) if !rv.py_eq(hv) => mismatch(
+                    &mut f,
+                    "exec-mismatch",
+                    "execution",
+                    b"tier5 execution: ",
+                    k,
+                    hv,
+                    rv,
+                ),
                 _ => {}
             }
         }
     }
     f
+}
+
+/// A slot the readback holds with another value than the HO's.
+fn mismatch(
+    f: &mut Findings,
+    code: &'static str,
+    tier: &'static str,
+    lead: &[u8],
+    k: &[u8],
+    hv: &Value<'_>,
+    rv: &Value<'_>,
+) {
+    let msg = cat(&[
+        lead,
+        k,
+        b" mismatch: HO ",
+        &hv.show(),
+        b" vs RB ",
+        &rv.show(),
+    ]);
+    f.add(
+        To::Problems,
+        code,
+        tier,
+        msg,
+        Some(k),
+        shown(hv).as_deref(),
+        shown(rv).as_deref(),
+    );
 }
 
 /// The receipt's route: the reply travels from the HO's receiver to its sender.
@@ -613,8 +609,8 @@ fn comprehension(
     expect_acc: Option<&[&[u8]]>,
     plan: bool,
 ) {
-    let derived = slot(rb, b"acc").filter(|d| d.truthy());
-    let ho_acc = slot(ho, b"acc").filter(|a| !matches!(a, Value::None));
+    let derived = rb.slot(b"acc").filter(|d| d.truthy());
+    let ho_acc = ho.slot(b"acc").filter(|a| !matches!(a, Value::None));
     match derived {
         None => {
             let level: &[u8] = if plan { b"plan" } else { b"acc" };
@@ -655,8 +651,8 @@ fn comprehension(
                 Some(expected) => {
                     let (d, k, n) = (
                         texts(Some(derived)),
-                        texts(slot(ho, b"keys")),
-                        texts(slot(rb, b"not")),
+                        texts(ho.slot(b"keys")),
+                        texts(rb.slot(b"not")),
                     );
                     let (p4, n4) = compare(&expected, &refs(&d), &refs(&k), &refs(&n), &g.acc);
                     f.problems.extend(p4);
@@ -665,7 +661,7 @@ fn comprehension(
             }
         }
     }
-    if plan && !slot(rb, b"do").is_some_and(Value::truthy) {
+    if plan && !rb.slot(b"do").is_some_and(Value::truthy) {
         let msg = b"tier4 comprehension: rb=plan requires do= on the RB".to_vec();
         f.add(
             To::Problems,
@@ -677,7 +673,7 @@ fn comprehension(
             None,
         );
     }
-    let not_list = slot(rb, b"not").map(Value::items).unwrap_or_default();
+    let not_list = rb.slot(b"not").map(Value::items).unwrap_or_default();
     if !not_list.is_empty() {
         let held = texts(ho_acc.filter(|a| a.truthy()));
         let source: Vec<&[u8]> = match expect_acc {
@@ -788,7 +784,7 @@ pub fn dn_check(ho: &Twin<'_>, dn: &Twin<'_>, g: &Grammar, plan_rb: Option<&Twin
         plan.set(k, v);
     }
     let done = Flat::new().slots(dn);
-    let ask = slot(ho, b"ask");
+    let ask = ho.slot(b"ask");
     let exec = exec_slots(g, ask);
     let out = done.get(b"out");
     let out_is = |s: &[u8]| out.is_some_and(|o| o.py_eq(&Value::text(s)));

@@ -31,6 +31,17 @@ pub struct Twin<'a> {
     pub tail: Option<Cow<'a, [u8]>>,
 }
 
+impl<'a> Twin<'a> {
+    /// A slot's value (the last of that key, as a dict built from the slots holds it).
+    pub fn slot(&self, key: &[u8]) -> Option<&Value<'a>> {
+        self.slots
+            .iter()
+            .rev()
+            .find(|(k, _)| &k[..] == key)
+            .map(|(_, v)| v)
+    }
+}
+
 /// What a parse gives: the twin, the errors (any: the line is invalid), the warnings, and the grammar a `p=` slot
 /// switched to (None: the one given validated the line).
 #[derive(Debug)]

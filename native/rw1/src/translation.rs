@@ -26,14 +26,6 @@ pub fn translation_check(msg: &Twin<'_>, profile: &[u8]) -> Vec<Problem> {
     }
 }
 
-fn slot<'v, 'a>(t: &'v Twin<'a>, key: &[u8]) -> Option<&'v Value<'a>> {
-    t.slots
-        .iter()
-        .rev()
-        .find(|(k, _)| &k[..] == key)
-        .map(|(_, v)| v)
-}
-
 fn present(v: Option<&Value<'_>>) -> bool {
     match v {
         None | Some(Value::None) => false,
@@ -59,7 +51,7 @@ fn pay(msg: &Twin<'_>) -> Vec<Problem> {
         &item_text,
     ]);
     let mut problems = Vec::new();
-    if !present(slot(msg, b"src")) {
+    if !present(msg.slot(b"src")) {
         let text = cat(&[
             b"translation: ",
             &where_,
@@ -76,7 +68,7 @@ fn pay(msg: &Twin<'_>) -> Vec<Problem> {
         ));
     }
     for k in INVOICE_SLOTS {
-        if !present(slot(msg, k)) {
+        if !present(msg.slot(k)) {
             let text = cat(&[
                 b"translation: ",
                 &where_,
@@ -95,8 +87,10 @@ fn pay(msg: &Twin<'_>) -> Vec<Problem> {
             ));
         }
     }
-    let gross = slot(msg, b"kind").is_some_and(|k| k.py_eq(&Value::text(b"GROSS")));
-    let (net, vat, amt) = (slot(msg, b"net"), slot(msg, b"vat"), slot(msg, b"amt"));
+    let gross = msg
+        .slot(b"kind")
+        .is_some_and(|k| k.py_eq(&Value::text(b"GROSS")));
+    let (net, vat, amt) = (msg.slot(b"net"), msg.slot(b"vat"), msg.slot(b"amt"));
     let (Some(net), Some(vat), Some(amt)) = (net, vat, amt) else {
         return problems;
     };
