@@ -1,7 +1,6 @@
 """rwcore: the RW1 protocol core. No I/O beyond reading profile files once. The parser, the writer, the canonical
-form and digest, the three checks and the translation rules are native (``native/rw1``, Rust, through
-``rwcore._native``); profiles are read and merged here, and the closing rule (:class:`ThreadTracker`) and the legend
-are still Python.
+form and digest, the three checks, the closing rule's state machine and the translation rules are native
+(``native/rw1``, Rust, through ``rwcore._native``); profiles are read and merged here, and the legend is still Python.
 
 Two APIs over one implementation:
 

@@ -622,6 +622,427 @@ fn translation_check<'py>(
     )
 }
 
+// ---------------------------------------------------------------- the closing rule
+
+/// The `N` items of any iterable (Python's `a, b = v`): fewer or more is a ValueError.
+fn unpack<'py, const N: usize>(v: &Bound<'py, PyAny>) -> PyResult<[Bound<'py, PyAny>; N]> {
+    let items: Vec<Bound<'py, PyAny>> = v.try_iter()?.collect::<PyResult<_>>()?;
+    let n = items.len();
+    items
+        .try_into()
+        .map_err(|_| PyValueError::new_err(format!("expected {N} values to unpack, got {n}")))
+}
+
+fn py_int(v: &Bound<'_, PyAny>) -> PyResult<i64> {
+    v.py()
+        .get_type::<pyo3::types::PyInt>()
+        .call1((v,))?
+        .extract()
+}
+
+fn py_str(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    Ok(text(&v.str()?)?.into_owned())
+}
+
+fn opt_py_str(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        py_str(v).map(Some)
+    }
+}
+
+fn opt_py<'py>(py: Python<'py>, v: &Option<Vec<u8>>) -> PyResult<Bound<'py, PyAny>> {
+    opt_string(py, v.as_deref())
+}
+
+/// A handoff's record in the state's list form: `[line, id, from, to, item, exp, due, closes, cancels, wrong,
+/// acked, ran]`, empty trailing fields (after the item) dropped.
+fn record<'py>(py: Python<'py>, h: &rw1::thread::Handoff) -> PyResult<Bound<'py, PyList>> {
+    let pairs = |v: &[(Vec<u8>, Vec<u8>)]| -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for (a, b) in v {
+            out.append(PyList::new(py, [string(py, a)?, string(py, b)?])?)?;
+        }
+        Ok(out)
+    };
+    let cancels = PyList::empty(py);
+    for c in &h.cancels {
+        cancels.append(string(py, c)?)?;
+    }
+    let wrong = PyList::empty(py);
+    for (k, i, f, t) in &h.wrong {
+        wrong.append(
+            (k, string(py, i)?, string(py, f)?, string(py, t)?)
+                .into_pyobject(py)?
+                .to_list(),
+        )?;
+    }
+    let ran = match &h.ran {
+        Some((a, b)) => PyList::new(py, [string(py, a)?, string(py, b)?])?.into_any(),
+        None => py.None().into_bound(py),
+    };
+    let fields: Vec<Bound<'py, PyAny>> = vec![
+        h.line_no.into_pyobject(py)?.into_any(),
+        string(py, &h.id)?,
+        string(py, &h.sender)?,
+        string(py, &h.receiver)?,
+        opt_py(py, &h.item)?,
+        opt_py(py, &h.exp)?,
+        opt_py(py, &h.due)?,
+        pairs(&h.closes)?.into_any(),
+        cancels.into_any(),
+        wrong.into_any(),
+        i64::from(h.acked).into_pyobject(py)?.into_any(),
+        ran,
+    ];
+    let mut keep = fields.len();
+    let empty = |v: &Bound<'py, PyAny>| -> bool {
+        v.is_none()
+            || v.extract::<i64>().is_ok_and(|i| i == 0) && !v.is_instance_of::<PyString>()
+            || v.cast::<PyList>().is_ok_and(|l| l.is_empty())
+    };
+    while keep > 5 && empty(&fields[keep - 1]) {
+        keep -= 1;
+    }
+    PyList::new(py, &fields[..keep])
+}
+
+/// A handoff from its record (see [`record`]); a malformed one is a ValueError naming what is wrong.
+fn handoff_of<'py>(rec: &Bound<'py, PyAny>) -> PyResult<rw1::thread::Handoff> {
+    let mut items: Vec<Bound<'py, PyAny>> = rec.try_iter()?.collect::<PyResult<_>>()?;
+    if !(4..=12).contains(&items.len()) {
+        return Err(PyValueError::new_err(format!(
+            "a handoff record has 4 to 12 fields, not {}",
+            items.len()
+        )));
+    }
+    let py = rec.py();
+    items.resize_with(12, || py.None().into_bound(py));
+    let list_of = |v: &Bound<'py, PyAny>| -> PyResult<Vec<Bound<'py, PyAny>>> {
+        if v.is_none() || !v.is_truthy()? {
+            return Ok(Vec::new());
+        }
+        v.try_iter()?.collect()
+    };
+    let pair = |v: &Bound<'_, PyAny>| -> PyResult<(Vec<u8>, Vec<u8>)> {
+        let [a, b] = unpack(v)?;
+        Ok((py_str(&a)?, py_str(&b)?))
+    };
+    let closes = list_of(&items[7])?
+        .iter()
+        .map(pair)
+        .collect::<PyResult<_>>()?;
+    let cancels = list_of(&items[8])?
+        .iter()
+        .map(py_str)
+        .collect::<PyResult<_>>()?;
+    let wrong = list_of(&items[9])?
+        .iter()
+        .map(|w| {
+            let [k, i, f, t] = unpack(w)?;
+            Ok((py_int(&k)?, py_str(&i)?, py_str(&f)?, py_str(&t)?))
+        })
+        .collect::<PyResult<_>>()?;
+    let ran = if items[11].is_truthy()? {
+        Some((
+            py_str(&items[11].get_item(0)?)?,
+            py_str(&items[11].get_item(1)?)?,
+        ))
+    } else {
+        None
+    };
+    Ok(rw1::thread::Handoff {
+        line_no: py_int(&items[0])?,
+        id: py_str(&items[1])?,
+        sender: py_str(&items[2])?,
+        receiver: py_str(&items[3])?,
+        item: opt_py_str(&items[4])?,
+        exp: opt_py_str(&items[5])?,
+        due: opt_py_str(&items[6])?,
+        closes,
+        cancels,
+        wrong,
+        acked: items[10].is_truthy()?,
+        ran,
+    })
+}
+
+/// One handoff as the tracker sees it: (id, sender, receiver, item, exp, due, line, closes, cancels, acked,
+/// closed, cancelled, done after cancel).
+fn view<'py>(py: Python<'py>, h: &rw1::thread::Handoff) -> PyResult<Bound<'py, PyTuple>> {
+    let closes = h
+        .closes
+        .iter()
+        .map(|(a, b)| Ok(PyTuple::new(py, [string(py, a)?, string(py, b)?])?.into_any()))
+        .collect::<PyResult<Vec<_>>>()?;
+    let cancels = h
+        .cancels
+        .iter()
+        .map(|c| string(py, c))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(
+        py,
+        [
+            string(py, &h.id)?,
+            string(py, &h.sender)?,
+            string(py, &h.receiver)?,
+            opt_py(py, &h.item)?,
+            opt_py(py, &h.exp)?,
+            opt_py(py, &h.due)?,
+            h.line_no.into_pyobject(py)?.into_any(),
+            PyTuple::new(py, closes)?.into_any(),
+            PyTuple::new(py, cancels)?.into_any(),
+            pyo3::types::PyBool::new(py, h.acked).to_owned().into_any(),
+            pyo3::types::PyBool::new(py, h.closed())
+                .to_owned()
+                .into_any(),
+            pyo3::types::PyBool::new(py, !h.cancels.is_empty())
+                .to_owned()
+                .into_any(),
+            pyo3::types::PyBool::new(py, h.ran.is_some())
+                .to_owned()
+                .into_any(),
+        ],
+    )
+}
+
+/// The closing rule over one conversation (`rw1::thread::Tracker`); rwcore's `ThreadTracker` wraps it.
+#[pyclass(module = "rwcore._native")]
+struct Tracker {
+    inner: rw1::thread::Tracker,
+}
+
+#[pymethods]
+impl Tracker {
+    #[new]
+    fn new() -> Self {
+        Tracker {
+            inner: rw1::thread::Tracker::new(),
+        }
+    }
+
+    /// Take the next valid line: the findings it raises at once. A line number not above the last is a ValueError.
+    #[pyo3(signature = (msg, line_no=None))]
+    fn feed<'py>(
+        &mut self,
+        py: Python<'py>,
+        msg: &Bound<'py, PyAny>,
+        line_no: Option<i64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let held = hold(msg)?;
+        let found = self
+            .inner
+            .feed(&twin(&held)?, line_no)
+            .map_err(PyValueError::new_err)?;
+        problems(py, &found)
+    }
+
+    /// What `feed` would return, the tracker left unchanged.
+    #[pyo3(signature = (msg, line_no=None))]
+    fn probe<'py>(
+        &mut self,
+        py: Python<'py>,
+        msg: &Bound<'py, PyAny>,
+        line_no: Option<i64>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let held = hold(msg)?;
+        let found = self.inner.probe(&twin(&held)?, line_no);
+        problems(py, &found)
+    }
+
+    /// Take a line that failed to parse, with its errors' messages: its one finding.
+    fn feed_invalid<'py>(
+        &mut self,
+        py: Python<'py>,
+        line_no: Option<i64>,
+        messages: Names<'py>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let texts = owned_texts(&messages)?;
+        let p = self
+            .inner
+            .feed_invalid(line_no, &refs(&texts))
+            .map_err(PyValueError::new_err)?;
+        problems(py, std::slice::from_ref(&p))
+    }
+
+    /// Count a line that carries no message.
+    #[pyo3(signature = (line_no=None))]
+    fn skip(&mut self, line_no: Option<i64>) -> PyResult<()> {
+        self.inner.skip(line_no).map_err(PyValueError::new_err)
+    }
+
+    #[getter]
+    fn last_line(&self) -> i64 {
+        self.inner.last_line()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// The thread's verdict at `now`: (problems, notes).
+    fn report<'py>(
+        &self,
+        py: Python<'py>,
+        now: &Bound<'py, PyString>,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let (p, n) = self.inner.report(&text(now)?);
+        Ok((problems(py, &p)?, problems(py, &n)?))
+    }
+
+    /// The HO with this id (the latest) as a view tuple, or None.
+    fn handoff<'py>(
+        &self,
+        py: Python<'py>,
+        id: &Bound<'py, PyString>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.inner
+            .handoff(&text(id)?)
+            .map(|h| view(py, h))
+            .transpose()
+    }
+
+    /// (closed, cancelled) of the HO with this id (the latest), or None.
+    fn flags(&self, id: &Bound<'_, PyString>) -> PyResult<Option<(bool, bool)>> {
+        Ok(self
+            .inner
+            .handoff(&text(id)?)
+            .map(|h| (h.closed(), !h.cancels.is_empty())))
+    }
+
+    /// Every HO (or, with `open_only`, those not closed), in line order, as view tuples.
+    fn views<'py>(&self, py: Python<'py>, open_only: bool) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        if open_only {
+            self.inner.open_handoffs().map(|h| view(py, h)).collect()
+        } else {
+            self.inner.handoffs().iter().map(|h| view(py, h)).collect()
+        }
+    }
+
+    /// One handoff's record in the state's list form (the latest HO with this id), or None.
+    fn handoff_state<'py>(
+        &self,
+        py: Python<'py>,
+        id: &Bound<'py, PyString>,
+    ) -> PyResult<Option<Bound<'py, PyList>>> {
+        self.inner
+            .handoff(&text(id)?)
+            .map(|h| record(py, h))
+            .transpose()
+    }
+
+    /// The tracker as plain data: `{"v": 1, "n": last line, "ho": [records], "cx": [[line, id, re]], "bad":
+    /// [[line, message]], "sh": [ids]}`, the last three only when not empty.
+    fn to_state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let (hos, cxs, bad, shadowed, last) = self.inner.parts();
+        let state = PyDict::new(py);
+        state.set_item("v", 1)?;
+        state.set_item("n", last)?;
+        let records = hos
+            .iter()
+            .map(|h| record(py, h))
+            .collect::<PyResult<Vec<_>>>()?;
+        state.set_item("ho", records)?;
+        if !cxs.is_empty() {
+            let rows = cxs
+                .iter()
+                .map(|(k, i, r)| {
+                    Ok((k, string(py, i)?, opt_py(py, r)?)
+                        .into_pyobject(py)?
+                        .to_list())
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            state.set_item("cx", rows)?;
+        }
+        if !bad.is_empty() {
+            let rows = bad
+                .iter()
+                .map(|(k, m)| Ok((k, string(py, m)?).into_pyobject(py)?.to_list()))
+                .collect::<PyResult<Vec<_>>>()?;
+            state.set_item("bad", rows)?;
+        }
+        if !shadowed.is_empty() {
+            state.set_item(
+                "sh",
+                shadowed
+                    .iter()
+                    .map(|s| string(py, s))
+                    .collect::<PyResult<Vec<_>>>()?,
+            )?;
+        }
+        Ok(state)
+    }
+
+    /// A tracker holding only these handoff records, fed on from `last_line`. A malformed record is a ValueError.
+    #[staticmethod]
+    fn partial(records: &Bound<'_, PyAny>, last_line: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let malformed = |e: PyErr| PyValueError::new_err(format!("malformed handoff record: {e}"));
+        let last = py_int(last_line).map_err(malformed)?;
+        let hs = records
+            .try_iter()?
+            .map(|r| handoff_of(&r?))
+            .collect::<PyResult<Vec<_>>>()
+            .map_err(malformed)?;
+        Ok(Tracker {
+            inner: rw1::thread::Tracker::partial(hs, last),
+        })
+    }
+
+    /// A tracker from `to_state`'s output. Another version or a malformed state is a ValueError.
+    #[staticmethod]
+    fn from_state(state: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let version_ok = state
+            .cast::<PyDict>()
+            .ok()
+            .and_then(|d| d.get_item("v").ok().flatten())
+            .is_some_and(|v| v.eq(1).unwrap_or(false));
+        if !version_ok {
+            let got = match state.cast::<PyDict>() {
+                Ok(d) => d.get_item("v")?.map_or_else(
+                    || "None".to_owned(),
+                    |v| v.repr().map(|r| r.to_string()).unwrap_or_default(),
+                ),
+                Err(_) => format!("{:?}", state.get_type().name()?.to_string()).replace('"', "'"),
+            };
+            return Err(PyValueError::new_err(format!(
+                "thread state version {got} is not 1"
+            )));
+        }
+        let malformed = |e: PyErr| PyValueError::new_err(format!("malformed thread state: {e}"));
+        let build = || -> PyResult<rw1::thread::Tracker> {
+            let get = |k: &str| state.call_method1("get", (k, PyList::empty(state.py())));
+            let last = py_int(&state.get_item("n")?)?;
+            let hs = get("ho")?
+                .try_iter()?
+                .map(|r| handoff_of(&r?))
+                .collect::<PyResult<Vec<_>>>()?;
+            let cxs = get("cx")?
+                .try_iter()?
+                .map(|row| {
+                    let [k, i, r] = unpack(&row?)?;
+                    Ok((py_int(&k)?, py_str(&i)?, opt_py_str(&r)?))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let bad = get("bad")?
+                .try_iter()?
+                .map(|row| {
+                    let [k, m] = unpack(&row?)?;
+                    Ok((py_int(&k)?, py_str(&m)?))
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            let sh = get("sh")?
+                .try_iter()?
+                .map(|x| py_str(&x?))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(rw1::thread::Tracker::from_parts(hs, cxs, bad, sh, last))
+        };
+        Ok(Tracker {
+            inner: build().map_err(malformed)?,
+        })
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
@@ -637,5 +1058,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(translation_check, m)?)?;
     m.add("TRANSLATION_PROFILES", rw1::translation::PROFILES.to_vec())?;
     m.add_class::<Grammar>()?;
+    m.add_class::<Tracker>()?;
     Ok(())
 }

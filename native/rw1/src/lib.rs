@@ -10,6 +10,7 @@
 //! - [`encode`]: a twin's values to its line;
 //! - [`grammar`]: a profile compiled for the parser;
 //! - [`parse`]: a line to its JSON twin and its findings, in the reference's order and words;
+//! - [`thread`]: the closing rule over a conversation, as an incremental state machine;
 //! - [`translation`]: the pay profile's translation rules;
 //! - [`pytext`]: Python's text semantics (digits, whitespace, `repr`) the grammar is defined by;
 //! - [`value`]: a decoded value, with Python's equality and `str`.
@@ -23,6 +24,7 @@ pub mod grammar;
 pub mod parse;
 pub mod problem;
 pub mod pytext;
+pub mod thread;
 pub mod translation;
 pub mod value;
 #[rustfmt::skip] // written by tools/pytext_tables.py, checked by a test against the Python that runs it
