@@ -41,9 +41,6 @@ DEFAULT_SENSITIVE: Final = frozenset({"acct", "prev", "addr"})
 ENVELOPE: Final = ("re", "from", "to", "item")
 
 _NAME_RE = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
-#: A time as the protocol writes it (``exp=``). ``$`` and ``\d`` (any Unicode decimal digit) are the reference's
-#: semantics, as the parser's (native/rw1) are.
-TIME_RE: Final = re.compile(r"^\d{8}T\d{4}Z$")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -55,8 +52,6 @@ class TypeDef:
     required: tuple[str, ...]
     optional: tuple[str, ...]
     allowed: frozenset[str]
-    #: the slots every line of this type must carry, as a set
-    required_set: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -85,12 +80,6 @@ class Profile:
     sensitive: frozenset[str]
     dirs: tuple[str, ...]
     core_asks: tuple[str, ...]
-    encode_order: tuple[str, ...]
-    encode_order_set: frozenset[str]
-    encode_rank: Mapping[str, int]
-    ans_text: str
-    #: the slots whose decoded value is a list
-    list_keys: frozenset[str]
     #: the profile compiled (native/rw1): for the parser (the slots' checks, the types, the answer vocabulary) and
     #: the checks (the exec map, tier 4's constraint keys and aliases)
     grammar: _native.Grammar
@@ -287,7 +276,6 @@ def _compile(
             tuple(tdata["required"]),
             tuple(tdata["optional"]),
             frozenset(allowed),
-            required_set=frozenset(tdata["required"]),
         )
     try:
         grammar = _native.Grammar(
@@ -305,7 +293,6 @@ def _compile(
         )
     except ValueError as e:
         raise FormError(str(e)) from e
-    encode_order = tuple(s for s in slots if s not in ENVELOPE)
     ans = ro_enums.get("ans")
     return Profile(
         name=declared or "core",
@@ -327,11 +314,6 @@ def _compile(
         sensitive=frozenset(sensitive),
         dirs=dirs,
         core_asks=core_asks,
-        encode_order=encode_order,
-        encode_order_set=frozenset(encode_order),
-        encode_rank=MappingProxyType({k: i for i, k in enumerate(encode_order)}),
-        ans_text="/".join(ans) if ans else "",
-        list_keys=frozenset(k for k, typ in slots.items() if typ.startswith("list:")),
         grammar=grammar,
     )
 

@@ -20,6 +20,20 @@ fn digest(data: &Bound<'_, PyBytes>) -> String {
     rw1::digest(data.as_bytes())
 }
 
+/// `f()`, a panic in it made a RuntimeError: a Rust panic would otherwise reach Python as PanicException, a
+/// BaseException that the daemon's `except Exception` (which makes a line an internal-error dead letter) does not
+/// catch. rw1 is property-tested not to panic on any input; this is the fence should it ever.
+fn guarded<T>(f: impl FnOnce() -> T) -> PyResult<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        pyo3::exceptions::PyRuntimeError::new_err(format!("rw1 panicked: {what}"))
+    })
+}
+
 /// Bytes `rw1` reads, borrowed from a Python string where they can be.
 type Text<'a> = Cow<'a, [u8]>;
 
@@ -199,7 +213,7 @@ fn run<'py, 'a>(
             }
         })
     };
-    let parsed = rw1::parse(bytes, &grammar.get().inner, find);
+    let parsed = guarded(|| rw1::parse(bytes, &grammar.get().inner, find))?;
     match failure.into_inner() {
         Some(e) => Err(e),
         None => Ok((parsed, chosen.into_inner())),
@@ -484,14 +498,16 @@ fn owned_texts(v: &[Bound<'_, PyString>]) -> PyResult<Vec<Vec<u8>>> {
 #[pyfunction]
 fn canonical<'py>(py: Python<'py>, msg: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
     let held = hold(msg)?;
-    string(py, &rw1::canon::canonical(&twin(&held)?))
+    let t = twin(&held)?;
+    string(py, &guarded(|| rw1::canon::canonical(&t))?)
 }
 
 /// The digest (`h=`) of a message: the first 12 hex digits of the SHA-256 of its canonical JSON.
 #[pyfunction]
 fn message_digest(msg: &Bound<'_, PyAny>) -> PyResult<String> {
     let held = hold(msg)?;
-    Ok(rw1::canon::digest(&twin(&held)?))
+    let t = twin(&held)?;
+    guarded(|| rw1::canon::digest(&t))
 }
 
 /// Check 1: an HO against its record (a mapping of slots to values; a value other than text is compared as the
@@ -528,7 +544,7 @@ fn ho_check<'py>(
     let pairs: Vec<(&[u8], &[u8])> = texts.iter().map(|(k, v)| (&k[..], &v[..])).collect();
     findings(
         py,
-        &rw1::checks::ho_check(&ho, &pairs, &grammar.get().inner),
+        &guarded(|| rw1::checks::ho_check(&ho, &pairs, &grammar.get().inner))?,
     )
 }
 
@@ -549,7 +565,9 @@ fn rb_check<'py>(
     let expect_refs: Option<Vec<&[u8]>> =
         expect.as_ref().map(|e| e.iter().map(|x| &x[..]).collect());
     let now = text(now)?;
-    let f = rw1::checks::rb_check(&ho, &rb, &grammar.get().inner, expect_refs.as_deref(), &now);
+    let f = guarded(|| {
+        rw1::checks::rb_check(&ho, &rb, &grammar.get().inner, expect_refs.as_deref(), &now)
+    })?;
     findings(py, &f)
 }
 
@@ -569,7 +587,7 @@ fn dn_check<'py>(
     let plan = plan.as_ref().map(twin).transpose()?;
     findings(
         py,
-        &rw1::checks::dn_check(&ho, &dn, &grammar.get().inner, plan.as_ref()),
+        &guarded(|| rw1::checks::dn_check(&ho, &dn, &grammar.get().inner, plan.as_ref()))?,
     )
 }
 
@@ -581,7 +599,8 @@ fn dn_receipt<'py>(
     dn: &Bound<'py, PyAny>,
 ) -> PyResult<(Bound<'py, PyList>, bool)> {
     let (ho, dn) = (hold(ho)?, hold(dn)?);
-    let (f, go_on) = rw1::checks::dn_receipt(&twin(&ho)?, &twin(&dn)?);
+    let (ho, dn) = (twin(&ho)?, twin(&dn)?);
+    let (f, go_on) = guarded(|| rw1::checks::dn_receipt(&ho, &dn))?;
     Ok((problems(py, &f.problems)?, go_on))
 }
 
@@ -616,10 +635,10 @@ fn translation_check<'py>(
     profile: &Bound<'py, PyString>,
 ) -> PyResult<Bound<'py, PyList>> {
     let held = hold(msg)?;
-    problems(
-        py,
-        &rw1::translation::translation_check(&twin(&held)?, &text(profile)?),
-    )
+    problems(py, &{
+        let (t, name) = (twin(&held)?, text(profile)?);
+        guarded(|| rw1::translation::translation_check(&t, &name))?
+    })
 }
 
 // ---------------------------------------------------------------- the closing rule
@@ -831,10 +850,8 @@ impl Tracker {
         line_no: Option<i64>,
     ) -> PyResult<Bound<'py, PyList>> {
         let held = hold(msg)?;
-        let found = self
-            .inner
-            .feed(&twin(&held)?, line_no)
-            .map_err(PyValueError::new_err)?;
+        let t = twin(&held)?;
+        let found = guarded(|| self.inner.feed(&t, line_no))?.map_err(PyValueError::new_err)?;
         problems(py, &found)
     }
 
@@ -847,7 +864,8 @@ impl Tracker {
         line_no: Option<i64>,
     ) -> PyResult<Bound<'py, PyList>> {
         let held = hold(msg)?;
-        let found = self.inner.probe(&twin(&held)?, line_no);
+        let t = twin(&held)?;
+        let found = guarded(|| self.inner.probe(&t, line_no))?;
         problems(py, &found)
     }
 
