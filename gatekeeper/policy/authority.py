@@ -7,6 +7,10 @@ parties from the conversation's state, asks ``authorize``, and only then checks 
 the done report against the plan...): no handler states who may send a line. A line refused here changes nothing in
 the target's thread.
 
+The table and its rule are the native engine's (``native/engine/src/authority.rs``); this module gives them their
+Python names: the rows as data (``TABLE``, for the documentation and the tests) and ``refusal``, the table's word on
+one line.
+
 The roles, resolved from the target:
 
 - a handoff's **sender** and **receiver** (``from=`` and ``to=`` of the HO; for a readback or a cancel, of the
@@ -25,6 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gatekeeper.policy.model import Reason, Verdict
+from rwcore import _native
 
 
 class Role(enum.StrEnum):
@@ -71,120 +76,17 @@ class Rule:
     permits: tuple[Permit, ...]
     refusal: Refusal
 
-    def permit(self, sender: str, to: str, parties: Mapping[Role, str]) -> Permit | None:
-        """The first permit the line's ``from=`` and ``to=`` satisfy, given the target's parties."""
-        for p in self.permits:
-            if _holds(p.sender, sender, parties) and _holds(p.to, to, parties):
-                return p
-        return None
 
-    def expected(self, parties: Mapping[Role, str]) -> str:
-        """Who may send it, as a problem's ``expected`` says it (``payer->scheduler``, ``payer|scheduler->*``)."""
-        return " or ".join(f"{_who(p.sender, parties)}->{_who(p.to, parties)}" for p in self.permits)
-
-
-def _holds(role: Role, agent: str, parties: Mapping[Role, str]) -> bool:
-    if role is Role.ANYONE:
-        return True
-    if role is Role.HUMAN:
-        return agent == "human"
-    if role is Role.PARTY:
-        return agent in (parties.get(Role.SENDER), parties.get(Role.RECEIVER))
-    return parties.get(role) == agent
-
-
-def _who(role: Role, parties: Mapping[Role, str]) -> str:
-    if role is Role.ANYONE:
-        return "*"
-    if role is Role.HUMAN:
-        return "human"
-    if role is Role.PARTY:
-        return f"{parties.get(Role.SENDER)}|{parties.get(Role.RECEIVER)}"
-    return parties.get(role, "?")
-
-
-_WRONG_CLOSE = Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-close-wrong-agent")
-
-#: The table. One row per line type and kind of target; a pair not listed has no rule here (an HO with no ``re=``
-#: is a new handoff; an ST or an AN to a handoff changes no thread).
-TABLE: tuple[Rule, ...] = (
+#: The table, as the native engine holds it. One row per line type and kind of target; a pair not listed has no rule
+#: (an HO with no ``re=`` is a new handoff; an ST or an AN to a handoff changes no thread).
+TABLE: tuple[Rule, ...] = tuple(
     Rule(
-        "HO",
-        Target.HANDOFF,
-        (
-            Permit(Role.SENDER, Role.ANYONE, "a re-issue (its item and ask): replaces the handoff (superseded)"),
-            Permit(
-                Role.RECEIVER,
-                Role.ANYONE,
-                "a relay: carries the handoff's slots unchanged (they stand as its record), once, after the "
-                "handoff's readback passed (and was cleared, for an exec ask)",
-            ),
-        ),
-        Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-reissue-wrong-agent"),
-    ),
-    Rule(
-        "RB",
-        Target.HANDOFF,
-        (Permit(Role.RECEIVER, Role.SENDER, "reads the handoff back: its plan when it passes"),),
-        Refusal(Verdict.DEAD_LETTER, Reason.CHECK_RB, "receipt-route"),
-    ),
-    Rule(
-        "AN",
-        Target.READBACK,
-        (Permit(Role.SENDER, Role.RECEIVER, "clears the act (affirmative) or refuses the readback (negative)"),),
-        Refusal(Verdict.DEAD_LETTER, Reason.CLEARANCE, "clearance-route"),
-    ),
-    Rule(
-        "AN",
-        Target.CANCEL,
-        (Permit(Role.RECEIVER, Role.SENDER, "acknowledges the cancel (val=Y): closes the handoff, frees its record"),),
-        Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-ack-wrong-agent"),
-    ),
-    Rule(
-        "AN",
-        Target.QUESTION,
-        (Permit(Role.ASKED, Role.ASKER, "answers the question, once, within its need and opts"),),
-        Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-answer-wrong-agent"),
-    ),
-    Rule(
-        "DN",
-        Target.HANDOFF,
-        (Permit(Role.RECEIVER, Role.SENDER, "reports the act: closes the handoff"),),
-        Refusal(Verdict.ALERT, Reason.CHECK_DN, "thread-done-wrong-agent"),
-    ),
-    Rule(
-        "UN",
-        Target.HANDOFF,
-        (Permit(Role.RECEIVER, Role.SENDER, "refuses the handoff: closes it, frees its record"),),
-        _WRONG_CLOSE,
-    ),
-    Rule(
-        "UN",
-        Target.QUESTION,
-        (Permit(Role.ASKED, Role.ASKER, "refuses the question: answers it"),),
-        Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-answer-wrong-agent"),
-    ),
-    Rule(
-        "FL",
-        Target.HANDOFF,
-        (Permit(Role.RECEIVER, Role.SENDER, "reports the act failed: closes the handoff, frees its record"),),
-        _WRONG_CLOSE,
-    ),
-    Rule(
-        "CX",
-        Target.HANDOFF,
-        (Permit(Role.SENDER, Role.RECEIVER, "withdraws the handoff (closed once its receiver acknowledges)"),),
-        Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-cancel-wrong-agent", alert=True),
-    ),
-    Rule(
-        "AQ",
-        Target.HANDOFF,
-        (
-            Permit(Role.PARTY, Role.ANYONE, "asks about the handoff"),
-            Permit(Role.ANYONE, Role.HUMAN, "escalates the handoff to a human"),
-        ),
-        Refusal(Verdict.DEAD_LETTER, Reason.CHECK_THREAD, "thread-question-wrong-agent"),
-    ),
+        line,
+        Target(target),
+        tuple(Permit(Role(s), Role(t), effect) for s, t, effect in permits),
+        Refusal(Verdict(verdict), Reason(reason), code, alert),
+    )
+    for line, target, permits, (verdict, reason, code, alert) in _native.authority_table()
 )
 
 RULES: Mapping[tuple[str, Target], Rule] = {(r.line, r.target): r for r in TABLE}
@@ -193,6 +95,24 @@ RULES: Mapping[tuple[str, Target], Rule] = {(r.line, r.target): r for r in TABLE
 def rule(line: str, target: Target) -> Rule | None:
     """The rule of a line type replying to a kind of target (None: no rule: nobody's role is checked)."""
     return RULES.get((line, target))
+
+
+def refusal(line: str, target: Target, sender: str, to: str, parties: Mapping[Role, str]) -> tuple[Rule, str] | None:
+    """The table's word on a line of type ``line`` from ``sender`` to ``to`` replying to ``target``, whose thread has
+    ``parties``: None when no rule is about it or its sender holds a role that may send it; else the rule that
+    refuses it and who may send it, as a problem's ``expected`` says it (``payer->scheduler``,
+    ``payer|scheduler->* or *->human``)."""
+    found = _native.authorize(
+        line,
+        target.value,
+        sender,
+        to,
+        (parties.get(Role.SENDER), parties.get(Role.RECEIVER), parties.get(Role.ASKER), parties.get(Role.ASKED)),
+    )
+    if found is None:
+        return None
+    line_, target_, expected = found
+    return RULES[(line_, Target(target_))], expected
 
 
 def markdown_rows() -> list[str]:
@@ -209,4 +129,4 @@ def markdown_rows() -> list[str]:
     return rows
 
 
-__all__ = ["RULES", "TABLE", "Permit", "Refusal", "Role", "Rule", "Target", "markdown_rows", "rule"]
+__all__ = ["RULES", "TABLE", "Permit", "Refusal", "Role", "Rule", "Target", "markdown_rows", "refusal", "rule"]

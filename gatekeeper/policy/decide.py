@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 import time
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -17,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from gatekeeper.policy.authority import Role, Target, rule
+from gatekeeper.policy.authority import Role, Target, refusal
 from gatekeeper.policy.gate import conversation_problem, impossible_dates, screen
 from gatekeeper.policy.model import (
     AFFIRMATIVE,
@@ -59,12 +58,14 @@ from rwcore import (
     Message,
     Parsed,
     Problem,
+    _native,
     dn_check,
     ho_check,
     parse_line,
     rb_check,
     translation_check,
 )
+from rwcore._codec import native_problems
 
 REPLY_TYPES = frozenset({"RB", "AN", "DN", "UN", "FL", "CX"})
 _RB_OWN = frozenset({"h", "eta", "acc", "do", "not", "asm", "p", "exp"})
@@ -421,10 +422,10 @@ class _Decider:
         """The authority table's word on a line replying to ``kind`` (None: its sender holds a role that may send
         it). A refused line changes nothing in the target's thread: a dead letter, or a done report delivered
         flagged and alerted that closes nothing."""
-        r = rule(msg.type, kind)
-        if r is None or r.permit(msg.from_, msg.to or "", parties) is not None:
+        found = refusal(msg.type, kind, msg.from_, msg.to or "", parties)
+        if found is None:
             return None
-        expected = r.expected(parties)
+        r, expected = found
         problem = _p(
             r.refusal.code,
             f"{msg.type} {msg.id} re={msg.re}: a {msg.type} to {kind} comes from {expected}; got "
@@ -1123,51 +1124,15 @@ UNVERIFIED_COMPREHENSION = "comprehension-unverified"
 _PER_HOP = frozenset({"from", "to", "re", "rb", "exp", "p", "h"})
 #: The readback levels that make a readback the plan of the act: a done report without one that passed is flagged.
 _PLANNED_LEVELS = frozenset({"exec", "all", "acc", "plan"})
-_NUMBER = re.compile(r"-?\d+(\.\d+)?")
-_DATE = re.compile(r"\d{8}")
 
 
 def _answer_problems(an: Message, aq: Message) -> list[Problem]:
-    """An answer's ``val`` against its question's ``need`` (and ``opts``): the spec's answer shapes."""
-    need = str(aq.slots.get("need") or "")
-    val = _show(an.slots.get("val"))
+    """An answer's ``val`` against its question's ``need`` (and ``opts``): the spec's answer shapes (native:
+    ``engine::rules::answer_wants``)."""
     opts = aq.slots.get("opts") or ()
-    allowed: tuple[str, ...] = tuple(str(o) for o in (opts if isinstance(opts, tuple) else (opts,)))
-    ok = {
-        "ENUM": val in allowed,
-        "YESNO": val in ("Y", "N"),
-        "NUM": bool(_NUMBER.fullmatch(val)),
-        "DATE": bool(_DATE.fullmatch(val)) and not impossible_date(val),
-        "TEXT": val == "tail" and bool((an.tail or "").strip()),
-    }.get(need, True)
-    if ok:
-        return []
-    wants = {
-        "ENUM": "one of " + "+".join(allowed),
-        "YESNO": "Y or N",
-        "NUM": "a number",
-        "DATE": "a date YYYYMMDD",
-        "TEXT": "val=tail and the answer in the tail",
-    }[need]
-    return [
-        _p(
-            "answer-out-of-need",
-            f"AN {an.id}: question {aq.id} asks need={need}, {wants}; got val={val}",
-            "thread",
-            "val",
-            wants,
-            val,
-        )
-    ]
-
-
-def impossible_date(text: str) -> bool:
-    """Whether ``YYYYMMDD`` names no day of the calendar."""
-    try:
-        time.strptime(text, "%Y%m%d")
-    except ValueError:
-        return True
-    return False
+    allowed = [str(o) for o in (opts if isinstance(opts, tuple) else (opts,))]
+    need = str(aq.slots.get("need") or "")
+    return native_problems(_native.answer_problems(an.id, aq.id, need, _show(an.slots.get("val")), allowed, an.tail))
 
 
 def _show(v: object) -> str:

@@ -10,7 +10,7 @@ from typing import Protocol
 import msgspec
 
 from gatekeeper.policy.state import HandoffEntry, LineEntry, ReadbackEntry, Record, RecordKey
-from rwcore import Message, Problem, Profile
+from rwcore import Message, Problem, Profile, _native
 
 
 class Verdict(enum.StrEnum):
@@ -68,30 +68,23 @@ CHECK_OF_REASON: Mapping[Reason, str] = {
 }
 
 #: The gatekeeper writes its own lines (expiry cancels) with message numbers in this range; agents may not use it.
-RESERVED_ID_MIN = 900_000_000
-RESERVED_ID_MAX = 999_999_999
-
-_ID_DIGITS = len(str(RESERVED_ID_MAX))
+RESERVED_ID_MIN: int = _native.RESERVED_ID_MIN
+RESERVED_ID_MAX: int = _native.RESERVED_ID_MAX
 
 
 def id_number(msg_id: str) -> int | None:
     """The number of a message id ``<sender>-<n>``, for comparing with the reserved range; None when the part after
     the last ``-`` is not ASCII digits. A number longer than the range's own numbers (leading zeros aside) is
     above every range the gatekeeper keeps: it is returned as ``RESERVED_ID_MAX + 1`` without converting it (``int``
-    refuses thousands of digits, and a line may carry that many)."""
-    number = msg_id.rpartition("-")[2]
-    if not (number.isascii() and number.isdigit()):
-        return None
-    significant = number.lstrip("0")
-    if len(significant) > _ID_DIGITS:
-        return RESERVED_ID_MAX + 1
-    return int(significant or "0")
+    refuses thousands of digits, and a line may carry that many). Native: ``engine::rules``."""
+    number: int | None = _native.id_number(msg_id)
+    return number
 
 
 def is_reserved_id(msg_id: str) -> bool:
     """Whether an id's number is in the range the gatekeeper keeps for its own lines."""
-    n = id_number(msg_id)
-    return n is not None and RESERVED_ID_MIN <= n <= RESERVED_ID_MAX
+    reserved: bool = _native.is_reserved_id(msg_id)
+    return reserved
 
 
 AFFIRMATIVE = frozenset({"Y", "APPROVE"})

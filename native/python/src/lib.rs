@@ -13,6 +13,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+mod decision;
+
 /// The protocol's integrity digest (`h=`) of a canonical JSON text already encoded as UTF-8 (with
 /// `surrogatepass`): the first 12 hex digits of its SHA-256.
 #[pyfunction]
@@ -1077,5 +1079,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TRANSLATION_PROFILES", rw1::translation::PROFILES.to_vec())?;
     m.add_class::<Grammar>()?;
     m.add_class::<Tracker>()?;
+    decision::register(m)?;
     Ok(())
 }

@@ -160,6 +160,8 @@ pub struct Grammar {
     pub exec_map: HashMap<Bytes, Vec<Bytes>>,
     /// tier 4's tables: constraint keys, set-valued keys, value aliases
     pub acc: AccTables,
+    /// the slots declared `date` (false) or `time` (true), in the profile's order: the gate's calendar rule
+    pub calendar: Vec<(Bytes, bool)>,
 }
 
 /// What makes a [`Grammar`]: the merged vocabulary, as rwcore's Python holds it.
@@ -214,6 +216,15 @@ impl Grammar {
             .enumerate()
             .map(|(i, k)| (k.clone(), i))
             .collect();
+        let calendar = v
+            .slots
+            .iter()
+            .filter_map(|(k, t)| match &t[..] {
+                b"date" => Some((k.clone(), false)),
+                b"time" => Some((k.clone(), true)),
+                _ => None,
+            })
+            .collect();
         let types = v
             .types
             .into_iter()
@@ -233,6 +244,7 @@ impl Grammar {
             int_max_digits: v.int_max_digits,
             exec_map: v.exec.into_iter().collect(),
             acc: AccTables::new(v.constraint_keys, v.constraint_set_keys, v.value_aliases),
+            calendar,
         })
     }
 

@@ -67,10 +67,16 @@ pub fn digit(c: u32) -> Option<u8> {
 
 /// `c.isprintable()`.
 pub fn is_printable(c: u32) -> bool {
-    let at = UNPRINTABLE.partition_point(|&(lo, _)| lo <= c);
+    unprintable_category(c).is_none()
+}
+
+/// The general category (`unicodedata.category`) of a character `str.isprintable` refuses: an Other (`Cc`, `Cf`,
+/// `Cs`, `Co`, `Cn`) or a Separator (`Zl`, `Zp`, `Zs` but the ASCII space); None for a printable one.
+pub fn unprintable_category(c: u32) -> Option<&'static str> {
+    let at = UNPRINTABLE.partition_point(|&(lo, _, _)| lo <= c);
     match at.checked_sub(1).and_then(|i| UNPRINTABLE.get(i)) {
-        Some(&(_, hi)) => c > hi,
-        None => true,
+        Some(&(_, hi, cat)) if c <= hi => Some(cat),
+        _ => None,
     }
 }
 

@@ -30,6 +30,19 @@ def _ranges(pred: object) -> list[tuple[int, int]]:
     return out
 
 
+def _category_ranges(pred: object) -> list[tuple[int, int, str]]:
+    """The runs of code points ``pred`` takes, split where the Unicode general category changes."""
+    out: list[tuple[int, int, str]] = []
+    for cp in range(0x110000):
+        if pred(chr(cp)):  # type: ignore[operator]
+            cat = unicodedata.category(chr(cp))
+            if out and out[-1][1] == cp - 1 and out[-1][2] == cat:
+                out[-1] = (out[-1][0], cp, cat)
+            else:
+                out.append((cp, cp, cat))
+    return out
+
+
 def _rust_escaped(text: str) -> str:
     return "".join(f"\\u{{{ord(c):X}}}" for c in text)
 
@@ -42,7 +55,7 @@ def render() -> str:
             assert all(unicodedata.decimal(chr(s + i)) == i for i in range(10)), hex(s)
             starts.append(s)
     spaces = [lo for lo, hi in _ranges(str.isspace) for lo in range(lo, hi + 1)]
-    unprintable = _ranges(lambda c: not c.isprintable())
+    unprintable = _category_ranges(lambda c: not c.isprintable())
     lower = [(cp, chr(cp).lower()) for cp in range(0x80, 0x110000) if chr(cp).lower() != chr(cp)]
     lines = [
         "// Written by tools/pytext_tables.py from Python "
@@ -58,9 +71,10 @@ def render() -> str:
         *(f"    0x{s:04X}," for s in spaces),
         "];",
         "",
-        "/// The ranges (inclusive) of code points `str.isprintable` refuses: `repr` escapes them.",
-        f"pub(crate) static UNPRINTABLE: [(u32, u32); {len(unprintable)}] = [",
-        *(f"    (0x{lo:04X}, 0x{hi:04X})," for lo, hi in unprintable),
+        "/// The ranges (inclusive) of code points `str.isprintable` refuses (`repr` escapes them), with their",
+        "/// general category (`unicodedata.category`): an Other (`C.`) or Separator (`Z.`) one.",
+        f"pub(crate) static UNPRINTABLE: [(u32, u32, &str); {len(unprintable)}] = [",
+        *(f'    (0x{lo:04X}, 0x{hi:04X}, "{cat}"),' for lo, hi, cat in unprintable),
         "];",
         "",
         "/// The code points beyond ASCII that `str.lower` changes, and what it makes of each (perhaps two).",
