@@ -8,8 +8,7 @@ the done report against the plan...): no handler states who may send a line. A l
 the target's thread.
 
 The table and its rule are the native engine's (``native/engine/src/authority.rs``); this module gives them their
-Python names: the rows as data (``TABLE``, for the documentation and the tests) and ``refusal``, the table's word on
-one line.
+Python names: the rows as data (``TABLE``, for the documentation and the tests).
 
 The roles, resolved from the target:
 
@@ -97,24 +96,6 @@ def rule(line: str, target: Target) -> Rule | None:
     return RULES.get((line, target))
 
 
-def refusal(line: str, target: Target, sender: str, to: str, parties: Mapping[Role, str]) -> tuple[Rule, str] | None:
-    """The table's word on a line of type ``line`` from ``sender`` to ``to`` replying to ``target``, whose thread has
-    ``parties``: None when no rule is about it or its sender holds a role that may send it; else the rule that
-    refuses it and who may send it, as a problem's ``expected`` says it (``payer->scheduler``,
-    ``payer|scheduler->* or *->human``)."""
-    found = _native.authorize(
-        line,
-        target.value,
-        sender,
-        to,
-        (parties.get(Role.SENDER), parties.get(Role.RECEIVER), parties.get(Role.ASKER), parties.get(Role.ASKED)),
-    )
-    if found is None:
-        return None
-    line_, target_, expected = found
-    return RULES[(line_, Target(target_))], expected
-
-
 def markdown_rows() -> list[str]:
     """The table as docs/verdicts.md shows it: one row per rule."""
     rows = []
@@ -129,4 +110,4 @@ def markdown_rows() -> list[str]:
     return rows
 
 
-__all__ = ["RULES", "TABLE", "Permit", "Refusal", "Role", "Rule", "Target", "markdown_rows", "refusal", "rule"]
+__all__ = ["RULES", "TABLE", "Permit", "Refusal", "Role", "Rule", "Target", "markdown_rows", "rule"]

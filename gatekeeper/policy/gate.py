@@ -12,15 +12,16 @@ A model reading a forwarded line must not be fooled by what it cannot see. Befor
 
 ``screen`` returns the text, or the problems that make the line ``invalid``.
 
-After parsing, one more rule (``impossible_dates``): every slot the profile types as a date (``YYYYMMDD``) or a time
-(``YYYYMMDDTHHMMZ``) names a real instant of the calendar: a year 0001-9999, a month 01-12, a day the month has, an
-hour 00-23 and a minute 00-59. The RW1 parser checks only the shape (``20270230`` and ``T2599Z`` pass it); a line
-with a date that never comes would never expire, or expire at a time nobody wrote.
+After parsing, the decision applies one more rule of the gate's (``native/engine/src/gate.rs``): every slot the
+profile types as a date (``YYYYMMDD``) or a time (``YYYYMMDDTHHMMZ``) names a real instant of the calendar: a year
+0001-9999, a month 01-12, a day the month has, an hour 00-23 and a minute 00-59. The RW1 parser checks only the shape
+(``20270230`` and ``T2599Z`` pass it); a line with a date that never comes would never expire, or expire at a time
+nobody wrote.
 """
 
 from __future__ import annotations
 
-from rwcore import Message, Problem, Profile, _native
+from rwcore import Problem, _native
 from rwcore._codec import native_problems
 
 # The rules are the native engine's (native/engine/src/gate.rs): these are their Python faces.
@@ -39,9 +40,3 @@ def screen(raw: bytes, max_bytes: int) -> tuple[str | None, tuple[Problem, ...]]
     """Apply the gate's input rules to a record value. Returns ``(text, ())`` or ``(None, problems)``."""
     text, found = _native.screen(raw, max_bytes)
     return text, tuple(native_problems(found)) if found else ()
-
-
-def impossible_dates(msg: Message, profile: Profile) -> tuple[Problem, ...]:
-    """The date and time slots of a parsed line that name no real instant (see the module docstring)."""
-    found = _native.impossible_dates(msg, profile.grammar)
-    return tuple(native_problems(found)) if found else ()

@@ -9,5 +9,6 @@
 //! - [`rules`]: the message ids the gatekeeper keeps for itself, and the shapes of an answer to a question.
 
 pub mod authority;
+pub mod decide;
 pub mod gate;
 pub mod rules;

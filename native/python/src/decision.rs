@@ -30,42 +30,6 @@ fn conversation_problem<'py>(
     problems(py, found.as_slice())
 }
 
-/// The date and time slots of a parsed message that name no real instant of the calendar: only those slots of
-/// `msg.slots` are read.
-#[pyfunction]
-fn impossible_dates<'py>(
-    py: Python<'py>,
-    msg: &Bound<'py, PyAny>,
-    grammar: &Bound<'py, Grammar>,
-) -> PyResult<Bound<'py, PyList>> {
-    let grammar = &grammar.get().inner;
-    if grammar.calendar.is_empty() {
-        return Ok(PyList::empty(py));
-    }
-    let slots = msg.getattr(pyo3::intern!(py, "slots"))?;
-    let slots = slots.cast::<PyDict>()?;
-    let mut values = Vec::new();
-    for (key, _) in &grammar.calendar {
-        let value = match slots.get_item(string(py, key)?)? {
-            Some(v) => match v.cast_into::<PyString>() {
-                Ok(s) => Some(text(&s)?.into_owned()),
-                Err(_) => None,
-            },
-            None => None,
-        };
-        values.push((key.clone(), value));
-    }
-    let found = guarded(|| {
-        engine::gate::impossible_dates(grammar, |key| {
-            values
-                .iter()
-                .find(|(k, _)| &k[..] == key)
-                .and_then(|(_, v)| v.as_deref().map(std::borrow::Cow::Borrowed))
-        })
-    })?;
-    problems(py, &found)
-}
-
 /// Whether a message id's number is in the range the gatekeeper keeps for its own lines.
 #[pyfunction]
 fn is_reserved_id(id: &Bound<'_, PyString>) -> PyResult<bool> {
@@ -111,28 +75,14 @@ fn impossible_date(value: &Bound<'_, PyString>) -> PyResult<bool> {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(screen, m)?)?;
     m.add_function(wrap_pyfunction!(conversation_problem, m)?)?;
-    m.add_function(wrap_pyfunction!(impossible_dates, m)?)?;
     m.add_function(wrap_pyfunction!(is_reserved_id, m)?)?;
     m.add_function(wrap_pyfunction!(id_number, m)?)?;
     m.add_function(wrap_pyfunction!(answer_problems, m)?)?;
     m.add_function(wrap_pyfunction!(impossible_date, m)?)?;
     m.add_function(wrap_pyfunction!(authority_table, m)?)?;
-    m.add_function(wrap_pyfunction!(authorize, m)?)?;
     m.add("RESERVED_ID_MIN", engine::rules::RESERVED_ID_MIN)?;
     m.add("RESERVED_ID_MAX", engine::rules::RESERVED_ID_MAX)?;
     Ok(())
-}
-
-fn opt_text<'a>(
-    p: &'a Option<Bound<'_, PyString>>,
-) -> PyResult<Option<std::borrow::Cow<'a, [u8]>>> {
-    p.as_ref().map(text).transpose()
-}
-
-fn target(text: &[u8]) -> PyResult<engine::authority::Target> {
-    engine::authority::Target::from_text(text).ok_or_else(|| {
-        pyo3::exceptions::PyValueError::new_err("not a target of the authority table")
-    })
 }
 
 /// The authority table as rows of plain values: `(line, target, [(sender role, addressee role, effect)],
@@ -165,43 +115,654 @@ type AuthorityRow = (
     (&'static str, &'static str, &'static str, bool),
 );
 
-/// The table's word on a line replying to `target` (its words): None when its sender may send it, else
-/// `(line, target, expected)` of the rule that refuses it. `parties` is `(sender, receiver, asker, asked)`.
-#[pyfunction]
-#[allow(clippy::type_complexity)]
-fn authorize<'py>(
-    py: Python<'py>,
-    line: &Bound<'py, PyString>,
-    target_text: &Bound<'py, PyString>,
-    sender: &Bound<'py, PyString>,
-    to: &Bound<'py, PyString>,
-    parties: (
-        Option<Bound<'py, PyString>>,
-        Option<Bound<'py, PyString>>,
-        Option<Bound<'py, PyString>>,
-        Option<Bound<'py, PyString>>,
-    ),
-) -> PyResult<Option<(&'static str, &'static str, Bound<'py, PyAny>)>> {
-    let kind = target(&text(target_text)?)?;
-    let (line, sender, to) = (text(line)?, text(sender)?, text(to)?);
-    let (s, r, a, q) = (
-        opt_text(&parties.0)?,
-        opt_text(&parties.1)?,
-        opt_text(&parties.2)?,
-        opt_text(&parties.3)?,
-    );
-    let ps = engine::authority::Parties {
-        sender: s.as_deref(),
-        receiver: r.as_deref(),
-        asker: a.as_deref(),
-        asked: q.as_deref(),
-    };
-    match guarded(|| engine::authority::authorize(&line, kind, &sender, &to, &ps))? {
-        None => Ok(None),
-        Some(rule) => Ok(Some((
-            rule.line,
-            rule.target.text(),
-            string(py, &rule.expected(&ps))?,
-        ))),
+// ------------------------------------------------------------------------------------------------ the decision
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use engine::decide::{self as d, Env, Finding};
+use pyo3::types::PyTuple;
+
+fn bytes_of(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
+    if v.is_none() {
+        return Ok(None);
     }
+    match v.cast::<PyString>() {
+        Ok(s) => Ok(Some(text(s)?.into_owned())),
+        Err(_) => Ok(Some(text(&v.str()?)?.into_owned())),
+    }
+}
+
+fn attr_bytes(o: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<Option<Vec<u8>>> {
+    bytes_of(&o.getattr(name)?)
+}
+
+fn finding_of(p: &Bound<'_, PyAny>) -> PyResult<Finding> {
+    let py = p.py();
+    let code = attr_bytes(p, pyo3::intern!(py, "code"))?.unwrap_or_default();
+    let tier = attr_bytes(p, pyo3::intern!(py, "tier"))?;
+    Ok(Finding {
+        code: String::from_utf8_lossy(&code).into_owned().into(),
+        tier: tier.map(|t| String::from_utf8_lossy(&t).into_owned().into()),
+        message: attr_bytes(p, pyo3::intern!(py, "message"))?.unwrap_or_default(),
+        slot: attr_bytes(p, pyo3::intern!(py, "slot"))?,
+        expected: attr_bytes(p, pyo3::intern!(py, "expected"))?,
+        got: attr_bytes(p, pyo3::intern!(py, "got"))?,
+    })
+}
+
+fn findings_py<'py>(py: Python<'py>, fs: &[Finding]) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for f in fs {
+        out.append((
+            &*f.code,
+            f.tier.as_deref(),
+            crate::string(py, &f.message)?,
+            crate::opt_string(py, f.slot.as_deref())?,
+            crate::opt_string(py, f.expected.as_deref())?,
+            crate::opt_string(py, f.got.as_deref())?,
+        ))?;
+    }
+    Ok(out)
+}
+
+fn opt_py<'py>(py: Python<'py>, b: &Option<Vec<u8>>) -> PyResult<Bound<'py, PyAny>> {
+    crate::opt_string(py, b.as_deref())
+}
+
+/// The lines the state kept (forwarded HOs, checked RBs, questions), parsed, by (profile, text): replies mostly
+/// follow their handoff within moments, so a small bounded map (oldest out first) spares parsing them again.
+type StoredKey = (Vec<u8>, Vec<u8>);
+/// The map, and its keys oldest first.
+type Stored = (
+    HashMap<StoredKey, Arc<rw1::Twin<'static>>>,
+    VecDeque<StoredKey>,
+);
+static STORED: Mutex<Option<Stored>> = Mutex::new(None);
+const STORED_MAX: usize = 2048;
+
+struct PyEnv<'py> {
+    py: Python<'py>,
+    lines: Bound<'py, PyDict>,
+    handoffs: Bound<'py, PyDict>,
+    readbacks: Bound<'py, PyDict>,
+    tracker: Bound<'py, crate::Tracker>,
+    seq: i64,
+    records: Bound<'py, PyAny>,
+    record_key: Bound<'py, PyAny>,
+    record_check: Option<Bound<'py, PyAny>>,
+    grammar: Arc<rw1::Grammar>,
+    profile: Vec<u8>,
+    /// the record a lookup found, for the record check
+    looked_up: Option<Bound<'py, PyAny>>,
+    error: Option<PyErr>,
+}
+
+impl<'py> PyEnv<'py> {
+    fn get(&self, d: &Bound<'py, PyDict>, id: &[u8]) -> Option<Bound<'py, PyAny>> {
+        let key = crate::string(self.py, id).ok()?;
+        d.get_item(key).ok().flatten()
+    }
+
+    fn keep<T>(&mut self, r: PyResult<T>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                self.error.get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    fn record_info(&self, rec: &Bound<'py, PyAny>, values: bool) -> PyResult<d::RecordInfo> {
+        let py = self.py;
+        let mut info = d::RecordInfo::default();
+        if values {
+            let v = rec.getattr(pyo3::intern!(py, "values"))?;
+            let items: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = match v.cast::<PyDict>() {
+                Ok(dict) => dict.iter().collect(),
+                Err(_) => v
+                    .call_method0("items")?
+                    .try_iter()?
+                    .map(|item| item?.extract())
+                    .collect::<PyResult<_>>()?,
+            };
+            for (k, v) in &items {
+                let key = bytes_of(k)?.unwrap_or_default();
+                let want = match v.cast_exact::<PyString>() {
+                    Ok(s) => text(s)?.into_owned(),
+                    Err(_) => crate::slot_value(v)?.show().into_owned(),
+                };
+                info.values.push((key, want));
+            }
+        }
+        let resolved = rec.getattr(pyo3::intern!(py, "resolved"))?;
+        if let Ok(dict) = resolved.cast::<PyDict>() {
+            for (k, v) in dict.iter() {
+                info.resolved.push((
+                    bytes_of(&k)?.unwrap_or_default(),
+                    bytes_of(&v)?.unwrap_or_default(),
+                ));
+            }
+        } else {
+            for item in resolved.call_method0("items")?.try_iter()? {
+                let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item?.extract()?;
+                info.resolved.push((
+                    bytes_of(&k)?.unwrap_or_default(),
+                    bytes_of(&v)?.unwrap_or_default(),
+                ));
+            }
+        }
+        let acc = rec.getattr(pyo3::intern!(py, "expect_acc"))?;
+        if !acc.is_none() {
+            let mut out = Vec::new();
+            for x in acc.try_iter()? {
+                out.push(bytes_of(&x?)?.unwrap_or_default());
+            }
+            info.expect_acc = Some(out);
+        }
+        Ok(info)
+    }
+
+    fn line_info(&self, o: &Bound<'py, PyAny>) -> PyResult<d::LineInfo> {
+        let py = self.py;
+        Ok(d::LineInfo {
+            digest: attr_bytes(o, pyo3::intern!(py, "digest"))?.unwrap_or_default(),
+            typ: attr_bytes(o, pyo3::intern!(py, "type"))?.unwrap_or_default(),
+            verdict: attr_bytes(o, pyo3::intern!(py, "verdict"))?.unwrap_or_default(),
+            reason: attr_bytes(o, pyo3::intern!(py, "reason"))?,
+            re: attr_bytes(o, pyo3::intern!(py, "re"))?,
+            text: attr_bytes(o, pyo3::intern!(py, "text"))?,
+            answered: attr_bytes(o, pyo3::intern!(py, "answered"))?,
+        })
+    }
+
+    fn handoff_info(&self, o: &Bound<'py, PyAny>) -> PyResult<d::HandoffInfo> {
+        let py = self.py;
+        let rec = o.getattr(pyo3::intern!(py, "record"))?;
+        Ok(d::HandoffInfo {
+            id: attr_bytes(o, pyo3::intern!(py, "id"))?.unwrap_or_default(),
+            item: attr_bytes(o, pyo3::intern!(py, "item"))?.unwrap_or_default(),
+            ask: attr_bytes(o, pyo3::intern!(py, "ask"))?.unwrap_or_default(),
+            exec_ask: o.getattr(pyo3::intern!(py, "exec_ask"))?.is_truthy()?,
+            record: if rec.is_none() {
+                None
+            } else {
+                Some(self.record_info(&rec, false)?)
+            },
+            bound: o.getattr(pyo3::intern!(py, "bound"))?.is_truthy()?,
+            holder: attr_bytes(o, pyo3::intern!(py, "holder"))?,
+            superseded_by: attr_bytes(o, pyo3::intern!(py, "superseded_by"))?,
+            relayed_by: attr_bytes(o, pyo3::intern!(py, "relayed_by"))?,
+            cleared_by: attr_bytes(o, pyo3::intern!(py, "cleared_by"))?,
+            passed_rb: attr_bytes(o, pyo3::intern!(py, "passed_rb"))?,
+        })
+    }
+
+    fn readback_info(&self, o: &Bound<'py, PyAny>) -> PyResult<d::ReadbackInfo> {
+        let py = self.py;
+        Ok(d::ReadbackInfo {
+            id: attr_bytes(o, pyo3::intern!(py, "id"))?.unwrap_or_default(),
+            ho: attr_bytes(o, pyo3::intern!(py, "ho"))?.unwrap_or_default(),
+            passed: o.getattr(pyo3::intern!(py, "passed"))?.is_truthy()?,
+            exp: attr_bytes(o, pyo3::intern!(py, "exp"))?,
+            refused: o.getattr(pyo3::intern!(py, "refused"))?.is_truthy()?,
+        })
+    }
+
+    fn key(&self, item: &[u8], ask: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        self.record_key
+            .call1((crate::string(self.py, item)?, crate::string(self.py, ask)?))
+    }
+}
+
+impl Env for PyEnv<'_> {
+    fn line(&self, id: &[u8]) -> Option<d::LineInfo> {
+        let o = self.get(&self.lines, id)?;
+        self.line_info(&o).ok()
+    }
+
+    fn handoff(&self, id: &[u8]) -> Option<d::HandoffInfo> {
+        let o = self.get(&self.handoffs, id)?;
+        self.handoff_info(&o).ok()
+    }
+
+    fn readback(&self, id: &[u8]) -> Option<d::ReadbackInfo> {
+        let o = self.get(&self.readbacks, id)?;
+        self.readback_info(&o).ok()
+    }
+
+    fn flags(&self, ho: &[u8]) -> Option<(bool, bool)> {
+        let t = self.tracker.borrow();
+        t.inner
+            .handoff(ho)
+            .map(|h| (h.closed(), !h.cancels.is_empty()))
+    }
+
+    fn probe(&mut self, msg: &rw1::Twin<'_>, line_no: i64) -> Vec<rw1::Problem> {
+        self.tracker.borrow_mut().inner.probe(msg, Some(line_no))
+    }
+
+    fn seq(&self) -> i64 {
+        self.seq
+    }
+
+    fn record(&mut self, item: &[u8], ask: &[u8]) -> Option<d::RecordInfo> {
+        let found = self
+            .key(item, ask)
+            .and_then(|k| self.records.call_method1("record", (k,)));
+        let rec = self.keep(found)?;
+        if rec.is_none() {
+            self.looked_up = None;
+            return None;
+        }
+        let info = self.record_info(&rec, true);
+        self.looked_up = Some(rec);
+        self.keep(info)
+    }
+
+    fn binding(&mut self, item: &[u8], ask: &[u8]) -> Option<Vec<u8>> {
+        let found = self
+            .key(item, ask)
+            .and_then(|k| self.records.call_method1("binding", (k,)))
+            .and_then(|b| bytes_of(&b));
+        self.keep(found).flatten()
+    }
+
+    fn record_check(&mut self, _item: &[u8], _ask: &[u8]) -> Option<Finding> {
+        let check = self.record_check.clone()?;
+        let rec = self.looked_up.clone()?;
+        let found = check.call1((rec,));
+        let problem = self.keep(found)?;
+        if problem.is_none() {
+            return None;
+        }
+        let f = finding_of(&problem);
+        self.keep(f)
+    }
+
+    fn stored(&mut self, text: &[u8]) -> Option<Arc<rw1::Twin<'static>>> {
+        let key = (self.profile.clone(), text.to_vec());
+        let mut guard = STORED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (map, order) = guard.get_or_insert_with(Default::default);
+        if let Some(hit) = map.get(&key) {
+            return Some(hit.clone());
+        }
+        let grammar = self.grammar.clone();
+        let name = self.profile.clone();
+        let parsed = rw1::parse(text, &grammar, |n| {
+            if n == &name[..] {
+                Ok(grammar.clone())
+            } else {
+                Err(b"a stored line switches profile".to_vec())
+            }
+        });
+        if !parsed.errors.is_empty() {
+            return None;
+        }
+        let twin = Arc::new(d::owned_twin(parsed.twin));
+        if order.len() >= STORED_MAX {
+            if let Some(old) = order.pop_front() {
+                map.remove(&old);
+            }
+        }
+        order.push_back(key.clone());
+        map.insert(key, twin.clone());
+        Some(twin)
+    }
+}
+
+fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'py, PyTuple>> {
+    let st = |b: &[u8]| crate::string(py, b);
+    Ok(match e {
+        d::Effect::RememberLine { id, entry } => PyTuple::new(
+            py,
+            [
+                "line".into_pyobject(py)?.into_any(),
+                st(id)?,
+                st(&entry.digest)?,
+                st(&entry.typ)?,
+                entry.verdict.code().into_pyobject(py)?.into_any(),
+                entry.reason.into_pyobject(py)?.into_any(),
+                opt_py(py, &entry.re)?,
+                entry.keep_text.into_pyobject(py)?.to_owned().into_any(),
+            ],
+        )?,
+        d::Effect::OpenHandoff {
+            id,
+            item,
+            ask,
+            exec_ask,
+            record,
+            bound,
+            holder,
+            relay_of,
+        } => {
+            let (kind, of) = match record {
+                d::RecordOf::None => ("none", py.None().into_bound(py)),
+                d::RecordOf::Lookup(..) => ("lookup", py.None().into_bound(py)),
+                d::RecordOf::Handoff(h) => ("handoff", st(h)?),
+            };
+            PyTuple::new(
+                py,
+                [
+                    "open".into_pyobject(py)?.into_any(),
+                    st(id)?,
+                    st(item)?,
+                    st(ask)?,
+                    exec_ask.into_pyobject(py)?.to_owned().into_any(),
+                    kind.into_pyobject(py)?.into_any(),
+                    of,
+                    bound.into_pyobject(py)?.to_owned().into_any(),
+                    opt_py(py, holder)?,
+                    opt_py(py, relay_of)?,
+                ],
+            )?
+        }
+        d::Effect::Supersede { ho, by } => PyTuple::new(py, [st(b"supersede")?, st(ho)?, st(by)?])?,
+        d::Effect::RecordReadback {
+            id,
+            ho,
+            passed,
+            exp,
+        } => PyTuple::new(
+            py,
+            [
+                st(b"readback")?,
+                st(id)?,
+                st(ho)?,
+                passed.into_pyobject(py)?.to_owned().into_any(),
+                opt_py(py, exp)?,
+            ],
+        )?,
+        d::Effect::PassReadback { ho, rb } => PyTuple::new(py, [st(b"pass")?, st(ho)?, st(rb)?])?,
+        d::Effect::RefuseReadback { rb } => PyTuple::new(py, [st(b"refuse")?, st(rb)?])?,
+        d::Effect::Clear { ho, rb } => PyTuple::new(py, [st(b"clear")?, st(ho)?, st(rb)?])?,
+        d::Effect::FeedThread => PyTuple::new(py, [st(b"feed")?])?,
+        d::Effect::Bind {
+            item,
+            ask,
+            holder,
+            ho,
+        } => PyTuple::new(
+            py,
+            [st(b"bind")?, st(item)?, st(ask)?, st(holder)?, st(ho)?],
+        )?,
+        d::Effect::Release {
+            item,
+            ask,
+            holder,
+            ho,
+        } => PyTuple::new(
+            py,
+            [st(b"release")?, st(item)?, st(ask)?, st(holder)?, st(ho)?],
+        )?,
+        d::Effect::Relay { ho, by } => PyTuple::new(py, [st(b"relay")?, st(ho)?, st(by)?])?,
+        d::Effect::AnswerQuestion { aq, by } => {
+            PyTuple::new(py, [st(b"answer")?, st(aq)?, st(by)?])?
+        }
+    })
+}
+
+/// Decide one line (`gatekeeper.policy.decide` assembles the result). `message` is the parsed line (None when the
+/// gate or the parser refused it: `invalid` says which, `raw` are the fields a line that did not parse carried);
+/// `state`, `records` and `route` are the policy's objects; `record_key` its RecordKey class.
+///
+/// Returns `("repeat", clears)`, `("decided", verdict, reason, problems, notes, message, raise_alert, effects,
+/// clears)` where `problems` is a list of findings or `"gate"` / `"parse"` (the caller's), or
+/// `("internal", class, message)`: the exception deciding it raised in Python.
+#[pyfunction]
+#[pyo3(signature = (raw, conversation, message, invalid, raw_fields, state, records, route, record_key, now, first_seen, replay, sender))]
+#[allow(clippy::too_many_arguments)]
+fn decide_line<'py>(
+    py: Python<'py>,
+    raw: &Bound<'py, PyBytes>,
+    conversation: Option<Bound<'py, PyString>>,
+    message: Option<Bound<'py, PyAny>>,
+    invalid: &str,
+    raw_fields: Option<Bound<'py, PyAny>>,
+    state: &Bound<'py, PyAny>,
+    records: &Bound<'py, PyAny>,
+    route: &Bound<'py, PyAny>,
+    record_key: &Bound<'py, PyAny>,
+    now: f64,
+    first_seen: Option<f64>,
+    replay: bool,
+    sender: Option<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let conv = conversation.as_ref().map(text).transpose()?;
+    let conversation_problem = match &conv {
+        Some(c) => engine::gate::conversation_problem(c).map(Finding::from),
+        None => None,
+    };
+    let held = message.as_ref().map(crate::hold).transpose()?;
+    let twin = held.as_ref().map(crate::twin).transpose()?;
+    let mut rf: [Option<Vec<u8>>; 4] = Default::default();
+    if let Some(fields) = &raw_fields {
+        let fields: Vec<Bound<'py, PyAny>> = fields.extract()?;
+        for (slot, f) in rf.iter_mut().zip(fields.iter()) {
+            *slot = match f.cast::<PyString>() {
+                Ok(s) => Some(text(s)?.into_owned()),
+                Err(_) => None,
+            };
+        }
+    }
+    let raw_view = d::RawFields {
+        id: rf[0].as_deref(),
+        from: rf[1].as_deref(),
+        typ: rf[2].as_deref(),
+        re: rf[3].as_deref(),
+    };
+    let line = match (&twin, invalid) {
+        (Some(t), _) => d::Line::Parsed(t),
+        (None, "gate") => d::Line::Refused,
+        _ => d::Line::Invalid(raw_view.clone()),
+    };
+    let profile = route.getattr(pyo3::intern!(py, "profile"))?;
+    let grammar = profile
+        .getattr(pyo3::intern!(py, "grammar"))?
+        .cast_into::<Grammar>()?
+        .get()
+        .inner
+        .clone();
+    let profile_name = attr_bytes(&profile, pyo3::intern!(py, "name"))?.unwrap_or_default();
+    let route_name = attr_bytes(route, pyo3::intern!(py, "name"))?.unwrap_or_default();
+    let senders = route.getattr(pyo3::intern!(py, "senders"))?;
+    let senders = if senders.is_none() {
+        None
+    } else {
+        let mut out = Vec::new();
+        for s in senders.try_iter()? {
+            out.push(bytes_of(&s?)?.unwrap_or_default());
+        }
+        Some(out)
+    };
+    let check = route.getattr(pyo3::intern!(py, "record_check"))?;
+    let policy = d::Route {
+        name: &route_name,
+        profile: &profile_name,
+        grammar: &grammar,
+        senders,
+        hold_seconds: route
+            .getattr(pyo3::intern!(py, "hold_seconds"))?
+            .extract()?,
+        sender_auth: route
+            .getattr(pyo3::intern!(py, "sender_auth"))?
+            .is_truthy()?,
+        state_ttl_seconds: route
+            .getattr(pyo3::intern!(py, "state_ttl_seconds"))?
+            .extract()?,
+        refuse_unverified_comprehension: route
+            .getattr(pyo3::intern!(py, "refuse_unverified_comprehension"))?
+            .is_truthy()?,
+    };
+    let proof = match &sender {
+        None => None,
+        Some(s) => Some(d::SenderProof {
+            agent: attr_bytes(s, pyo3::intern!(py, "agent"))?,
+            key_id: attr_bytes(s, pyo3::intern!(py, "key_id"))?,
+            failure: attr_bytes(s, pyo3::intern!(py, "failure"))?,
+            detail: attr_bytes(s, pyo3::intern!(py, "detail"))?.unwrap_or_default(),
+        }),
+    };
+    let tracker = state
+        .getattr(pyo3::intern!(py, "tracker"))?
+        .getattr(pyo3::intern!(py, "_t"))?;
+    let mut env = PyEnv {
+        py,
+        lines: state
+            .getattr(pyo3::intern!(py, "lines"))?
+            .cast_into::<PyDict>()?,
+        handoffs: state
+            .getattr(pyo3::intern!(py, "handoffs"))?
+            .cast_into::<PyDict>()?,
+        readbacks: state
+            .getattr(pyo3::intern!(py, "readbacks"))?
+            .cast_into::<PyDict>()?,
+        tracker: tracker.cast_into::<crate::Tracker>()?,
+        seq: state.getattr(pyo3::intern!(py, "seq"))?.extract()?,
+        records: records.clone(),
+        record_key: record_key.clone(),
+        record_check: if check.is_none() { None } else { Some(check) },
+        grammar: grammar.clone(),
+        profile: profile_name.clone(),
+        looked_up: None,
+        error: None,
+    };
+    let outcome = guarded(|| {
+        d::decide(
+            raw.as_bytes(),
+            conv.as_deref(),
+            conversation_problem,
+            line,
+            &mut env,
+            &policy,
+            now,
+            first_seen,
+            replay,
+            proof.as_ref(),
+        )
+    })?;
+    if let Some(e) = env.error.take() {
+        return Err(e);
+    }
+    let clears_py = |c: &Option<(Vec<u8>, Vec<u8>)>| -> PyResult<Bound<'py, PyAny>> {
+        match c {
+            None => Ok(py.None().into_bound(py)),
+            Some((a, b)) => {
+                Ok(PyTuple::new(py, [crate::string(py, a)?, crate::string(py, b)?])?.into_any())
+            }
+        }
+    };
+    match outcome {
+        Err(internal) => PyTuple::new(
+            py,
+            [
+                crate::string(py, b"internal")?,
+                internal.class.into_pyobject(py)?.into_any(),
+                crate::string(py, &internal.message)?,
+            ],
+        ),
+        Ok(d::Outcome::Repeat { clears }) => {
+            PyTuple::new(py, [crate::string(py, b"repeat")?, clears_py(&clears)?])
+        }
+        Ok(d::Outcome::Decided(dec)) => {
+            let problems = match &dec.problems {
+                d::Problems::Own(ps) => findings_py(py, ps)?.into_any(),
+                d::Problems::Gate => crate::string(py, b"gate")?,
+                d::Problems::Parse => crate::string(py, b"parse")?,
+            };
+            let effects = PyList::empty(py);
+            for e in &dec.effects {
+                effects.append(effect_py(py, e)?)?;
+            }
+            PyTuple::new(
+                py,
+                [
+                    crate::string(py, b"decided")?,
+                    dec.verdict.code().into_pyobject(py)?.into_any(),
+                    dec.reason.into_pyobject(py)?.into_any(),
+                    problems,
+                    findings_py(py, &dec.notes)?.into_any(),
+                    dec.message.into_pyobject(py)?.to_owned().into_any(),
+                    dec.raise_alert.into_pyobject(py)?.to_owned().into_any(),
+                    effects.into_any(),
+                    clears_py(&dec.clears)?,
+                ],
+            )
+        }
+    }
+}
+
+pub fn register_decide(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(decide_line, m)?)?;
+    Ok(())
+}
+
+/// A line's identity within its conversation, with its message id: SHA-256 of the bytes, 16 hex.
+#[pyfunction]
+fn line_digest(raw: &Bound<'_, PyBytes>) -> String {
+    String::from_utf8_lossy(&d::line_digest(raw.as_bytes())).into_owned()
+}
+
+/// An epoch time as RW1's `YYYYMMDDTHHMMZ`.
+#[pyfunction]
+fn rw_time(epoch: f64) -> String {
+    String::from_utf8_lossy(&d::rw_time(epoch)).into_owned()
+}
+
+/// The value of an exec binding: `<route>/<conversation>/<HO id>#<digest>@<epoch seconds>`.
+#[pyfunction]
+fn holder_of<'py>(
+    py: Python<'py>,
+    route: &Bound<'py, PyString>,
+    conversation: &Bound<'py, PyString>,
+    ho_id: &Bound<'py, PyString>,
+    digest: &Bound<'py, PyString>,
+    at: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let held = d::holder_of(
+        &text(route)?,
+        &text(conversation)?,
+        &text(ho_id)?,
+        &text(digest)?,
+        at,
+    );
+    string(py, &held)
+}
+
+/// A binding's handoff without the time it was bound.
+#[pyfunction]
+fn holder_identity<'py>(
+    py: Python<'py>,
+    holder: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    string(py, d::holder_identity(&text(holder)?))
+}
+
+/// A binding's handoff as a problem shows it: route, conversation and id.
+#[pyfunction]
+fn bound_handoff<'py>(
+    py: Python<'py>,
+    holder: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyAny>> {
+    string(py, d::bound_handoff(&text(holder)?))
+}
+
+/// When a binding was made (None: a binding of an earlier release, or not one of ours).
+#[pyfunction]
+fn bound_at(holder: &Bound<'_, PyString>) -> PyResult<Option<f64>> {
+    Ok(d::bound_at(&text(holder)?))
+}
+
+pub fn register_holders(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(line_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(rw_time, m)?)?;
+    m.add_function(wrap_pyfunction!(holder_of, m)?)?;
+    m.add_function(wrap_pyfunction!(holder_identity, m)?)?;
+    m.add_function(wrap_pyfunction!(bound_handoff, m)?)?;
+    m.add_function(wrap_pyfunction!(bound_at, m)?)?;
+    Ok(())
 }

@@ -1080,5 +1080,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Grammar>()?;
     m.add_class::<Tracker>()?;
     decision::register(m)?;
+    decision::register_decide(m)?;
+    decision::register_holders(m)?;
     Ok(())
 }
