@@ -29,6 +29,9 @@ fn problem(code: &'static str, message: &str) -> Problem {
 /// The first character `text` (generalised UTF-8) may not hold: its position in characters, its code point and
 /// its general category.
 pub fn first_refused(text: &[u8]) -> Option<(usize, u32, &'static str)> {
+    if text.iter().all(|&b| (0x20..0x7F).contains(&b)) {
+        return None; // printable ASCII (the common case): nothing to look up
+    }
     let mut i = 0;
     let mut pos = 0;
     while i < text.len() {

@@ -195,6 +195,10 @@ struct PyEnv<'py> {
     profile: Vec<u8>,
     /// the record a lookup found, for the record check
     looked_up: Option<Bound<'py, PyAny>>,
+    /// what this decision read of the state already (a decision reads a reply's target several times); the state
+    /// does not change while one line is decided
+    seen_lines: std::cell::RefCell<HashMap<Vec<u8>, Option<d::LineInfo>>>,
+    seen_handoffs: std::cell::RefCell<HashMap<Vec<u8>, Option<d::HandoffInfo>>>,
     error: Option<PyErr>,
 }
 
@@ -318,13 +322,29 @@ impl<'py> PyEnv<'py> {
 
 impl Env for PyEnv<'_> {
     fn line(&self, id: &[u8]) -> Option<d::LineInfo> {
-        let o = self.get(&self.lines, id)?;
-        self.line_info(&o).ok()
+        if let Some(hit) = self.seen_lines.borrow().get(id) {
+            return hit.clone();
+        }
+        let found = self
+            .get(&self.lines, id)
+            .and_then(|o| self.line_info(&o).ok());
+        self.seen_lines
+            .borrow_mut()
+            .insert(id.to_vec(), found.clone());
+        found
     }
 
     fn handoff(&self, id: &[u8]) -> Option<d::HandoffInfo> {
-        let o = self.get(&self.handoffs, id)?;
-        self.handoff_info(&o).ok()
+        if let Some(hit) = self.seen_handoffs.borrow().get(id) {
+            return hit.clone();
+        }
+        let found = self
+            .get(&self.handoffs, id)
+            .and_then(|o| self.handoff_info(&o).ok());
+        self.seen_handoffs
+            .borrow_mut()
+            .insert(id.to_vec(), found.clone());
+        found
     }
 
     fn readback(&self, id: &[u8]) -> Option<d::ReadbackInfo> {
@@ -629,6 +649,8 @@ fn decide_line<'py>(
         grammar: grammar.clone(),
         profile: profile_name.clone(),
         looked_up: None,
+        seen_lines: Default::default(),
+        seen_handoffs: Default::default(),
         error: None,
     };
     let outcome = guarded(|| {

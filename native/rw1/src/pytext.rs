@@ -73,6 +73,10 @@ pub fn is_printable(c: u32) -> bool {
 /// The general category (`unicodedata.category`) of a character `str.isprintable` refuses: an Other (`Cc`, `Cf`,
 /// `Cs`, `Co`, `Cn`) or a Separator (`Zl`, `Zp`, `Zs` but the ASCII space); None for a printable one.
 pub fn unprintable_category(c: u32) -> Option<&'static str> {
+    if c < 0x80 {
+        // ASCII: only the controls (the common case, without the table's search)
+        return (c < 0x20 || c == 0x7F).then_some("Cc");
+    }
     let at = UNPRINTABLE.partition_point(|&(lo, _, _)| lo <= c);
     match at.checked_sub(1).and_then(|i| UNPRINTABLE.get(i)) {
         Some(&(_, hi, cat)) if c <= hi => Some(cat),
