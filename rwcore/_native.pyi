@@ -133,3 +133,19 @@ def holder_of(route: str, conversation: str, ho_id: str, digest: str, at: float)
 def holder_identity(holder: str) -> str: ...
 def bound_handoff(holder: str) -> str: ...
 def bound_at(holder: str) -> float | None: ...
+def legend(
+    types: list[tuple[str, str, list[str], list[str]]],
+    slot_desc: list[tuple[str, str]],
+    slot_types: list[tuple[str, str]],
+    enums: list[tuple[str, list[tuple[str, str]]]],
+    core_asks: list[str],
+    asks_used: list[str],
+    constraint_keys: list[tuple[str, str]],
+    exec_map: list[tuple[str, list[str]]],
+    declared: str | None,
+    agents: list[str],
+    ans: bool,
+    item_kinds: list[tuple[str, str]],
+    item_examples: list[str],
+    lean: bool,
+) -> str: ...

@@ -2399,7 +2399,101 @@ mod tests {
         assert_eq!(rw_time(951_782_400.0), b"20000229T0000Z");
     }
 
+    /// The effects a decision changes the map state by, as `policy.apply` does for the fields a decision reads.
+    fn apply(env: &mut MapEnv, line: &str, d: &Decision) {
+        for e in &d.effects {
+            match e {
+                Effect::RememberLine { id, entry } => {
+                    let info = LineInfo {
+                        digest: entry.digest.clone(),
+                        typ: entry.typ.clone(),
+                        verdict: entry.verdict.code().as_bytes().to_vec(),
+                        reason: entry.reason.map(|r| r.as_bytes().to_vec()),
+                        re: entry.re.clone(),
+                        text: entry.keep_text.then(|| line.as_bytes().to_vec()),
+                        answered: None,
+                    };
+                    env.lines.insert(id.clone(), info);
+                }
+                Effect::OpenHandoff {
+                    id,
+                    item,
+                    ask,
+                    exec_ask,
+                    bound,
+                    holder,
+                    ..
+                } => {
+                    let h = HandoffInfo {
+                        id: id.clone(),
+                        item: item.clone(),
+                        ask: ask.clone(),
+                        exec_ask: *exec_ask,
+                        bound: *bound,
+                        holder: holder.clone(),
+                        ..HandoffInfo::default()
+                    };
+                    env.handoffs.insert(id.clone(), h);
+                }
+                Effect::RecordReadback {
+                    id,
+                    ho,
+                    passed,
+                    exp,
+                } => {
+                    let rb = ReadbackInfo {
+                        id: id.clone(),
+                        ho: ho.clone(),
+                        passed: *passed,
+                        exp: exp.clone(),
+                        refused: false,
+                    };
+                    env.readbacks.insert(id.clone(), rb);
+                }
+                Effect::PassReadback { ho, rb } => {
+                    if let Some(h) = env.handoffs.get_mut(ho) {
+                        h.passed_rb = Some(rb.clone());
+                    }
+                }
+                Effect::Clear { ho, rb } => {
+                    if let Some(h) = env.handoffs.get_mut(ho) {
+                        h.cleared_by = Some(rb.clone());
+                    }
+                }
+                Effect::Supersede { ho, by } => {
+                    if let Some(h) = env.handoffs.get_mut(ho) {
+                        h.superseded_by = Some(by.clone());
+                    }
+                }
+                Effect::Bind {
+                    item, ask, holder, ..
+                } => {
+                    env.bindings
+                        .insert((item.clone(), ask.clone()), holder.clone());
+                }
+                _ => {}
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn any_conversation_is_decided_without_panic(
+            lines in proptest::collection::vec(
+                "RW1 (HO|RB|AN|DN|CX|UN) [ab]-[1-4]( re=[ab]-[1-4])? from=[ab] to=[ab]( item=i:1)?( ask=(PAY|DRAFT))?( amt=5.00)?( rb=exec)?( val=(Y|N))?( out=(OK|NOOP))?( why=REVOKED)?",
+                1..12,
+            )
+        ) {
+            let mut env = with_record();
+            let mut now = 1_790_000_000.0;
+            for line in &lines {
+                if let Outcome::Decided(d) = run(&mut env, line, now, Some(now - 60.0)) {
+                    apply(&mut env, line, &d);
+                }
+                now += 1.0;
+            }
+        }
+
         #[test]
         fn any_line_is_decided_without_panic(line in "RW1 (HO|RB|AN|DN|CX|ST) [a-c]-[0-9]{1,3}( (re|from|to|item|ask|amt|val|why|out)=[a-cPAYOK0-9.:-]{0,6}){0,7}") {
             let mut env = with_record();

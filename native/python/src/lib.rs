@@ -1076,6 +1076,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dn_receipt, m)?)?;
     m.add_function(wrap_pyfunction!(acc_compare, m)?)?;
     m.add_function(wrap_pyfunction!(translation_check, m)?)?;
+    m.add_function(wrap_pyfunction!(legend, m)?)?;
     m.add("TRANSLATION_PROFILES", rw1::translation::PROFILES.to_vec())?;
     m.add_class::<Grammar>()?;
     m.add_class::<Tracker>()?;
@@ -1083,4 +1084,85 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decision::register_decide(m)?;
     decision::register_holders(m)?;
     Ok(())
+}
+
+/// Python strings as the bytes `rw1` reads.
+fn texts(v: &[Bound<'_, PyString>]) -> PyResult<Vec<Vec<u8>>> {
+    v.iter().map(|s| Ok(text(s)?.into_owned())).collect()
+}
+
+fn text_pairs(
+    v: &[(Bound<'_, PyString>, Bound<'_, PyString>)],
+) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    v.iter()
+        .map(|(k, x)| Ok((text(k)?.into_owned(), text(x)?.into_owned())))
+        .collect()
+}
+
+/// A message type as the legend takes it: (code, name, required slots, optional slots).
+type TypeWords<'py> = (
+    Bound<'py, PyString>,
+    Bound<'py, PyString>,
+    Names<'py>,
+    Names<'py>,
+);
+/// (key, value) pairs of Python strings.
+type Pairs<'py> = Vec<(Bound<'py, PyString>, Bound<'py, PyString>)>;
+
+/// The legend of a profile from its words, in the profile's orders (see `rw1::legend`).
+#[pyfunction]
+#[pyo3(signature = (types, slot_desc, slot_types, enums, core_asks, asks_used, constraint_keys, exec_map, declared, agents, ans, item_kinds, item_examples, lean))]
+#[allow(clippy::too_many_arguments)]
+fn legend<'py>(
+    py: Python<'py>,
+    types: Vec<TypeWords<'py>>,
+    slot_desc: Pairs<'py>,
+    slot_types: Pairs<'py>,
+    enums: Vec<(Bound<'py, PyString>, Pairs<'py>)>,
+    core_asks: Names<'py>,
+    asks_used: Names<'py>,
+    constraint_keys: Pairs<'py>,
+    exec_map: Groups<'py>,
+    declared: Option<Bound<'py, PyString>>,
+    agents: Names<'py>,
+    ans: bool,
+    item_kinds: Pairs<'py>,
+    item_examples: Names<'py>,
+    lean: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let source = rw1::legend::Source {
+        types: types
+            .iter()
+            .map(|(code, name, required, optional)| {
+                Ok(rw1::legend::TypeText {
+                    code: text(code)?.into_owned(),
+                    name: text(name)?.into_owned(),
+                    required: texts(required)?,
+                    optional: texts(optional)?,
+                })
+            })
+            .collect::<PyResult<_>>()?,
+        slot_desc: text_pairs(&slot_desc)?,
+        slot_types: text_pairs(&slot_types)?,
+        enums: enums
+            .iter()
+            .map(|(name, vals)| Ok((text(name)?.into_owned(), text_pairs(vals)?)))
+            .collect::<PyResult<_>>()?,
+        core_asks: texts(&core_asks)?,
+        asks_used: texts(&asks_used)?,
+        constraint_keys: text_pairs(&constraint_keys)?,
+        exec_map: exec_map
+            .iter()
+            .map(|(k, v)| Ok((text(k)?.into_owned(), texts(v)?)))
+            .collect::<PyResult<_>>()?,
+        declared: declared
+            .as_ref()
+            .map(|d| Ok::<_, PyErr>(text(d)?.into_owned()))
+            .transpose()?,
+        agents: texts(&agents)?,
+        ans,
+        item_kinds: text_pairs(&item_kinds)?,
+        item_examples: texts(&item_examples)?,
+    };
+    string(py, &guarded(|| rw1::legend::legend(&source, lean))?)
 }
