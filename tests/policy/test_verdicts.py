@@ -583,3 +583,22 @@ def test_a_conversation_id_follows_the_input_rules_of_a_line(key: str) -> None:
     assert w.send(HO, "c-1 with spaces and é").verdict is Verdict.FORWARD  # printable text is kept
     nbsp = w.send(HO, "c-1 with\u00a0NBSP")  # a space that is not one, as in a line
     assert (nbsp.reason, codes(nbsp)) == (Reason.NO_CONVERSATION, ["conversation-invalid"])
+
+
+# ---------------------------------------------------------------- a state the decision cannot read
+
+
+def test_an_unreadable_state_entry_raises_and_is_never_taken_for_an_absent_one() -> None:
+    """A corrupt entry in the loaded state is a bug, never "not in the conversation": the decision raises (the
+    processor makes the line an internal-error dead letter), rather than deciding the reply as if its handoff were
+    unknown (held, then refused as unknown-handoff) or a copy of a line as new."""
+    w = pay_world()
+    w.send(HO)
+    w.state().handoffs["scheduler-1"] = object()  # type: ignore[assignment]
+    with pytest.raises(AttributeError):
+        w.send(RB)
+    w = pay_world()
+    w.send(HO)
+    w.state().lines["scheduler-1"] = object()  # type: ignore[assignment]
+    with pytest.raises(AttributeError):
+        w.send(HO)  # the same line again: its stored first decision must be read, not skipped

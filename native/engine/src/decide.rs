@@ -222,8 +222,9 @@ pub trait Env {
     fn seq(&self) -> i64;
     fn record(&mut self, item: &[u8], ask: &[u8]) -> Option<RecordInfo>;
     fn binding(&mut self, item: &[u8], ask: &[u8]) -> Option<Vec<u8>>;
-    /// the route's record check (the approver's signature) of the record of (item, ask): its problem, or None
-    fn record_check(&mut self, item: &[u8], ask: &[u8]) -> Option<Finding>;
+    /// the route's record check (the approver's signature) of the record the last `record` found: its problem, or
+    /// None
+    fn record_check(&mut self) -> Option<Finding>;
     /// a kept line (a forwarded HO, a checked RB, a question), parsed under the route's profile
     fn stored(&mut self, text: &[u8]) -> Option<std::sync::Arc<Twin<'static>>>;
 }
@@ -259,8 +260,8 @@ pub enum Problems {
 #[derive(Debug, Clone, PartialEq)]
 pub enum RecordOf {
     None,
-    /// the record of (item, ask) the decision looked up
-    Lookup(Vec<u8>, Vec<u8>),
+    /// the record of the handoff's (item, ask), which the decision looked up
+    Lookup,
     /// the record of another handoff (a relay carries the original's)
     Handoff(Vec<u8>),
 }
@@ -1325,7 +1326,7 @@ impl<'a, E: Env> Decider<'a, E> {
             return self.dead(reason::NO_RECORD, vec![problem]);
         }
         if record.is_some() {
-            if let Some(unproven) = self.env.record_check(&item, &ask) {
+            if let Some(unproven) = self.env.record_check() {
                 return self.dead(reason::NO_RECORD, vec![unproven]);
             }
         }
@@ -1416,7 +1417,7 @@ impl<'a, E: Env> Decider<'a, E> {
                 ask: ask.clone(),
                 exec_ask,
                 record: if record.is_some() {
-                    RecordOf::Lookup(item, ask)
+                    RecordOf::Lookup
                 } else {
                     RecordOf::None
                 },
@@ -2226,7 +2227,7 @@ mod tests {
         fn binding(&mut self, item: &[u8], ask: &[u8]) -> Option<Vec<u8>> {
             self.bindings.get(&(item.to_vec(), ask.to_vec())).cloned()
         }
-        fn record_check(&mut self, _item: &[u8], _ask: &[u8]) -> Option<Finding> {
+        fn record_check(&mut self) -> Option<Finding> {
             None
         }
         fn stored(&mut self, text: &[u8]) -> Option<Arc<Twin<'static>>> {

@@ -199,20 +199,21 @@ struct PyEnv<'py> {
     /// does not change while one line is decided
     seen_lines: std::cell::RefCell<HashMap<Vec<u8>, Option<d::LineInfo>>>,
     seen_handoffs: std::cell::RefCell<HashMap<Vec<u8>, Option<d::HandoffInfo>>>,
-    error: Option<PyErr>,
+    /// the first Python error met reading the state or the records: raised once the decision is made
+    error: std::cell::RefCell<Option<PyErr>>,
 }
 
 impl<'py> PyEnv<'py> {
     fn get(&self, d: &Bound<'py, PyDict>, id: &[u8]) -> Option<Bound<'py, PyAny>> {
-        let key = crate::string(self.py, id).ok()?;
-        d.get_item(key).ok().flatten()
+        let found = crate::string(self.py, id).and_then(|key| d.get_item(key));
+        self.keep(found).flatten()
     }
 
-    fn keep<T>(&mut self, r: PyResult<T>) -> Option<T> {
+    fn keep<T>(&self, r: PyResult<T>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
-                self.error.get_or_insert(e);
+                self.error.borrow_mut().get_or_insert(e);
                 None
             }
         }
@@ -222,40 +223,13 @@ impl<'py> PyEnv<'py> {
         let py = self.py;
         let mut info = d::RecordInfo::default();
         if values {
-            let v = rec.getattr(pyo3::intern!(py, "values"))?;
-            let items: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = match v.cast::<PyDict>() {
-                Ok(dict) => dict.iter().collect(),
-                Err(_) => v
-                    .call_method0("items")?
-                    .try_iter()?
-                    .map(|item| item?.extract())
-                    .collect::<PyResult<_>>()?,
-            };
-            for (k, v) in &items {
-                let key = bytes_of(k)?.unwrap_or_default();
-                let want = match v.cast_exact::<PyString>() {
-                    Ok(s) => text(s)?.into_owned(),
-                    Err(_) => crate::slot_value(v)?.show().into_owned(),
-                };
-                info.values.push((key, want));
-            }
+            info.values = crate::shown_pairs(&rec.getattr(pyo3::intern!(py, "values"))?)?;
         }
-        let resolved = rec.getattr(pyo3::intern!(py, "resolved"))?;
-        if let Ok(dict) = resolved.cast::<PyDict>() {
-            for (k, v) in dict.iter() {
-                info.resolved.push((
-                    bytes_of(&k)?.unwrap_or_default(),
-                    bytes_of(&v)?.unwrap_or_default(),
-                ));
-            }
-        } else {
-            for item in resolved.call_method0("items")?.try_iter()? {
-                let (k, v): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item?.extract()?;
-                info.resolved.push((
-                    bytes_of(&k)?.unwrap_or_default(),
-                    bytes_of(&v)?.unwrap_or_default(),
-                ));
-            }
+        for (k, v) in crate::mapping_items(&rec.getattr(pyo3::intern!(py, "resolved"))?)? {
+            info.resolved.push((
+                bytes_of(&k)?.unwrap_or_default(),
+                bytes_of(&v)?.unwrap_or_default(),
+            ));
         }
         let acc = rec.getattr(pyo3::intern!(py, "expect_acc"))?;
         if !acc.is_none() {
@@ -327,7 +301,7 @@ impl Env for PyEnv<'_> {
         }
         let found = self
             .get(&self.lines, id)
-            .and_then(|o| self.line_info(&o).ok());
+            .and_then(|o| self.keep(self.line_info(&o)));
         self.seen_lines
             .borrow_mut()
             .insert(id.to_vec(), found.clone());
@@ -340,7 +314,7 @@ impl Env for PyEnv<'_> {
         }
         let found = self
             .get(&self.handoffs, id)
-            .and_then(|o| self.handoff_info(&o).ok());
+            .and_then(|o| self.keep(self.handoff_info(&o)));
         self.seen_handoffs
             .borrow_mut()
             .insert(id.to_vec(), found.clone());
@@ -349,7 +323,7 @@ impl Env for PyEnv<'_> {
 
     fn readback(&self, id: &[u8]) -> Option<d::ReadbackInfo> {
         let o = self.get(&self.readbacks, id)?;
-        self.readback_info(&o).ok()
+        self.keep(self.readback_info(&o))
     }
 
     fn flags(&self, ho: &[u8]) -> Option<(bool, bool)> {
@@ -389,7 +363,7 @@ impl Env for PyEnv<'_> {
         self.keep(found).flatten()
     }
 
-    fn record_check(&mut self, _item: &[u8], _ask: &[u8]) -> Option<Finding> {
+    fn record_check(&mut self) -> Option<Finding> {
         let check = self.record_check.clone()?;
         let rec = self.looked_up.clone()?;
         let found = check.call1((rec,));
@@ -462,7 +436,7 @@ fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'py, PyTuple
         } => {
             let (kind, of) = match record {
                 d::RecordOf::None => ("none", py.None().into_bound(py)),
-                d::RecordOf::Lookup(..) => ("lookup", py.None().into_bound(py)),
+                d::RecordOf::Lookup => ("lookup", py.None().into_bound(py)),
                 d::RecordOf::Handoff(h) => ("handoff", st(h)?),
             };
             PyTuple::new(
@@ -651,7 +625,7 @@ fn decide_line<'py>(
         looked_up: None,
         seen_lines: Default::default(),
         seen_handoffs: Default::default(),
-        error: None,
+        error: Default::default(),
     };
     let outcome = guarded(|| {
         d::decide(

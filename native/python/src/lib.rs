@@ -523,31 +523,44 @@ fn ho_check<'py>(
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
     let held = hold(ho)?;
     let ho = twin(&held)?;
-    let items: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)> = match record.cast::<PyDict>() {
-        Ok(d) => d.iter().collect(),
-        Err(_) => record
-            .call_method0("items")?
-            .try_iter()?
-            .map(|item| item?.extract())
-            .collect::<PyResult<_>>()?,
-    };
-    let mut texts: Vec<(Text<'_>, Text<'_>)> = Vec::with_capacity(items.len());
-    for (k, v) in &items {
-        let key = match k.cast_exact::<PyString>() {
-            Ok(s) => text(s)?,
-            Err(_) => Cow::Owned(text(&k.str()?)?.into_owned()),
-        };
-        let want = match v.cast_exact::<PyString>() {
-            Ok(s) => text(s)?,
-            Err(_) => Cow::Owned(slot_value(v)?.show().into_owned()),
-        };
-        texts.push((key, want));
-    }
+    let texts = shown_pairs(record)?;
     let pairs: Vec<(&[u8], &[u8])> = texts.iter().map(|(k, v)| (&k[..], &v[..])).collect();
     findings(
         py,
         &guarded(|| rw1::checks::ho_check(&ho, &pairs, &grammar.get().inner))?,
     )
+}
+
+/// The (key, value) pairs of a mapping (a dict, or anything with `items()`), in its order.
+fn mapping_items<'py>(
+    m: &Bound<'py, PyAny>,
+) -> PyResult<Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>> {
+    match m.cast::<PyDict>() {
+        Ok(d) => Ok(d.iter().collect()),
+        Err(_) => m
+            .call_method0("items")?
+            .try_iter()?
+            .map(|item| item?.extract())
+            .collect(),
+    }
+}
+
+/// A record's values (a mapping) as check 1 reads them: each key as text, each value as a line shows it.
+fn shown_pairs(values: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
+    let items = mapping_items(values)?;
+    let mut out = Vec::with_capacity(items.len());
+    for (k, v) in &items {
+        let key = match k.cast_exact::<PyString>() {
+            Ok(s) => text(s)?.into_owned(),
+            Err(_) => text(&k.str()?)?.into_owned(),
+        };
+        let want = match v.cast_exact::<PyString>() {
+            Ok(s) => text(s)?.into_owned(),
+            Err(_) => slot_value(v)?.show().into_owned(),
+        };
+        out.push((key, want));
+    }
+    Ok(out)
 }
 
 /// Check 2: a readback against its HO, with the sender's withheld criteria (None: the HO's own) and the clock:
