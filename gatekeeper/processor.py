@@ -24,7 +24,7 @@ partition.
 
 The lifecycle's indexes (``policy.lifecycle``: each open handoff's next deadline, when it was forwarded) are written
 in the same round trip as the states, for the conversations of lines that carry their input ``partition``: the
-entries of the handoffs the batch's decisions touched (``lifecycle.touched``; one that closed leaves the open and
+entries of the handoffs the batch's decisions touched (what ``apply`` returns; one that closed leaves the open and
 deadline indexes), so the cost follows the lines, not the open handoffs. A conversation whose lines all repeat their
 stored decisions (a batch retried after a failed write) gets the entries of every open handoff its lines loaded
 written again (idempotent), which repairs what that write may have left out: the handoffs a batch's effects touch
@@ -57,7 +57,7 @@ from gatekeeper.policy import (
     decide,
 )
 from gatekeeper.policy.decide import Prepared, error_text, internal_error, prepare
-from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of, touched
+from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of
 from gatekeeper.policy.state import line_ids
 from gatekeeper.store import Store, StoreError, blocking
 from rwcore import Problem
@@ -225,17 +225,16 @@ class Processor:
             if state is None:
                 state = ConversationState()  # no conversation: decided without state, nothing to save
             if guarded:
-                d = self._decide_guarded(ln, prep, state, states, overlay, now)
+                d, touches = self._decide_guarded(ln, prep, state, states, overlay, now)
                 state = states.get(ln.conversation, state) if ln.conversation is not None else state
             else:
                 assert isinstance(prep, Prepared)
                 d = self._decide_one(ln, prep, state, overlay, now)
-                if d.effects and ln.conversation is not None:
-                    apply(state, d, overlay)
+                touches = apply(state, d, overlay) if d.effects and ln.conversation is not None else set()
             if d.effects and ln.conversation is not None:
                 changed.add(ln.conversation)
                 if ln.partition is not None:
-                    hit.setdefault(ln.conversation, set()).update(touched(state, d.effects))
+                    hit.setdefault(ln.conversation, set()).update(touches)
             if d.verdict is Verdict.HOLD and ln.conversation is not None:
                 held.add(ln.conversation)
             decisions.append(d)
@@ -263,11 +262,11 @@ class Processor:
         states: dict[str, ConversationState],
         overlay: Overlay,
         now: float,
-    ) -> Decision:
+    ) -> tuple[Decision, set[str]]:
         """One line, with every step that could raise under a guard: deciding, applying, computing its index
         entries. On an error the conversation's state and the bindings go back to before the line, and the line
         gets the internal-error decision (applied: its tombstone). The conversation's state in ``states`` may be
-        replaced by the rolled-back copy."""
+        replaced by the rolled-back copy. Returns the decision and what applying it touched (``policy.apply``)."""
         conv = ln.conversation
         before = None
         checkpoint = overlay.checkpoint()
@@ -275,12 +274,13 @@ class Processor:
             if isinstance(prep, Exception):
                 raise prep
             d = self._decide_one(ln, prep, state, overlay, now)
+            touches: set[str] = set()
             if d.effects and conv is not None:
                 before = state.copy()
-                apply(state, d, overlay)
+                touches = apply(state, d, overlay)
                 if ln.partition is not None:
-                    index_of(state, conv, ln.partition, touched(state, d.effects), self.route.readback_timeout_seconds)
-            return d
+                    index_of(state, conv, ln.partition, touches, self.route.readback_timeout_seconds)
+            return d, touches
         except Exception as exc:
             if before is not None and conv is not None:
                 state = states[conv] = before
@@ -289,9 +289,7 @@ class Processor:
             d = internal_error(
                 ln.value, state, self.route, now, exc, prep if isinstance(prep, Prepared) else None, ln.sender
             )
-            if d.effects and conv is not None:
-                apply(state, d, overlay)
-            return d
+            return d, apply(state, d, overlay) if d.effects and conv is not None else set()
 
     def _log_internal_error(self, ln: Line, exc: Exception) -> None:
         log.error(

@@ -8,16 +8,16 @@ two gatekeepers can never bind one approval to two handoffs).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-import msgspec
-
+from gatekeeper.policy.decide import EngineEffects
 from gatekeeper.policy.model import (
     AnswerQuestion,
     Bind,
     Clear,
     Decision,
+    Effect,
     FeedThread,
     GatekeeperCancel,
     MarkOverdue,
@@ -88,61 +88,87 @@ class Overlay:
         return out
 
 
-def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> None:
-    """Apply a decision's effects, in order, to the conversation's state and the batch's bindings, marking the
-    state's fields each effect changes (``ConversationState.dirty``: what the store writes)."""
-    for effect in decision.effects:
+def apply(state: ConversationState, decision: Decision, overlay: Overlay) -> set[str]:
+    """Apply a decision's effects, in order, to the conversation's state and the batch's bindings. Returns the
+    handoffs (and questions) whose place in the lifecycle indexes they may change (``touched``).
+
+    The state is native (``ConversationState``): each effect is one of its methods, which marks the fields it
+    changed (``ConversationState.dirty``: what the store writes). The engine's effects (``EngineEffects``, what
+    ``decide`` gives) are applied there whole, without making the policy's Python values of them. An effect naming
+    an entry the state does not hold raises ``KeyError`` (a bug: the decision read it)."""
+    s = state.changing()
+    effects = decision.effects
+    if isinstance(effects, EngineEffects):
+        bindings, hit = s.apply_engine(effects.native, decision.problems)
+        for kind, item, ask, holder in bindings:
+            if kind == "bind":
+                overlay.bind(RecordKey(item, ask), holder)
+            else:
+                overlay.release(RecordKey(item, ask), holder)
+        return set(hit)
+    for effect in effects:
         match effect:
             case RememberLine(id=line_id, entry=entry):
-                state.lines[line_id] = entry
-                state.mark(f"l:{line_id}")
+                s.remember_line(line_id, entry)
             case OpenHandoff(entry=entry):
-                state.handoffs[entry.id] = msgspec.structs.replace(entry)  # the state owns its entries
-                state.mark(f"o:{entry.id}")
+                s.open_handoff(entry)
             case Supersede(ho=ho, by=by):
-                state.handoffs[ho].superseded_by = by
-                state.handoffs[ho].bound = False
-                state.mark(f"o:{ho}")
+                s.supersede(ho, by)
             case RecordReadback(entry=entry):
-                state.readbacks[entry.id] = msgspec.structs.replace(entry)
-                state.mark(f"r:{entry.id}")
+                s.record_readback(entry)
             case PassReadback(ho=ho, rb=rb):
-                state.handoffs[ho].passed_rb = rb
-                state.mark(f"o:{ho}")
+                s.pass_readback(ho, rb)
             case RefuseReadback(rb=rb):
-                state.readbacks[rb].refused = True
-                state.mark(f"r:{rb}")
+                s.refuse_readback(rb)
             case Clear(ho=ho, rb=rb):
-                state.handoffs[ho].cleared_by = rb
-                state.mark(f"o:{ho}")
+                s.clear(ho, rb)
             case FeedThread(message=msg):
-                state.seq += 1
-                state.tracker.feed(msg, state.seq)
-                # what a line can change in the thread: its own handoff, the one it replies to, and for an answer
-                # to a cancel, the handoff the cancel names
-                target = state.lines.get(msg.re) if msg.re is not None else None
-                state.mark_thread(msg.id, msg.re, target.re if target is not None else None)
+                s.feed(msg)
             case Bind(key=key, holder=holder):
                 overlay.bind(key, holder)
             case Release(key=key, holder=holder, ho=ho):
                 overlay.release(key, holder)
-                if ho in state.handoffs:
-                    state.handoffs[ho].bound = False
-                    state.mark(f"o:{ho}")
+                s.unbind(ho)
             case Relay(ho=ho, by=by):
-                state.handoffs[ho].relayed_by = by
-                state.mark(f"o:{ho}")
+                s.relay(ho, by)
             case AnswerQuestion(aq=aq, by=by):
-                state.lines[aq] = msgspec.structs.replace(state.lines[aq], answered=by)
-                state.mark(f"l:{aq}")
+                s.answer_question(aq, by)
             case MarkUnanswered(aq=aq, at=at):
-                state.lines[aq] = msgspec.structs.replace(state.lines[aq], unanswered_at=at)
-                state.mark(f"l:{aq}")
+                s.mark_unanswered(aq, at)
             case GatekeeperCancel(ho=ho, cx=cx, why=why, at=at):
-                entry = state.handoffs[ho]
-                entry.gk_cancel, entry.gk_cancel_why, entry.gk_cancel_at = cx, why, at
-                state.mark(f"o:{ho}")
+                s.gatekeeper_cancel(ho, cx, why, at)
             case MarkOverdue(ho=ho, kind=kind, at=at):
-                entry = state.handoffs[ho]
-                entry.overdue, entry.overdue_at = kind, at
-                state.mark(f"o:{ho}")
+                s.mark_overdue(ho, kind, at)
+    return touched(state, effects)
+
+
+def touched(state: ConversationState, effects: Iterable[Effect]) -> set[str]:
+    """The handoffs whose place in the indexes these effects may change (apply them first: an answer to a cancel is
+    traced to its handoff through the state): the handoff opened, superseded, read back, cleared, released, closed,
+    cancelled or acknowledged; and the questions asked, answered or alerted. O(effects)."""
+    out: set[str] = set()
+    for eff in effects:
+        match eff:
+            case OpenHandoff(entry=entry):
+                out.add(entry.id)
+            case (
+                Supersede(ho=ho)
+                | PassReadback(ho=ho)
+                | Clear(ho=ho)
+                | Release(ho=ho)
+                | GatekeeperCancel(ho=ho)
+                | MarkOverdue(ho=ho)
+            ):
+                out.add(ho)
+            case RememberLine(id=line_id, entry=line) if line.type == "AQ":
+                out.add(line_id)
+            case AnswerQuestion(aq=aq) | MarkUnanswered(aq=aq):
+                out.add(aq)
+            case FeedThread(message=msg) if msg.re is not None:
+                if msg.type in ("DN", "UN", "FL", "CX"):
+                    out.add(msg.re)
+                elif msg.type == "AN":
+                    target = state.lines.get(msg.re)
+                    if target is not None and target.type == "CX" and target.re is not None:
+                        out.add(target.re)
+    return out

@@ -5,12 +5,14 @@ Pure: no I/O, no clock, no randomness. The daemon, ``gatekeeper check`` and ``ga
 applied top to bottom and the first that matches decides (see docs/verdicts.md for the table as built).
 
 The rows run natively (``native/engine/src/decide.rs``); this module hands the engine the line, the state, the
-records and the route, and turns what it decides into the policy's values (``Decision`` and its effects).
+records and the route, and turns what it decides into the policy's ``Decision``; its effects stay the engine's
+(``EngineEffects``), which ``apply`` applies natively to the state (the policy's effect values are made only if read).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, overload
 
 import msgspec
 
@@ -216,8 +218,23 @@ def decide(
             invalid = "parse"
             fields = prepared.parsed.raw
             raw_fields = (fields.get("id"), fields.get("from"), fields.get("type"), fields.get("re"))
+    native = state.native
+    text = prepared.text if prepared is not None else None
     out = _native.decide_line(
-        raw, conversation, msg, invalid, raw_fields, state, records, route, RecordKey, now, first_seen, replay, sender
+        raw,
+        conversation,
+        msg,
+        invalid,
+        raw_fields,
+        native,
+        records,
+        route,
+        RecordKey,
+        now,
+        first_seen,
+        replay,
+        sender,
+        text,
     )
     kind = out[0]
     if kind == "internal":  # the state could not be read: raised as Python raised it, an internal error
@@ -242,7 +259,6 @@ def decide(
     else:
         problems = tuple(native_problems(found))
     message = msg if with_message else None
-    text = prepared.text if prepared is not None else None
     return Decision(
         verdict=Verdict(verdict),
         reason=None if reason is None else Reason(reason),
@@ -251,9 +267,53 @@ def decide(
         message=message,
         decided_at=now,
         raise_alert=raise_alert,
-        effects=tuple(_effect(e, problems, msg, text, now, state, records) for e in effects),
+        effects=EngineEffects(effects, problems, msg, text, now, state, records) if len(effects) else (),
         clears=clears,
     )
+
+
+class EngineEffects(Sequence[Effect]):
+    """A decision's effects as the engine made them (``rwcore._native.Effects``): ``policy.apply`` applies them
+    natively, whole; the policy's values of them (``RememberLine``, ``OpenHandoff``...) are made only when read."""
+
+    __slots__ = ("_made", "_source", "native")
+
+    def __init__(
+        self,
+        native: _native.Effects,
+        problems: tuple[Problem, ...],
+        msg: Message | None,
+        text: str | None,
+        now: float,
+        state: ConversationState,
+        records: RecordView,
+    ) -> None:
+        self.native = native
+        self._source = (problems, msg, text, now, state, records)
+        self._made: tuple[Effect, ...] | None = None
+
+    def _values(self) -> tuple[Effect, ...]:
+        if self._made is None:
+            self._made = tuple(_effect(e, *self._source) for e in self.native.tuples())
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self.native)
+
+    @overload
+    def __getitem__(self, i: int) -> Effect: ...
+    @overload
+    def __getitem__(self, i: slice) -> tuple[Effect, ...]: ...
+    def __getitem__(self, i: int | slice) -> Effect | tuple[Effect, ...]:
+        return self._values()[i]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._values())
 
 
 def _effect(

@@ -58,11 +58,7 @@ Its index entry is under the question's id, in the deadline index only.
 
 from __future__ import annotations
 
-import calendar
-import datetime as _dt
 import enum
-import functools
-import re
 from collections.abc import Iterable, Iterator
 
 import msgspec
@@ -71,25 +67,19 @@ from gatekeeper.policy.decide import line_digest, rw_time
 from gatekeeper.policy.model import (
     RESERVED_ID_MAX,
     RESERVED_ID_MIN,
-    AnswerQuestion,
-    Clear,
     Decision,
     Effect,
     FeedThread,
     GatekeeperCancel,
     MarkOverdue,
     MarkUnanswered,
-    OpenHandoff,
-    PassReadback,
     Reason,
-    Release,
     RememberLine,
     RoutePolicy,
-    Supersede,
     Verdict,
 )
 from gatekeeper.policy.state import ConversationState, HandoffEntry, LineEntry
-from rwcore import HandoffView, Message, Problem, encode_message, parse_line
+from rwcore import HandoffView, Message, Problem, _native, encode_message, parse_line
 
 EXPIRED = "EXPIRED"
 TIMEOUT = "TIMEOUT"
@@ -191,66 +181,21 @@ class IndexEntry(msgspec.Struct, frozen=True, gc=False):
 # ---------------------------------------------------------------- time
 
 
-_TIME_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})Z$")
-_DATE_RE = re.compile(r"^(\d{4})(\d{2})(\d{2})$")
-_INF = float("inf")
+# The calendar arithmetic is the engine's (native/engine/src/lifecycle.rs): the batch computes the index entries
+# there, and the sweeper and the commands read the same deadlines through these.
 
 
-def _epoch(d: _dt.datetime) -> float:
-    return float(calendar.timegm(d.timetuple()))
-
-
-def _first_day_at_or_after(y: int, mo: int, d: int) -> tuple[_dt.date, bool]:
-    """The first real day whose ``YYYYMMDD`` sorts at or after these fields, and whether it is exactly them."""
-    if mo == 0:
-        return _dt.date(y, 1, 1), False
-    if mo > 12:
-        return _dt.date(y + 1, 1, 1), False
-    if d == 0:
-        return _dt.date(y, mo, 1), False
-    if d > calendar.monthrange(y, mo)[1]:
-        return (_dt.date(y + 1, 1, 1) if mo == 12 else _dt.date(y, mo + 1, 1)), False
-    return _dt.date(y, mo, d), True
-
-
-@functools.lru_cache(maxsize=8192)
 def exp_deadline(exp: str | None) -> float | None:
     """When a handoff with this ``exp=`` becomes overdue: the first minute whose ``YYYYMMDDTHHMMZ`` sorts at or after
     it (the value itself when it is a real minute). None when the value is not a time (it never expires, as in the
-    reference)."""
-    m = _TIME_RE.match(exp or "")
-    if m is None:
-        return None
-    y, mo, d, h, mi = (int(g) for g in m.groups())
-    try:
-        day, exact = _first_day_at_or_after(y, mo, d)
-        start = _dt.datetime(day.year, day.month, day.day)
-        if not exact:
-            return _epoch(start)
-        if h > 23:
-            return _epoch(start + _dt.timedelta(days=1))
-        if mi > 59:
-            return _epoch(start + _dt.timedelta(hours=h + 1))
-        return _epoch(start + _dt.timedelta(hours=h, minutes=mi))
-    except (ValueError, OverflowError):  # past the calendar's end (year 9999) or before its start: saturate
-        return _INF if y >= 9999 else 0.0
+    reference). Past the calendar's end (year 9999): infinity; before its start: 0."""
+    return None if exp is None else _native.exp_deadline(exp)
 
 
-@functools.lru_cache(maxsize=8192)
 def due_deadline(due: str | None) -> float | None:
     """When a handoff with this ``due=`` becomes overdue: the start (UTC) of the first day whose ``YYYYMMDD`` sorts
     after it, i.e. the day after a real date. None when the value is not a date."""
-    m = _DATE_RE.match(due or "")
-    if m is None:
-        return None
-    y, mo, d = (int(g) for g in m.groups())
-    try:
-        day, exact = _first_day_at_or_after(y, mo, d)
-        if exact:
-            day += _dt.timedelta(days=1)
-        return _epoch(_dt.datetime(day.year, day.month, day.day))
-    except (ValueError, OverflowError):  # past the calendar's end (year 9999) or before its start: saturate
-        return _INF if y >= 9999 else 0.0
+    return None if due is None else _native.due_deadline(due)
 
 
 # ---------------------------------------------------------------- deadlines
@@ -258,10 +203,10 @@ def due_deadline(due: str | None) -> float | None:
 
 def _live(state: ConversationState) -> Iterator[tuple[HandoffEntry, HandoffView]]:
     """The forwarded handoffs that are open: not closed or acknowledged-cancelled (the tracker), not superseded."""
-    for view in state.tracker.open_handoffs():
-        entry = state.handoffs.get(view.id)
-        if entry is not None and entry.superseded_by is None:
-            yield entry, view
+    for ho in state.native.live_handoffs():
+        view = state.tracker.handoff(ho)
+        if view is not None:
+            yield state.handoffs[ho], view
 
 
 def _live_one(state: ConversationState, ho: str) -> tuple[HandoffEntry, HandoffView] | None:
@@ -286,21 +231,9 @@ def _deadlines(
     *,
     pending_only: bool = True,
 ) -> list[Deadline]:
-    out: list[Deadline] = []
-    if entry.overdue is None or not pending_only:
-        at = exp_deadline(view.exp)
-        if at is not None and view.exp is not None:
-            out.append(Deadline(entry.id, DeadlineKind.EXP, at, view.exp))
-        at = due_deadline(view.due)
-        if at is not None and view.due is not None:
-            out.append(Deadline(entry.id, DeadlineKind.DUE, at, view.due))
-    if readback_timeout:
-        start = opened_at(state, entry.id)
-        waiting = entry.passed_rb is None and entry.cleared_by is None and not view.cancelled
-        if start is not None and (waiting or not pending_only):
-            out.append(Deadline(entry.id, DeadlineKind.READBACK, start + readback_timeout, f"{readback_timeout:g}s"))
-    out.sort(key=lambda d: (d.at, _ORDER[d.kind]))
-    return out
+    found = state.native.deadlines(entry.id, readback_timeout, pending_only) or []
+    timeout = f"{readback_timeout:g}s" if readback_timeout else ""
+    return [Deadline(entry.id, DeadlineKind(kind), at, value or timeout) for kind, at, value in found]
 
 
 def deadlines_of(
@@ -542,39 +475,19 @@ class QuestionDeadline(msgspec.Struct, frozen=True, gc=False):
     value: str
 
 
-_DELIVERED = frozenset({Verdict.FORWARD.value, Verdict.ALERT.value})
-
-
-_BY_RE = re.compile(r"(?:^| )by=(\S+)")
-
-
-def _by_of(text: str) -> str | None:
-    """The ``by=`` of a kept question's line, as written (read from its slots, before the tail: the line was checked
-    under its route's profile when it was forwarded)."""
-    m = _BY_RE.search(text.split(" // ", 1)[0])
-    return None if m is None else m.group(1)
-
-
 def by_deadline(by: str | None) -> float | None:
     """When a question with this ``by=`` is overdue: a time (``YYYYMMDDTHHMMZ``) as ``exp=`` (from that minute on),
     a date (``YYYYMMDD``) as ``due=`` (from the start of the next day, UTC). None when it is neither."""
-    if by is None:
-        return None
-    return exp_deadline(by) if "T" in by else due_deadline(by)
+    return None if by is None else _native.by_deadline(by)
 
 
 def question_deadline(state: ConversationState, aq: str) -> QuestionDeadline | None:
-    """The pending deadline of the question ``aq``: a delivered ``AQ`` with a ``by=``, not answered (an AN, or a UN
-    from the one asked, accepted by ``decide``) and not alerted yet. None otherwise, and for a question kept by an
-    earlier release without its text (no ``by=`` to read)."""
-    line = state.lines.get(aq)
-    if line is None or line.type != "AQ" or line.verdict not in _DELIVERED or line.text is None:
-        return None
-    if line.answered is not None or line.unanswered_at is not None:
-        return None
-    by = _by_of(line.text)
-    at = by_deadline(by)
-    return None if at is None or by is None else QuestionDeadline(aq, at, by)
+    """The pending deadline of the question ``aq``: a delivered ``AQ`` with a ``by=`` (read from its kept line's
+    slots, before the tail), not answered (an AN, or a UN from the one asked, accepted by ``decide``) and not
+    alerted yet. None otherwise, and for a question kept by an earlier release without its text (no ``by=`` to
+    read)."""
+    found = state.native.question_deadline(aq)
+    return None if found is None else QuestionDeadline(aq, found[0], found[1])
 
 
 def unanswered(state: ConversationState, aq: str, now: float) -> Decision | None:
@@ -611,27 +524,11 @@ def unanswered(state: ConversationState, aq: str, now: float) -> Decision | None
 def _index_entry(
     state: ConversationState, conversation: str, partition: int, ho: str, readback_timeout: float | None
 ) -> IndexEntry | None:
-    entry = state.handoffs.get(ho)
-    if entry is None:
-        line = state.lines.get(ho)
-        if line is None or line.type != "AQ":
-            return None
-        # a question: in the deadline index only (never open), while its by= is pending
-        q = question_deadline(state, ho)
-        return IndexEntry(partition, conversation, ho, open=False, due_at=None if q is None else q.at)
-    one = _live_one(state, ho)
-    if one is None:
-        return IndexEntry(partition, conversation, ho, open=False, lapsed_at=entry.lapsed_at)
-    pending = _deadlines(state, *one, readback_timeout)
-    return IndexEntry(
-        partition=partition,
-        conversation=conversation,
-        ho=ho,
-        open=True,
-        opened_at=opened_at(state, ho),
-        due_at=pending[0].at if pending else None,
-        lapsed_at=entry.lapsed_at,
-    )
+    found = state.native.index_entry(ho, readback_timeout)
+    if found is None:
+        return None
+    is_open, opened, due_at, lapsed_at = found
+    return IndexEntry(partition, conversation, ho, is_open, opened, due_at, lapsed_at)
 
 
 def index_entries(
@@ -670,38 +567,6 @@ def index_of(
     return out
 
 
-def touched(state: ConversationState, effects: Iterable[Effect]) -> set[str]:
-    """The handoffs whose place in the indexes these effects may change (apply them first: an answer to a cancel is
-    traced to its handoff through the state): the handoff opened, superseded, read back, cleared, released, closed,
-    cancelled or acknowledged; and the questions asked, answered or alerted. O(effects)."""
-    out: set[str] = set()
-    for eff in effects:
-        match eff:
-            case OpenHandoff(entry=entry):
-                out.add(entry.id)
-            case (
-                Supersede(ho=ho)
-                | PassReadback(ho=ho)
-                | Clear(ho=ho)
-                | Release(ho=ho)
-                | GatekeeperCancel(ho=ho)
-                | MarkOverdue(ho=ho)
-            ):
-                out.add(ho)
-            case RememberLine(id=line_id, entry=line) if line.type == "AQ":
-                out.add(line_id)
-            case AnswerQuestion(aq=aq) | MarkUnanswered(aq=aq):
-                out.add(aq)
-            case FeedThread(message=msg) if msg.re is not None:
-                if msg.type in ("DN", "UN", "FL", "CX"):
-                    out.add(msg.re)
-                elif msg.type == "AN":
-                    target = state.lines.get(msg.re)
-                    if target is not None and target.type == "CX" and target.re is not None:
-                        out.add(target.re)
-    return out
-
-
 __all__ = [
     "CANCEL_ID_MAX",
     "CLEARED_NOT_DONE",
@@ -735,6 +600,5 @@ __all__ = [
     "overdue_problem",
     "question_deadline",
     "record_cancel",
-    "touched",
     "unanswered",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -253,7 +253,7 @@ class Decision(msgspec.Struct, frozen=True, gc=False):
     decided_at: float = 0.0
     repeated: bool = False  # the stored first decision, returned on reprocessing
     raise_alert: bool = False  # an alert in addition to a dead-letter (a done report for a refused handoff)
-    effects: tuple[Effect, ...] = ()
+    effects: Sequence[Effect] = ()  # a tuple, or the engine's (``decide.EngineEffects``)
     #: an affirmative answer that clears a readback: (the readback's digest, its handoff's digest), the statement it
     #: clears, which the gatekeeper's signature covers (``gatekeeper.verdicts``)
     clears: tuple[str, str] | None = None

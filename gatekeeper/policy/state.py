@@ -47,30 +47,20 @@ store writes it as fields and deletes the document.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import orjson
 
-from rwcore import Message, Problem, ThreadTracker
+from rwcore import Message, Problem, ThreadTracker, _native
+from rwcore._codec import native_problems
 
 STATE_VERSION = 2  # the per-entry form; 1 was one JSON document per conversation
 HEADER = "h"
 EPOCH = "e"  # the owner epoch of the last write (``store.Store.save``'s fence); not part of the decision's state
 _KINDS = ("l:", "o:", "r:", "t:")
-
-
-def _problem_from(d: Mapping[str, Any]) -> Problem:
-    return Problem(
-        code=d["code"],
-        message=d["message"],
-        tier=d.get("tier"),
-        slot=d.get("slot"),
-        expected=d.get("expected"),
-        got=d.get("got"),
-    )
 
 
 class RecordKey(msgspec.Struct, frozen=True, gc=False):
@@ -142,38 +132,6 @@ class LineEntry(msgspec.Struct, frozen=True, gc=False):
     answered: str | None = None  # a question's: the line that answered it (an AN, or a UN from the one asked)
     unanswered_at: float | None = None  # a question's: when the gatekeeper raised unanswered-question (past by=)
 
-    def to_dict(self) -> dict[str, Any]:
-        # ``at`` to the millisecond and no ``r`` for no reason: every open handoff keeps one of these (memory)
-        d: dict[str, Any] = {"d": self.digest, "t": self.type, "v": self.verdict, "at": round(self.at, 3)}
-        if self.reason is not None:
-            d["r"] = self.reason
-        if self.re is not None:
-            d["re"] = self.re
-        if self.problems:
-            d["p"] = [p.to_dict() for p in self.problems]
-        if self.text is not None:
-            d["x"] = self.text
-        if self.answered is not None:
-            d["ans"] = self.answered
-        if self.unanswered_at is not None:
-            d["una"] = round(self.unanswered_at, 3)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> LineEntry:
-        return cls(
-            digest=d["d"],
-            type=d["t"],
-            verdict=d["v"],
-            reason=d.get("r"),
-            at=float(d["at"]),
-            re=d.get("re"),
-            problems=tuple(_problem_from(p) for p in d.get("p", ())),
-            text=d.get("x"),
-            answered=d.get("ans"),
-            unanswered_at=None if d.get("una") is None else float(d["una"]),
-        )
-
 
 class HandoffEntry(msgspec.Struct):
     """A forwarded HO and what the gatekeeper knows about it beyond the thread tracker."""
@@ -205,52 +163,6 @@ class HandoffEntry(msgspec.Struct):
         times = [t for t in (self.gk_cancel_at, self.overdue_at) if t is not None]
         return min(times) if times else None
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"item": self.item, "ask": self.ask, "exec": self.exec_ask}
-        if self.record is not None:
-            rec = self.record.to_dict()
-            rec.pop("sig", None)  # checked when the handoff was: the handoff's copy needs no signature (memory)
-            if rec["item"] == self.item and rec["ask"] == self.ask:  # the usual case: not written twice (memory)
-                del rec["item"], rec["ask"]
-            d["rec"] = rec
-        if self.bound:  # the binding's value it holds, where known (True: bound by an earlier release)
-            d["bound"] = self.holder or True
-        for k in ("superseded_by", "relay_of", "relayed_by", "cleared_by", "passed_rb"):
-            v = getattr(self, k)
-            if v:
-                d[k] = v
-        if self.gk_cancel is not None:
-            d["gkcx"] = [self.gk_cancel, self.gk_cancel_why, self.gk_cancel_at]
-        if self.overdue is not None:
-            d["over"] = [self.overdue, self.overdue_at]
-        return d
-
-    @classmethod
-    def from_dict(cls, hid: str, d: Mapping[str, Any]) -> HandoffEntry:
-        rec = d.get("rec")
-        gkcx = d.get("gkcx")
-        over = d.get("over")
-        bound = d.get("bound", False)
-        return cls(
-            id=hid,
-            item=d["item"],
-            ask=d["ask"],
-            exec_ask=bool(d["exec"]),
-            record=None if rec is None else Record.from_dict({"item": d["item"], "ask": d["ask"], **rec}),
-            bound=bool(bound),
-            holder=bound if isinstance(bound, str) else None,
-            superseded_by=d.get("superseded_by"),
-            relay_of=d.get("relay_of"),
-            relayed_by=d.get("relayed_by"),
-            cleared_by=d.get("cleared_by"),
-            passed_rb=d.get("passed_rb"),
-            gk_cancel=gkcx[0] if gkcx else None,
-            gk_cancel_why=gkcx[1] if gkcx else None,
-            gk_cancel_at=float(gkcx[2]) if gkcx and gkcx[2] is not None else None,
-            overdue=over[0] if over else None,
-            overdue_at=float(over[1]) if over and over[1] is not None else None,
-        )
-
 
 class ReadbackEntry(msgspec.Struct):
     id: str
@@ -258,18 +170,6 @@ class ReadbackEntry(msgspec.Struct):
     passed: bool
     exp: str | None = None
     refused: bool = False  # a negative answer: this readback can no longer be cleared
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"ho": self.ho, "ok": self.passed}
-        if self.exp:
-            d["exp"] = self.exp
-        if self.refused:
-            d["refused"] = True
-        return d
-
-    @classmethod
-    def from_dict(cls, rid: str, d: Mapping[str, Any]) -> ReadbackEntry:
-        return cls(id=rid, ho=d["ho"], passed=bool(d["ok"]), exp=d.get("exp"), refused=bool(d.get("refused")))
 
 
 def _dumps(obj: Any) -> str:
@@ -391,153 +291,252 @@ def line_ids(msg: Message | None, raw: Mapping[str, Any] | None = None) -> set[s
     return out
 
 
-@dataclass(slots=True)
+_T = TypeVar("_T")
+
+
+def _line(raw: tuple[Any, ...]) -> LineEntry:
+    digest, typ, verdict, reason, at, re_, problems, text, answered, unanswered_at = raw
+    return LineEntry(
+        digest=digest,
+        type=typ,
+        verdict=verdict,
+        reason=reason,
+        at=at,
+        re=re_,
+        problems=tuple(native_problems(problems)),
+        text=text,
+        answered=answered,
+        unanswered_at=unanswered_at,
+    )
+
+
+def _handoff(hid: str, raw: tuple[Any, ...]) -> HandoffEntry:
+    (item, ask, exec_ask, rec, bound, holder, superseded_by, relay_of, relayed_by, cleared_by, passed_rb) = raw[:11]
+    gk_cancel, gk_cancel_why, gk_cancel_at, overdue, overdue_at = raw[11:]
+    record = None
+    if rec is not None:
+        r_item, r_ask, values, resolved, expect_acc, signature = rec
+        record = Record(r_item, r_ask, values, resolved, expect_acc, signature)
+    return HandoffEntry(
+        id=hid,
+        item=item,
+        ask=ask,
+        exec_ask=exec_ask,
+        record=record,
+        bound=bound,
+        holder=holder,
+        superseded_by=superseded_by,
+        relay_of=relay_of,
+        relayed_by=relayed_by,
+        cleared_by=cleared_by,
+        passed_rb=passed_rb,
+        gk_cancel=gk_cancel,
+        gk_cancel_why=gk_cancel_why,
+        gk_cancel_at=gk_cancel_at,
+        overdue=overdue,
+        overdue_at=overdue_at,
+    )
+
+
+def _readback(rid: str, raw: tuple[Any, ...]) -> ReadbackEntry:
+    ho, passed, exp, refused = raw
+    return ReadbackEntry(id=rid, ho=ho, passed=passed, exp=exp, refused=refused)
+
+
+_MISSING: Any = object()
+
+
+class _Entries(Mapping[str, _T]):
+    """The state's entries of one kind, read-only, each made into the policy's value on first read (the state
+    changes only through ``apply``, which forgets what was made)."""
+
+    __slots__ = ("_kind", "_make", "_memo", "_read", "_s")
+
+    def __init__(self, s: _native.State, kind: str, read: Callable[[str], Any], make: Callable[[str, Any], _T]) -> None:
+        self._s, self._kind, self._read, self._make = s, kind, read, make
+        self._memo: dict[str, _T] = {}
+
+    def __getitem__(self, key: str) -> _T:
+        hit = self._memo.get(key, _MISSING)
+        if hit is _MISSING:
+            raw = self._read(key) if isinstance(key, str) else None
+            if raw is None:
+                raise KeyError(key)
+            hit = self._memo[key] = self._make(key, raw)
+        return hit  # type: ignore[no-any-return]
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and (key in self._memo or self._s.has(self._kind, key))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._s.ids(self._kind))
+
+    def __len__(self) -> int:
+        return self._s.count(self._kind)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[str, _T]:
+        """A snapshot: a dict of copies of the entries."""
+        return {k: msgspec.structs.replace(v) for k, v in self.items()}  # type: ignore[type-var]
+
+
 class ConversationState:
     """The loaded part of one conversation's state (see the module docstring), or the whole of a new one.
+
+    The entries are held natively (``rwcore._native.State``, the engine's ``state.rs``): the decision reads them
+    there, ``apply`` changes them there, and a save writes the fields they changed in the bytes the gatekeeper has
+    always written. ``lines``, ``handoffs`` and ``readbacks`` are read-only mappings of the policy's values, and
+    ``tracker`` a copy of the thread tracker of the loaded handoffs, for the Python readers (the lifecycle, the
+    sweeper, the HTTP API and the console).
 
     ``dirty``: the fields ``apply`` changed since it was loaded; ``base_open``: the header's open count as loaded;
     ``open_at_load``: which loaded handoffs were open then; ``legacy``: it was converted from a version-1 document
     (the store deletes the document once the fields are written)."""
 
-    lines: dict[str, LineEntry] = field(default_factory=dict)
-    handoffs: dict[str, HandoffEntry] = field(default_factory=dict)
-    readbacks: dict[str, ReadbackEntry] = field(default_factory=dict)
-    tracker: ThreadTracker = field(default_factory=ThreadTracker)
-    seq: int = 0  # lines fed to the thread (the whole conversation's count)
-    base_open: int = 0
-    open_at_load: frozenset[str] = frozenset()
-    dirty: set[str] = field(default_factory=set)
-    legacy: bool = False
+    __slots__ = ("_handoffs", "_lines", "_readbacks", "_s", "_tracker")
+
+    def __init__(self, _state: _native.State | None = None) -> None:
+        self._s = _state if _state is not None else _native.State()
+        self._forget()
+
+    def _forget(self) -> None:
+        self._lines: _Entries[LineEntry] | None = None
+        self._handoffs: _Entries[HandoffEntry] | None = None
+        self._readbacks: _Entries[ReadbackEntry] | None = None
+        self._tracker: ThreadTracker | None = None
+
+    def changing(self) -> _native.State:
+        """The native state, to change (``policy.apply`` only): what the readers made of it is forgotten."""
+        self._forget()
+        return self._s
+
+    @property
+    def native(self) -> _native.State:
+        """The native state, for the engine to read."""
+        return self._s
+
+    # ------------------------------------------------------------ the entries
+
+    @property
+    def lines(self) -> Mapping[str, LineEntry]:
+        if self._lines is None:
+            self._lines = _Entries(self._s, "l", self._s.line, lambda _k, raw: _line(raw))
+        return self._lines
+
+    @property
+    def handoffs(self) -> Mapping[str, HandoffEntry]:
+        if self._handoffs is None:
+            self._handoffs = _Entries(self._s, "o", self._s.handoff, _handoff)
+        return self._handoffs
+
+    @property
+    def readbacks(self) -> Mapping[str, ReadbackEntry]:
+        if self._readbacks is None:
+            self._readbacks = _Entries(self._s, "r", self._s.readback, _readback)
+        return self._readbacks
+
+    @property
+    def tracker(self) -> ThreadTracker:
+        if self._tracker is None:
+            self._tracker = ThreadTracker(self._s.tracker())
+        return self._tracker
+
+    @property
+    def seq(self) -> int:
+        """Lines fed to the thread (the whole conversation's count)."""
+        return self._s.seq
+
+    @property
+    def base_open(self) -> int:
+        return self._s.base_open
+
+    @property
+    def open_at_load(self) -> frozenset[str]:
+        return self._s.open_at_load
+
+    @property
+    def dirty(self) -> set[str]:
+        return self._s.dirty
+
+    @property
+    def legacy(self) -> bool:
+        return self._s.legacy
 
     # ------------------------------------------------------------ open handoffs
 
     def is_open(self, ho: str) -> bool:
-        h = self.handoffs.get(ho)
-        if h is None or h.superseded_by is not None:
-            return False
-        flags = self.tracker.flags(ho)
-        return flags is not None and not flags[0]
+        return self._s.is_open(ho)
 
     def open_delta(self) -> int:
         """How the conversation's open count moved since the load: the loaded handoffs open now, less those open
         then (a handoff opens or closes only through a line that names it, so it is loaded)."""
-        return sum(1 for h in self.handoffs if self.is_open(h)) - len(self.open_at_load)
+        return self._s.open_delta()
 
     def open_count(self) -> int:
-        return self.base_open + self.open_delta()
+        return self._s.open_count()
 
     def has_open_handoffs(self) -> bool:
         return self.open_count() > 0
 
     # ------------------------------------------------------------ fields
 
-    def mark(self, *names: str) -> None:
-        self.dirty.update(names)
-
-    def mark_thread(self, *ids: str | None) -> None:
-        """The thread records of these handoffs may have changed (those loaded or created)."""
-        self.dirty.update(f"t:{i}" for i in ids if i is not None and i in self.handoffs)
-        self.dirty.add(HEADER)
-
     def header(self) -> dict[str, Any]:
-        return {"v": STATE_VERSION, "seq": self.seq, "open": self.open_count()}
+        head: dict[str, Any] = orjson.loads(self._s.header())
+        return head
 
     def field(self, name: str) -> str | None:
-        """One field's value as stored (None: the entry does not exist)."""
-        if name == HEADER:
-            return _dumps(self.header())
-        kind, key = name[:2], name[2:]
-        if kind == "l:":
-            line = self.lines.get(key)
-            return None if line is None else _dumps(line.to_dict())
-        if kind == "o:":
-            ho = self.handoffs.get(key)
-            return None if ho is None else _dumps(ho.to_dict())
-        if kind == "r:":
-            rb = self.readbacks.get(key)
-            return None if rb is None else _dumps(rb.to_dict())
-        if kind == "t:":
-            rec = self.tracker.handoff_state(key)
-            return None if rec is None else _dumps(rec)
-        raise ValueError(f"not a state field: {name!r}")
+        """One field's value as stored (None: the entry does not exist). ValueError: not a state field."""
+        return self._s.field(name)
 
     def changed_fields(self) -> dict[str, str]:
         """What a save writes: every field ``apply`` marked, and the header."""
-        out = {HEADER: self.field(HEADER) or ""}
-        for name in self.dirty:
-            value = self.field(name)
-            if value is not None:
-                out[name] = value
-        return out
+        return self._s.changed_fields()
 
     def collection(self) -> list[str]:
         """The ids a save puts in the collection queue: the lines it decided (not handoffs: those once closed), and
         the handoffs that are closed now among those it changed."""
-        out = set()
-        for name in self.dirty:
-            kind, key = name[:2], name[2:]
-            line = kind == "l:" and key not in self.handoffs
-            if line or (kind in ("o:", "t:") and not self.is_open(key)):
-                out.add(key)
-        return sorted(out)
+        return self._s.collection()
 
     def all_fields(self) -> dict[str, str]:
-        names = [HEADER]
-        for prefix, ids in (("l:", self.lines), ("o:", self.handoffs), ("r:", self.readbacks), ("t:", self.handoffs)):
-            names.extend(prefix + i for i in ids)
-        return {n: v for n in names if (v := self.field(n)) is not None}
+        return self._s.all_fields()
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> ConversationState:
         """A state from stored fields (all of a conversation's, or the part a batch loaded). No header: a new
-        conversation. Raises ValueError on another version."""
-        head = orjson.loads(fields[HEADER]) if HEADER in fields else {"v": STATE_VERSION, "seq": 0, "open": 0}
-        if head.get("v") != STATE_VERSION:
-            raise ValueError(f"conversation state version {head.get('v')!r} is not {STATE_VERSION}")
-        st = cls(seq=int(head["seq"]), base_open=int(head["open"]))
-        threads = []
-        for name, raw in fields.items():
-            if name == EPOCH:
-                continue
-            kind, key = name[:2], name[2:]
-            if kind == "l:":
-                st.lines[key] = LineEntry.from_dict(orjson.loads(raw))
-            elif kind == "o:":
-                st.handoffs[key] = HandoffEntry.from_dict(key, orjson.loads(raw))
-            elif kind == "r:":
-                st.readbacks[key] = ReadbackEntry.from_dict(key, orjson.loads(raw))
-            elif kind == "t:":
-                threads.append(orjson.loads(raw))
-        threads.sort(key=lambda rec: int(rec[0]))  # line order, as the whole tracker keeps them
-        st.tracker = ThreadTracker.partial(threads, last_line=st.seq)
-        st.open_at_load = frozenset(h for h in st.handoffs if st.is_open(h))
-        return st
+        conversation. Raises ValueError on another version, or on an entry that does not read."""
+        return cls(_native.State.from_fields(fields))
 
     def copy(self) -> ConversationState:
         """An independent copy (the guard of ``gatekeeper.processor`` rolls a line's effects back with it)."""
-        st = ConversationState.from_fields(self.all_fields())
-        st.base_open, st.open_at_load = self.base_open, self.open_at_load
-        st.dirty, st.legacy = set(self.dirty), self.legacy
-        return st
+        return ConversationState(self._s.copy())
+
+    def __copy__(self) -> ConversationState:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> ConversationState:
+        return self.copy()
 
     # ------------------------------------------------------------ version 1: one document
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ConversationState:
-        """A version-1 document (earlier releases), converted: the whole conversation, every field to be written."""
+        """A version-1 document (earlier releases), converted: the whole conversation, every field to be written.
+        Its entries are in the form of the fields'."""
         if d.get("v") != 1:
             raise ValueError(f"conversation state document version {d.get('v')!r} is not 1")
         whole = ThreadTracker.from_state(d["tracker"])
-        st = cls(
-            lines={k: LineEntry.from_dict(e) for k, e in d["lines"].items()},
-            handoffs={k: HandoffEntry.from_dict(k, e) for k, e in d["handoffs"].items()},
-            readbacks={k: ReadbackEntry.from_dict(k, e) for k, e in d["readbacks"].items()},
-            seq=int(d["seq"]),
-            legacy=True,
-        )
-        records = [rec for h in st.handoffs if (rec := whole.handoff_state(h)) is not None]
-        st.tracker = ThreadTracker.partial(records, last_line=st.seq)
-        st.base_open = 0
-        st.open_at_load = frozenset()  # counted from nothing: every open handoff is new to the header
-        st.dirty = set(st.all_fields())
-        return st
+        fields = {HEADER: _dumps({"v": STATE_VERSION, "seq": int(d["seq"]), "open": 0})}
+        for prefix, entries in (("l:", d["lines"]), ("o:", d["handoffs"]), ("r:", d["readbacks"])):
+            fields.update((prefix + k, _dumps(e)) for k, e in entries.items())
+        for h in d["handoffs"]:
+            rec = whole.handoff_state(h)
+            if rec is not None:
+                fields["t:" + h] = _dumps(rec)
+        s = _native.State.from_fields(fields)
+        s.base_open = 0
+        s.set_open_at_load([])  # counted from nothing: every open handoff is new to the header
+        s.legacy = True
+        s.mark_all()
+        return cls(s)

@@ -154,8 +154,8 @@ async def test_a_version_1_document_is_converted_on_first_touch(store: RedisStor
     assert whole is not None
     doc = {
         "v": 1,
-        "lines": {k: e.to_dict() for k, e in whole.lines.items()},
-        "handoffs": {k: e.to_dict() for k, e in whole.handoffs.items()},
+        "lines": {k: json.loads(whole.field(f"l:{k}") or "{}") for k in whole.lines},  # the entries' own form
+        "handoffs": {k: json.loads(whole.field(f"o:{k}") or "{}") for k in whole.handoffs},
         "readbacks": {},
         "tracker": {"v": 1, "n": whole.seq, "ho": [whole.tracker.handoff_state("scheduler-1")]},
         "seq": whole.seq,

@@ -15,14 +15,19 @@ conversations, several at once, cut into batches anywhere:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 
+import msgspec
+import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gatekeeper.policy import Record
+from gatekeeper.policy import ConversationState, Record
 from gatekeeper.policy.lifecycle import index_entries
+from gatekeeper.policy.state import HandoffEntry, LineEntry
 from gatekeeper.processor import Line, Processor
 from gatekeeper.store import MemoryStore
 from tests.policy.test_reprocessing import POOL
@@ -117,40 +122,92 @@ def test_the_incremental_state_decides_and_stores_what_the_whole_state_did(
     assert {c: store.fields("agents.pay", c) for c in before} == before
 
 
+def _stored(name: str, entry: dict[str, object]) -> tuple[ConversationState, dict[str, object]]:
+    """A state holding one stored entry, and that entry as the state writes it back."""
+    state = ConversationState.from_fields({name: json.dumps(entry, separators=(",", ":"))})
+    written = state.field(name)
+    assert written is not None
+    return state, json.loads(written)
+
+
 def test_the_compact_entries_read_back_and_the_earlier_form_still_reads() -> None:
     """An open handoff's entries are written compact (the record without the item and ask its entry already has, no
     null reason, times to the millisecond), and entries written before that read the same."""
-    from gatekeeper.policy.state import HandoffEntry, LineEntry
-
     record = Record(item="inv:1", ask="PAY", values={"to": "payer", "amt": "10.00"}, resolved={"acct": "1"})
     ho = HandoffEntry(id="s-1", item="inv:1", ask="PAY", exec_ask=True, record=record, bound=True)
-    written = ho.to_dict()
-    assert "item" not in written["rec"] and "ask" not in written["rec"]
-    assert HandoffEntry.from_dict("s-1", written) == ho
-    earlier = {**written, "rec": record.to_dict()}  # the record whole, as written before
-    assert HandoffEntry.from_dict("s-1", earlier) == ho
-    other = HandoffEntry(id="s-2", item="inv:1", ask="PAY", exec_ask=True, record=Record("inv:9", "PAY", {}))
-    assert HandoffEntry.from_dict("s-2", other.to_dict()) == other  # a record of another key keeps its own
+    compact = {"item": "inv:1", "ask": "PAY", "exec": True, "rec": {"values": record.values, "resolved": {"acct": "1"}}}
+    state, written = _stored("o:s-1", {**compact, "bound": True})
+    assert written == {**compact, "bound": True} and state.handoffs["s-1"] == ho
+    earlier = {**compact, "bound": True, "rec": {**record.to_dict(), "sig": "v1 k s"}}  # the record whole, as before
+    state, written = _stored("o:s-1", earlier)
+    assert written == {**compact, "bound": True}  # written back compact: no signature, no item and ask twice
+    assert state.handoffs["s-1"] == msgspec.structs.replace(ho, record=dataclasses.replace(record, signature="v1 k s"))
+    other = {"item": "inv:1", "ask": "PAY", "exec": True, "rec": {"item": "inv:9", "ask": "PAY", "values": {}}}
+    state, written = _stored("o:s-2", other)
+    assert written == other and state.handoffs["s-2"].record == Record("inv:9", "PAY", {})  # another key: its own
 
-    line = LineEntry(digest="ab", type="HO", verdict="forward", reason=None, at=1796148190.0666115, text="RW1 HO")
-    d = line.to_dict()
-    assert "r" not in d and d["at"] == 1796148190.067
-    assert LineEntry.from_dict(d) == LineEntry("ab", "HO", "forward", None, 1796148190.067, text="RW1 HO")
-    assert LineEntry.from_dict({**d, "r": None, "at": 1796148190.0666115}).at == 1796148190.0666115
-    refused = LineEntry(digest="cd", type="RB", verdict="dead-letter", reason="check-rb", at=1.5)
-    assert LineEntry.from_dict(refused.to_dict()) == refused
+    state, written = _stored("l:ab", {"d": "ab", "t": "HO", "v": "forward", "r": None, "at": 1796148190.0666115})
+    assert written == {"d": "ab", "t": "HO", "v": "forward", "at": 1796148190.067}  # no null reason, milliseconds
+    assert state.lines["ab"] == LineEntry("ab", "HO", "forward", None, 1796148190.0666115)  # read as written
+    problem = {"code": "x", "tier": "record", "slot": None, "expected": None, "got": None, "message": "m"}
+    refused = {"d": "cd", "t": "RB", "v": "dead-letter", "at": 1.5, "r": "check-rb", "p": [problem], "x": "RW1 RB"}
+    state, written = _stored("l:cd", refused)
+    assert written == refused and state.lines["cd"].problems[0].code == "x"
 
 
 def test_a_handoff_entry_keeps_the_binding_value_it_holds_and_reads_an_earlier_release_s() -> None:
-    from gatekeeper.policy.state import HandoffEntry
-
     holder = "agents.pay/c/1/scheduler-1#0123456789abcdef@1790845200"
-    entry = HandoffEntry(id="scheduler-1", item="inv:1", ask="PAY", exec_ask=True, bound=True, holder=holder)
-    stored = entry.to_dict()
-    assert stored["bound"] == holder
-    again = HandoffEntry.from_dict("scheduler-1", stored)
-    assert (again.bound, again.holder) == (True, holder)
-    earlier = HandoffEntry.from_dict("scheduler-1", {**stored, "bound": True})  # written before holders were kept
-    assert (earlier.bound, earlier.holder) == (True, None)
-    released = HandoffEntry.from_dict("scheduler-1", {k: v for k, v in stored.items() if k != "bound"})
-    assert (released.bound, released.holder) == (False, None)
+    entry = {"item": "inv:1", "ask": "PAY", "exec": True, "bound": holder}
+    state, written = _stored("o:scheduler-1", entry)
+    assert written == entry and (state.handoffs["scheduler-1"].bound, state.handoffs["scheduler-1"].holder) == (
+        True,
+        holder,
+    )
+    state, written = _stored("o:scheduler-1", {**entry, "bound": True})  # written before holders were kept
+    assert written["bound"] is True and (state.handoffs["scheduler-1"].bound, state.handoffs["scheduler-1"].holder) == (
+        True,
+        None,
+    )
+    state, written = _stored("o:scheduler-1", {k: v for k, v in entry.items() if k != "bound"})
+    assert "bound" not in written and not state.handoffs["scheduler-1"].bound
+
+
+def test_an_entry_that_does_not_read_is_refused_when_the_state_is_read() -> None:
+    """A stored entry the state cannot read (not JSON, a field missing, another version) is an error when the
+    conversation is loaded (the store reports the state unreadable), never an entry taken as absent."""
+    for fields in (
+        {"o:scheduler-1": "{not json"},
+        {"l:scheduler-1": '{"t":"HO","v":"forward","at":1.0}'},
+        {"t:scheduler-1": "[1]"},
+        {"h": '{"v":3,"seq":0,"open":0}'},
+    ):
+        with pytest.raises(ValueError):
+            ConversationState.from_fields(fields)
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.dictionaries(st.text(max_size=6), _JSON_VALUES, max_size=4),
+    at=st.floats(allow_nan=False, allow_infinity=False),
+    text=st.text(max_size=20),
+)
+def test_the_native_entries_are_written_as_orjson_wrote_them(values: dict[str, object], at: float, text: str) -> None:
+    """The state's entries are written natively in the bytes the Python codec wrote with orjson (times, any value
+    a record holds, any text): an entry stored by an earlier release reads and writes back unchanged."""
+    entry = {"item": text, "ask": "PAY", "exec": True, "rec": {"values": values}, "gkcx": ["cx-1", "EXPIRED", at]}
+    raw = orjson.dumps(entry).decode()
+    assert ConversationState.from_fields({"o:x": raw}).field("o:x") == raw
+    line = {"d": "ab", "t": "HO", "v": "forward", "at": round(at, 3), "x": text}
+    raw = orjson.dumps(line).decode()
+    assert ConversationState.from_fields({"l:x": raw}).field("l:x") == raw

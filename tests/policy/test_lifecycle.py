@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gatekeeper.policy import Overlay, Reason, Verdict, apply, bound_handoff, decide, rw_time
+from gatekeeper.policy.apply import touched
 from gatekeeper.policy.lifecycle import (
     CLEARED_NOT_DONE,
     EXPIRED,
@@ -33,7 +34,6 @@ from gatekeeper.policy.lifecycle import (
     orphans,
     overdue,
     question_deadline,
-    touched,
     unanswered,
 )
 from gatekeeper.policy.state import ConversationState
@@ -389,15 +389,17 @@ def test_epoch_helper_is_utc() -> None:
 
 
 def test_the_index_is_written_for_the_handoffs_a_line_touches() -> None:
+    """What applying a line's effects touches: the engine's effects applied natively say the same as the policy's
+    values of them read in Python (``touched``)."""
     w = pay_world()
     opened = w.send(HO_EXP)
-    assert touched(w.state(), opened.effects) == {"scheduler-1"}
+    assert touched(w.state(), opened.effects) == w.touched == {"scheduler-1"}
     rb = w.send(RB_EXP)
-    assert touched(w.state(), rb.effects) == {"scheduler-1"}
+    assert touched(w.state(), rb.effects) == w.touched == {"scheduler-1"}
     w.now = T_EXP
     (line,) = sweep(w)
     ack = w.send(ACK.replace("re=scheduler-3", f"re={line.split()[2]}"))
-    assert touched(w.state(), ack.effects) == {"scheduler-1"}  # through the cancel it answers
+    assert touched(w.state(), ack.effects) == w.touched == {"scheduler-1"}  # through the cancel it answers
     (closed,) = index_of(w.state(), "c1", 4, {"scheduler-1", "nobody-9"})
     assert (closed.open, closed.lapsed_at, closed.partition) == (False, T_EXP, 4)
     st = w.send(

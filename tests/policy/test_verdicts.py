@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from gatekeeper.policy import RESERVED_ID_MIN, Reason, Record, RecordKey, Verdict, bound_handoff
+from gatekeeper.policy import RESERVED_ID_MIN, ConversationState, Reason, Record, RecordKey, Verdict, bound_handoff
 from tests.policy.world import ACK, AN, CX, DN, HO, NOW, RB, RECORD, World, core_world, epoch, pay_world
 
 KEY = RecordKey("inv:MD-2026-057", "PAY")
@@ -549,8 +551,10 @@ def test_a_binding_written_by_an_earlier_release_is_released_as_written() -> Non
     """A handoff bound as ``<conversation>/<HO id>`` before bindings named their route is still released by UN."""
     w = pay_world()
     w.send(HO)
-    entry = w.state().handoffs["scheduler-1"]
-    entry.holder = None  # as an earlier release stored it (``bound: true``)
+    fields = w.state().all_fields()
+    entry = json.loads(fields["o:scheduler-1"])
+    fields["o:scheduler-1"] = json.dumps({**entry, "bound": True})  # as an earlier release stored it
+    w.states["c1"] = ConversationState.from_fields(fields)
     w.bindings[KEY] = "c1/scheduler-1"
     assert w.send("RW1 UN payer-1 re=scheduler-1 p=pay from=payer to=scheduler why=BUSY").forwarded
     assert KEY not in w.bindings
@@ -589,16 +593,15 @@ def test_a_conversation_id_follows_the_input_rules_of_a_line(key: str) -> None:
 
 
 def test_an_unreadable_state_entry_raises_and_is_never_taken_for_an_absent_one() -> None:
-    """A corrupt entry in the loaded state is a bug, never "not in the conversation": the decision raises (the
+    """A kept line the decision cannot read is a bug, never "not in the conversation": the decision raises (the
     processor makes the line an internal-error dead letter), rather than deciding the reply as if its handoff were
-    unknown (held, then refused as unknown-handoff) or a copy of a line as new."""
+    unknown (held, then refused as unknown-handoff). (An entry that is not an entry at all cannot be held: the state
+    refuses it when it is read, ``test_incremental_state``.)"""
     w = pay_world()
     w.send(HO)
-    w.state().handoffs["scheduler-1"] = object()  # type: ignore[assignment]
-    with pytest.raises(AttributeError):
+    fields = w.state().all_fields()
+    entry = json.loads(fields["l:scheduler-1"])
+    fields["l:scheduler-1"] = json.dumps({**entry, "x": "RW1 not a line"})
+    w.states["c1"] = ConversationState.from_fields(fields)
+    with pytest.raises((KeyError, AssertionError)):
         w.send(RB)
-    w = pay_world()
-    w.send(HO)
-    w.state().lines["scheduler-1"] = object()  # type: ignore[assignment]
-    with pytest.raises(AttributeError):
-        w.send(HO)  # the same line again: its stored first decision must be read, not skipped

@@ -46,6 +46,8 @@ class World:
     bindings: dict[RecordKey, str] = field(default_factory=dict)
     states: dict[str, ConversationState] = field(default_factory=dict)
     now: float = NOW
+    #: what applying the last line's effects touched (``policy.apply``: the engine's effects, applied natively)
+    touched: set[str] = field(default_factory=set)
 
     def add(self, record: Record) -> World:
         self.records[record.key] = record
@@ -66,7 +68,7 @@ class World:
         state = self.state(conversation) if conversation is not None else ConversationState()
         overlay = Overlay(records=self.records, loaded_bindings=dict(self.bindings))
         d = decide(raw, conversation, state, overlay, self.policy, self.now, first_seen=first_seen, replay=replay)
-        apply(state, d, overlay)
+        self.touched = apply(state, d, overlay)
         for change in overlay.changes():
             if change.after is None:
                 self.bindings.pop(change.key, None)

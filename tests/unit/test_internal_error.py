@@ -47,10 +47,11 @@ def decide_raising_on_poison(raw: bytes, *args: Any, **kw: Any) -> Decision:
     return real_decide(raw, *args, **kw)
 
 
-def apply_raising_on_poison(state: ConversationState, decision: Decision, overlay: Overlay) -> None:
-    real_apply(state, decision, overlay)  # half the work is done when it raises: the guard must undo it
+def apply_raising_on_poison(state: ConversationState, decision: Decision, overlay: Overlay) -> set[str]:
+    touched = real_apply(state, decision, overlay)  # half the work is done when it raises: the guard must undo it
     if decision.message is not None and decision.message.id == "scheduler-7" and decision.reason is None:
         raise KeyError("scheduler-7")
+    return touched
 
 
 async def test_a_line_whose_decision_raises_is_dead_lettered_and_the_batch_goes_on(

@@ -2,7 +2,7 @@
 //! logic the crate's. Findings cross as `(code, tier, message, slot, expected, got)` tuples, as rw1's do.
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyString};
+use pyo3::types::{PyBytes, PyList, PyString};
 
 use crate::{guarded, problems, string, text, Grammar};
 
@@ -183,11 +183,8 @@ const STORED_MAX: usize = 2048;
 
 struct PyEnv<'py> {
     py: Python<'py>,
-    lines: Bound<'py, PyDict>,
-    handoffs: Bound<'py, PyDict>,
-    readbacks: Bound<'py, PyDict>,
-    tracker: Bound<'py, crate::Tracker>,
-    seq: i64,
+    /// the conversation's loaded state, held for the decision (nothing else changes it meanwhile)
+    state: PyRefMut<'py, crate::state::State>,
     records: Bound<'py, PyAny>,
     record_key: Bound<'py, PyAny>,
     record_check: Option<Bound<'py, PyAny>>,
@@ -195,20 +192,11 @@ struct PyEnv<'py> {
     profile: Vec<u8>,
     /// the record a lookup found, for the record check
     looked_up: Option<Bound<'py, PyAny>>,
-    /// what this decision read of the state already (a decision reads a reply's target several times); the state
-    /// does not change while one line is decided
-    seen_lines: std::cell::RefCell<HashMap<Vec<u8>, Option<d::LineInfo>>>,
-    seen_handoffs: std::cell::RefCell<HashMap<Vec<u8>, Option<d::HandoffInfo>>>,
     /// the first Python error met reading the state or the records: raised once the decision is made
     error: std::cell::RefCell<Option<PyErr>>,
 }
 
 impl<'py> PyEnv<'py> {
-    fn get(&self, d: &Bound<'py, PyDict>, id: &[u8]) -> Option<Bound<'py, PyAny>> {
-        let found = crate::string(self.py, id).and_then(|key| d.get_item(key));
-        self.keep(found).flatten()
-    }
-
     fn keep<T>(&self, r: PyResult<T>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
@@ -242,52 +230,6 @@ impl<'py> PyEnv<'py> {
         Ok(info)
     }
 
-    fn line_info(&self, o: &Bound<'py, PyAny>) -> PyResult<d::LineInfo> {
-        let py = self.py;
-        Ok(d::LineInfo {
-            digest: attr_bytes(o, pyo3::intern!(py, "digest"))?.unwrap_or_default(),
-            typ: attr_bytes(o, pyo3::intern!(py, "type"))?.unwrap_or_default(),
-            verdict: attr_bytes(o, pyo3::intern!(py, "verdict"))?.unwrap_or_default(),
-            reason: attr_bytes(o, pyo3::intern!(py, "reason"))?,
-            re: attr_bytes(o, pyo3::intern!(py, "re"))?,
-            text: attr_bytes(o, pyo3::intern!(py, "text"))?,
-            answered: attr_bytes(o, pyo3::intern!(py, "answered"))?,
-        })
-    }
-
-    fn handoff_info(&self, o: &Bound<'py, PyAny>) -> PyResult<d::HandoffInfo> {
-        let py = self.py;
-        let rec = o.getattr(pyo3::intern!(py, "record"))?;
-        Ok(d::HandoffInfo {
-            id: attr_bytes(o, pyo3::intern!(py, "id"))?.unwrap_or_default(),
-            item: attr_bytes(o, pyo3::intern!(py, "item"))?.unwrap_or_default(),
-            ask: attr_bytes(o, pyo3::intern!(py, "ask"))?.unwrap_or_default(),
-            exec_ask: o.getattr(pyo3::intern!(py, "exec_ask"))?.is_truthy()?,
-            record: if rec.is_none() {
-                None
-            } else {
-                Some(self.record_info(&rec, false)?)
-            },
-            bound: o.getattr(pyo3::intern!(py, "bound"))?.is_truthy()?,
-            holder: attr_bytes(o, pyo3::intern!(py, "holder"))?,
-            superseded_by: attr_bytes(o, pyo3::intern!(py, "superseded_by"))?,
-            relayed_by: attr_bytes(o, pyo3::intern!(py, "relayed_by"))?,
-            cleared_by: attr_bytes(o, pyo3::intern!(py, "cleared_by"))?,
-            passed_rb: attr_bytes(o, pyo3::intern!(py, "passed_rb"))?,
-        })
-    }
-
-    fn readback_info(&self, o: &Bound<'py, PyAny>) -> PyResult<d::ReadbackInfo> {
-        let py = self.py;
-        Ok(d::ReadbackInfo {
-            id: attr_bytes(o, pyo3::intern!(py, "id"))?.unwrap_or_default(),
-            ho: attr_bytes(o, pyo3::intern!(py, "ho"))?.unwrap_or_default(),
-            passed: o.getattr(pyo3::intern!(py, "passed"))?.is_truthy()?,
-            exp: attr_bytes(o, pyo3::intern!(py, "exp"))?,
-            refused: o.getattr(pyo3::intern!(py, "refused"))?.is_truthy()?,
-        })
-    }
-
     fn key(&self, item: &[u8], ask: &[u8]) -> PyResult<Bound<'py, PyAny>> {
         self.record_key
             .call1((crate::string(self.py, item)?, crate::string(self.py, ask)?))
@@ -296,49 +238,27 @@ impl<'py> PyEnv<'py> {
 
 impl Env for PyEnv<'_> {
     fn line(&self, id: &[u8]) -> Option<d::LineInfo> {
-        if let Some(hit) = self.seen_lines.borrow().get(id) {
-            return hit.clone();
-        }
-        let found = self
-            .get(&self.lines, id)
-            .and_then(|o| self.keep(self.line_info(&o)));
-        self.seen_lines
-            .borrow_mut()
-            .insert(id.to_vec(), found.clone());
-        found
+        self.state.inner.line_info(id)
     }
 
     fn handoff(&self, id: &[u8]) -> Option<d::HandoffInfo> {
-        if let Some(hit) = self.seen_handoffs.borrow().get(id) {
-            return hit.clone();
-        }
-        let found = self
-            .get(&self.handoffs, id)
-            .and_then(|o| self.keep(self.handoff_info(&o)));
-        self.seen_handoffs
-            .borrow_mut()
-            .insert(id.to_vec(), found.clone());
-        found
+        self.state.inner.handoff_info(id)
     }
 
     fn readback(&self, id: &[u8]) -> Option<d::ReadbackInfo> {
-        let o = self.get(&self.readbacks, id)?;
-        self.keep(self.readback_info(&o))
+        self.state.inner.readback_info(id)
     }
 
     fn flags(&self, ho: &[u8]) -> Option<(bool, bool)> {
-        let t = self.tracker.borrow();
-        t.inner
-            .handoff(ho)
-            .map(|h| (h.closed(), !h.cancels.is_empty()))
+        self.state.inner.flags(ho)
     }
 
     fn probe(&mut self, msg: &rw1::Twin<'_>, line_no: i64) -> Vec<rw1::Problem> {
-        self.tracker.borrow_mut().inner.probe(msg, Some(line_no))
+        self.state.inner.tracker.probe(msg, Some(line_no))
     }
 
     fn seq(&self) -> i64 {
-        self.seq
+        self.state.inner.seq
     }
 
     fn record(&mut self, item: &[u8], ask: &[u8]) -> Option<d::RecordInfo> {
@@ -408,7 +328,7 @@ impl Env for PyEnv<'_> {
     }
 }
 
-fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'py, PyTuple>> {
+pub(crate) fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'py, PyTuple>> {
     let st = |b: &[u8]| crate::string(py, b);
     Ok(match e {
         d::Effect::RememberLine { id, entry } => PyTuple::new(
@@ -505,10 +425,11 @@ fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'py, PyTuple
 /// `state`, `records` and `route` are the policy's objects; `record_key` its RecordKey class.
 ///
 /// Returns `("repeat", clears)`, `("decided", verdict, reason, problems, notes, message, raise_alert, effects,
-/// clears)` where `problems` is a list of findings or `"gate"` / `"parse"` (the caller's), or
+/// clears)` where `problems` is a list of findings or `"gate"` / `"parse"` (the caller's) and `effects` the
+/// engine's (`state::Effects`: `line_text`, the line as the gate read it, is what a kept line keeps), or
 /// `("internal", class, message)`: the exception deciding it raised in Python.
 #[pyfunction]
-#[pyo3(signature = (raw, conversation, message, invalid, raw_fields, state, records, route, record_key, now, first_seen, replay, sender))]
+#[pyo3(signature = (raw, conversation, message, invalid, raw_fields, state, records, route, record_key, now, first_seen, replay, sender, line_text))]
 #[allow(clippy::too_many_arguments)]
 fn decide_line<'py>(
     py: Python<'py>,
@@ -517,7 +438,7 @@ fn decide_line<'py>(
     message: Option<Bound<'py, PyAny>>,
     invalid: &str,
     raw_fields: Option<Bound<'py, PyAny>>,
-    state: &Bound<'py, PyAny>,
+    state: &Bound<'py, crate::state::State>,
     records: &Bound<'py, PyAny>,
     route: &Bound<'py, PyAny>,
     record_key: &Bound<'py, PyAny>,
@@ -525,6 +446,7 @@ fn decide_line<'py>(
     first_seen: Option<f64>,
     replay: bool,
     sender: Option<Bound<'py, PyAny>>,
+    line_text: Option<Bound<'py, PyString>>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let conv = conversation.as_ref().map(text).transpose()?;
     let conversation_problem = match &conv {
@@ -601,30 +523,15 @@ fn decide_line<'py>(
             detail: attr_bytes(s, pyo3::intern!(py, "detail"))?.unwrap_or_default(),
         }),
     };
-    let tracker = state
-        .getattr(pyo3::intern!(py, "tracker"))?
-        .getattr(pyo3::intern!(py, "_t"))?;
     let mut env = PyEnv {
         py,
-        lines: state
-            .getattr(pyo3::intern!(py, "lines"))?
-            .cast_into::<PyDict>()?,
-        handoffs: state
-            .getattr(pyo3::intern!(py, "handoffs"))?
-            .cast_into::<PyDict>()?,
-        readbacks: state
-            .getattr(pyo3::intern!(py, "readbacks"))?
-            .cast_into::<PyDict>()?,
-        tracker: tracker.cast_into::<crate::Tracker>()?,
-        seq: state.getattr(pyo3::intern!(py, "seq"))?.extract()?,
+        state: state.borrow_mut(),
         records: records.clone(),
         record_key: record_key.clone(),
         record_check: if check.is_none() { None } else { Some(check) },
         grammar: grammar.clone(),
         profile: profile_name.clone(),
         looked_up: None,
-        seen_lines: Default::default(),
-        seen_handoffs: Default::default(),
         error: Default::default(),
     };
     let outcome = guarded(|| {
@@ -670,10 +577,43 @@ fn decide_line<'py>(
                 d::Problems::Gate => crate::string(py, b"gate")?,
                 d::Problems::Parse => crate::string(py, b"parse")?,
             };
-            let effects = PyList::empty(py);
-            for e in &dec.effects {
-                effects.append(effect_py(py, e)?)?;
-            }
+            let looked_up = if dec.effects.iter().any(|e| {
+                matches!(
+                    e,
+                    d::Effect::OpenHandoff {
+                        record: d::RecordOf::Lookup,
+                        ..
+                    }
+                )
+            }) {
+                env.looked_up
+                    .as_ref()
+                    .map(crate::state::record_of)
+                    .transpose()?
+            } else {
+                None
+            };
+            let fed = dec
+                .effects
+                .iter()
+                .any(|e| matches!(e, d::Effect::FeedThread));
+            let effects = crate::state::Effects {
+                effects: dec.effects.clone(),
+                problems: dec.problems.clone(),
+                record: looked_up,
+                text: line_text
+                    .as_ref()
+                    .map(text)
+                    .transpose()?
+                    .map(std::borrow::Cow::into_owned),
+                twin: if fed {
+                    twin.clone().map(d::owned_twin)
+                } else {
+                    None
+                },
+                now,
+            };
+            let effects = Bound::new(py, effects)?;
             PyTuple::new(
                 py,
                 [

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 mod decision;
+mod state;
 
 /// The protocol's integrity digest (`h=`) of a canonical JSON text already encoded as UTF-8 (with
 /// `surrogatepass`): the first 12 hex digits of its SHA-256.
@@ -1096,6 +1097,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decision::register(m)?;
     decision::register_decide(m)?;
     decision::register_holders(m)?;
+    state::register(m)?;
     Ok(())
 }
 

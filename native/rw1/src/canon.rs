@@ -81,8 +81,9 @@ fn value(out: &mut Vec<u8>, v: &Value<'_>) {
     }
 }
 
-/// A JSON string as `json.dumps(..., ensure_ascii=False)` writes it.
-fn string(out: &mut Vec<u8>, s: &[u8]) {
+/// A JSON string as `json.dumps(..., ensure_ascii=False)` writes it (and orjson: only `"`, `\` and control
+/// characters escaped).
+pub fn string(out: &mut Vec<u8>, s: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push(b'"');
     for &b in s {

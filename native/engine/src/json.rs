@@ -1,0 +1,251 @@
+//! The state's JSON as the gatekeeper has always written it: compact, keys in the order written, strings as UTF-8
+//! with only `"`, `\` and control characters escaped, floats in their shortest round-trip digits (the form orjson
+//! writes: `1733280000.123`, `1.0`, `0.00001`, `1e-6`, `1e+16`). A stored entry written here is byte for byte what
+//! the Python codec wrote, so a conversation stored by an earlier release reads and writes back unchanged.
+//!
+//! Written by hand over serde_json's values because the bytes are the contract (the Redis save script and the
+//! collection rule read them, and earlier releases' entries must keep their digests): a serializer's float or
+//! escape rules are not ours to change.
+
+use serde_json::Value as Json;
+
+/// `s` as a JSON string (the protocol's canonical form writes strings the same way).
+pub use rw1::canon::string;
+
+/// The shortest decimal digits that read back as `f` (no sign), and the exponent of the first: `1.5e-5` is
+/// `("15", -5)`. `f` is finite.
+fn shortest(f: f64) -> (Vec<u8>, i32) {
+    let sci = format!("{:e}", f.abs()); // Rust writes the shortest round-trip digits: "1.5e-5", "0e0"
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
+    let digits = mantissa.bytes().filter(u8::is_ascii_digit).collect();
+    (digits, exp.parse().unwrap_or(0))
+}
+
+fn fixed(out: &mut Vec<u8>, digits: &[u8], exp: i32) {
+    let point = exp + 1; // digits before the decimal point
+    if point <= 0 {
+        out.extend_from_slice(b"0.");
+        out.extend(std::iter::repeat_n(b'0', point.unsigned_abs() as usize));
+        out.extend_from_slice(digits);
+    } else if point as usize >= digits.len() {
+        out.extend_from_slice(digits);
+        out.extend(std::iter::repeat_n(b'0', point as usize - digits.len()));
+        out.extend_from_slice(b".0");
+    } else {
+        let (int, frac) = digits.split_at(point as usize);
+        out.extend_from_slice(int);
+        out.push(b'.');
+        out.extend_from_slice(frac);
+    }
+}
+
+fn scientific(out: &mut Vec<u8>, digits: &[u8], exp: i32, pad: bool) {
+    out.push(digits[0]);
+    if digits.len() > 1 {
+        out.push(b'.');
+        out.extend_from_slice(&digits[1..]);
+    }
+    out.push(b'e');
+    out.push(if exp < 0 { b'-' } else { b'+' });
+    if pad && exp.unsigned_abs() < 10 {
+        out.push(b'0');
+    }
+    out.extend_from_slice(exp.unsigned_abs().to_string().as_bytes());
+}
+
+/// A float as JSON (orjson's form: fixed from 1e-5 up to 1e16, else `1e-6`, `1e+16`); not finite: `null`.
+pub fn float(out: &mut Vec<u8>, f: f64) {
+    if !f.is_finite() {
+        out.extend_from_slice(b"null");
+        return;
+    }
+    if f.is_sign_negative() {
+        out.push(b'-');
+    }
+    let (digits, exp) = shortest(f);
+    if (-5..16).contains(&exp) {
+        fixed(out, &digits, exp);
+    } else {
+        scientific(out, &digits, exp, false);
+    }
+}
+
+/// A float as Python's `repr` writes it (fixed from 1e-4 up to 1e16, else `1e-05`, `1e+16`).
+pub fn py_float(f: f64) -> Vec<u8> {
+    let mut out = Vec::new();
+    if f.is_nan() {
+        return b"nan".to_vec();
+    }
+    if f.is_sign_negative() {
+        out.push(b'-');
+    }
+    if f.is_infinite() {
+        out.extend_from_slice(b"inf");
+        return out;
+    }
+    let (digits, exp) = shortest(f);
+    if (-4..16).contains(&exp) {
+        fixed(&mut out, &digits, exp);
+    } else {
+        scientific(&mut out, &digits, exp, true);
+    }
+    out
+}
+
+/// Python's `round(f, 3)`: the float nearest the decimal rounded at the third place (the exact value rounded, so
+/// no double rounding).
+pub fn round3(f: f64) -> f64 {
+    if !f.is_finite() {
+        return f;
+    }
+    format!("{f:.3}").parse().unwrap_or(f)
+}
+
+/// Any JSON value, as written by the gatekeeper's codec.
+pub fn value(out: &mut Vec<u8>, v: &Json) {
+    match v {
+        Json::Null => out.extend_from_slice(b"null"),
+        Json::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+        Json::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => out.extend_from_slice(i.to_string().as_bytes()),
+            (_, Some(u), _) => out.extend_from_slice(u.to_string().as_bytes()),
+            (_, _, Some(f)) => float(out, f),
+            _ => out.extend_from_slice(b"null"),
+        },
+        Json::String(s) => string(out, s.as_bytes()),
+        Json::Array(items) => {
+            out.push(b'[');
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                value(out, x);
+            }
+            out.push(b']');
+        }
+        Json::Object(map) => {
+            out.push(b'{');
+            for (i, (k, x)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                string(out, k.as_bytes());
+                out.push(b':');
+                value(out, x);
+            }
+            out.push(b'}');
+        }
+    }
+}
+
+/// Python's `str()` of a JSON value as `orjson.loads` gives it: `True`, `None`, `1.5`, `['a', 1]`, `{'k': 'v'}`.
+pub fn py_str(v: &Json) -> Vec<u8> {
+    match v {
+        Json::String(s) => s.as_bytes().to_vec(),
+        other => py_repr(other),
+    }
+}
+
+fn py_repr(v: &Json) -> Vec<u8> {
+    match v {
+        Json::Null => b"None".to_vec(),
+        Json::Bool(b) => {
+            if *b {
+                b"True".to_vec()
+            } else {
+                b"False".to_vec()
+            }
+        }
+        Json::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => i.to_string().into_bytes(),
+            (_, Some(u), _) => u.to_string().into_bytes(),
+            (_, _, Some(f)) => py_float(f),
+            _ => b"None".to_vec(),
+        },
+        Json::String(s) => {
+            let mut out = Vec::new();
+            rw1::pytext::repr(s.as_bytes(), &mut out);
+            out
+        }
+        Json::Array(items) => {
+            let mut out = b"[".to_vec();
+            for (i, x) in items.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                out.extend_from_slice(&py_repr(x));
+            }
+            out.push(b']');
+            out
+        }
+        Json::Object(map) => {
+            let mut out = b"{".to_vec();
+            for (i, (k, x)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                rw1::pytext::repr(k.as_bytes(), &mut out);
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(&py_repr(x));
+            }
+            out.push(b'}');
+            out
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn f(x: f64) -> String {
+        let mut out = Vec::new();
+        float(&mut out, x);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn floats_are_written_as_orjson_writes_them() {
+        for (x, want) in [
+            (1e16, "1e+16"),
+            (1.5e-5, "0.000015"),
+            (1_733_280_000.123, "1733280000.123"),
+            (0.1, "0.1"),
+            (1e-7, "1e-7"),
+            (1.2345678901234568e17, "1.2345678901234568e+17"),
+            (5e-324, "5e-324"),
+            (1.0, "1.0"),
+            (100.0, "100.0"),
+            (1e15, "1000000000000000.0"),
+            (-0.0, "-0.0"),
+            (0.0, "0.0"),
+            (1e-5, "0.00001"),
+            (1e-6, "1e-6"),
+        ] {
+            assert_eq!(f(x), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn floats_are_shown_as_python_shows_them() {
+        for (x, want) in [
+            (1e16, "1e+16"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (1e22, "1e+22"),
+            (1.0, "1.0"),
+            (-2.5, "-2.5"),
+        ] {
+            assert_eq!(String::from_utf8(py_float(x)).unwrap(), want, "{x}");
+        }
+    }
+
+    #[test]
+    fn round3_rounds_the_exact_value() {
+        assert_eq!(round3(1_733_280_000.123_456), 1_733_280_000.123);
+        assert_eq!(round3(2.0005), 2.001); // 2.0005 is a little over: Python's round(2.0005, 3) is 2.001
+        assert_eq!(round3(2.675), 2.675);
+        assert_eq!(round3(0.0015), 0.002); // a little over too
+        assert_eq!(round3(1.0625), 1.062); // an exact tie goes to the even digit, as in Python
+    }
+}
