@@ -482,10 +482,6 @@ class ConversationState:
 
     # ------------------------------------------------------------ fields
 
-    def header(self) -> dict[str, Any]:
-        head: dict[str, Any] = orjson.loads(self._s.header())
-        return head
-
     def field(self, name: str) -> str | None:
         """One field's value as stored (None: the entry does not exist). ValueError: not a state field."""
         return self._s.field(name)

@@ -22,8 +22,6 @@ use crate::json;
 pub const STATE_VERSION: i64 = 2;
 /// The header's field.
 pub const HEADER: &[u8] = b"h";
-/// The owner epoch's field (the store's fence; not part of the decision's state).
-pub const EPOCH: &[u8] = b"e";
 
 /// A line's first decision (`l:<id>`).
 #[derive(Debug, Clone, PartialEq)]
@@ -671,16 +669,6 @@ fn field_name(prefix: &[u8], id: &[u8]) -> Vec<u8> {
     n
 }
 
-/// The four fields an id may have.
-pub fn entry_fields(id: &[u8]) -> [Vec<u8>; 4] {
-    [
-        field_name(b"l:", id),
-        field_name(b"o:", id),
-        field_name(b"r:", id),
-        field_name(b"t:", id),
-    ]
-}
-
 impl State {
     /// A new conversation's state: nothing loaded.
     pub fn new() -> State {
@@ -715,7 +703,7 @@ impl State {
                         .insert(id.to_vec(), readback_of(&parse(raw, name)?, name)?);
                 }
                 b"t:" => threads.push(thread_record_of(&parse(raw, name)?)?),
-                _ => {} // the epoch, and fields of no kind: not the decision's
+                _ => {} // the owner epoch (`e`, the store's fence) and fields of no kind: not the decision's
             }
         }
         if let Some(h) = header {

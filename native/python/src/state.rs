@@ -228,8 +228,9 @@ impl State {
         for (k, v) in crate::mapping_items(fields)? {
             owned.push((bytes(&k)?, bytes(&v)?));
         }
-        let inner = s::State::from_fields(owned.iter().map(|(k, v)| (&k[..], &v[..])))
-            .map_err(PyValueError::new_err)?;
+        let inner =
+            crate::guarded(|| s::State::from_fields(owned.iter().map(|(k, v)| (&k[..], &v[..]))))?
+                .map_err(PyValueError::new_err)?;
         Ok(State { inner })
     }
 
@@ -318,10 +319,6 @@ impl State {
         self.inner.open_count()
     }
 
-    fn header<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        string(py, &self.inner.header())
-    }
-
     fn field<'py>(
         &self,
         py: Python<'py>,
@@ -332,7 +329,11 @@ impl State {
     }
 
     fn changed_fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        fields_py(py, &self.inner.changed_fields().map_err(error)?)
+        let inner = &self.inner;
+        fields_py(
+            py,
+            &crate::guarded(|| inner.changed_fields())?.map_err(error)?,
+        )
     }
 
     fn all_fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
@@ -650,9 +651,8 @@ impl State {
         ho: &Bound<'_, PyString>,
         readback_timeout: Option<f64>,
     ) -> PyResult<Option<IndexTuple>> {
-        Ok(self
-            .inner
-            .index_entry(&text(ho)?, readback_timeout)
+        let (inner, ho) = (&self.inner, text(ho)?);
+        Ok(crate::guarded(|| inner.index_entry(&ho, readback_timeout))?
             .map(|e| (e.open, e.opened_at, e.due_at, e.lapsed_at)))
     }
 
@@ -666,9 +666,8 @@ impl State {
         readback_timeout: Option<f64>,
         pending_only: bool,
     ) -> PyResult<Option<Vec<DeadlineTuple<'py>>>> {
-        let Some(found) = self
-            .inner
-            .deadlines(&text(ho)?, readback_timeout, pending_only)
+        let (inner, ho) = (&self.inner, text(ho)?);
+        let Some(found) = crate::guarded(|| inner.deadlines(&ho, readback_timeout, pending_only))?
         else {
             return Ok(None);
         };
@@ -718,7 +717,10 @@ impl State {
         effects: &Bound<'py, Effects>,
         problems: &Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
-        self.apply_engine_impl(py, effects, problems)
+        // a panic is a bug, raised as the Python error the batch's guard makes an internal-error dead letter of
+        crate::guarded(std::panic::AssertUnwindSafe(|| {
+            self.apply_engine_impl(py, effects, problems)
+        }))?
     }
 
     fn mark_overdue(
@@ -751,20 +753,12 @@ fn by_deadline(by: &Bound<'_, PyString>) -> PyResult<Option<f64>> {
     Ok(engine::lifecycle::by_deadline(&text(by)?))
 }
 
-/// The `by=` a kept question's line carries, or None.
-#[pyfunction]
-fn by_of<'py>(py: Python<'py>, line: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
-    let t = text(line)?;
-    opt_string(py, engine::lifecycle::by_of(&t))
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<State>()?;
     m.add_class::<Effects>()?;
     m.add_function(wrap_pyfunction!(exp_deadline, m)?)?;
     m.add_function(wrap_pyfunction!(due_deadline, m)?)?;
-    m.add_function(wrap_pyfunction!(by_deadline, m)?)?;
-    m.add_function(wrap_pyfunction!(by_of, m)?)
+    m.add_function(wrap_pyfunction!(by_deadline, m)?)
 }
 
 /// A decision's effects as the engine made them, with what applying them needs besides the state: the decision's
