@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 import unicodedata
 
+from rwcore import _native
+
 #: The Unicode categories escaped: the same as the gate refuses in a line.
 ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
 
@@ -52,21 +54,12 @@ def inert(text: object) -> str:
     return "".join(_escape(ch) if _unsafe(ch) else ch for ch in s)
 
 
-def _json_escape(ch: str) -> str:
-    code = ord(ch)
-    if code <= 0xFFFF:
-        return f"\\u{code:04x}"
-    code -= 0x10000
-    return f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}"
-
-
 def json_inert(doc: str) -> str:
     """JSON text (as ``json.dumps(..., ensure_ascii=False)`` writes it) with every character of the escaped
     categories written as a JSON escape: the same values, nothing raw that acts on a terminal or a viewer. Outside
-    strings JSON has no such character, so only strings change."""
-    if doc.isascii():
-        return doc.replace("\x7f", "\\u007f")
-    return "".join(_json_escape(ch) if ch != "\\" and _unsafe(ch) else ch for ch in doc)
+    strings JSON has no such character but its whitespace (a tab, a newline, a carriage return), which is kept: an
+    indented document keeps its lines. The native engine's (``engine::inert``, which the outcome records use too)."""
+    return _native.json_inert(doc)
 
 
 def json_document(doc: object) -> bytes:

@@ -19,43 +19,30 @@ What is masked:
 The record itself is never masked: the forwarded or dead-lettered value stays whole (replay needs it). Masking is
 for the text the gatekeeper adds beside it, and for what the operator's commands print (``gatekeeper check``,
 ``records get``, ``handoffs show``; ``--unmasked`` shows the values in full where a command offers it).
+
+The masking itself is the native engine's (``engine::masking``, which the outcome records use too); this module is
+its Python face.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rwcore import Problem
+from rwcore import Problem, _native
 
 if TYPE_CHECKING:
     from gatekeeper.config import Settings
 
 #: Masked under every profile; a profile's ``sensitive`` adds to these.
-DEFAULT_SENSITIVE = frozenset({"acct", "prev", "addr"})
-MASK = "****"
-
-_TOKEN_RE = re.compile(r"(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=([^\s]+)")
+DEFAULT_SENSITIVE = frozenset(_native.DEFAULT_SENSITIVE)
+MASK = _native.MASK
 
 
 def mask_value(value: str) -> str:
     """``40-12-88/61102938`` -> ``****2938``: the mask and the last 2-4 characters (none for short values)."""
-    n = len(value)
-    if n >= 12:
-        keep = 4
-    elif n >= 7:
-        keep = 3
-    elif n >= 5:
-        keep = 2
-    else:
-        keep = 0
-    return MASK + (value[-keep:] if keep else "")
-
-
-def _split_list(value: str) -> list[str]:
-    return [part for part in value.split("+") if part]
+    return _native.mask_value(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,35 +59,22 @@ class Masker:
     def learn(self, values: Iterable[str | None]) -> Masker:
         """A masker that also masks these values wherever they occur (values shorter than 4 are not learnt:
         masking every ``12`` in a text would hide more than it protects)."""
-        new = {v for v in values if v and len(v) >= 4}
-        for v in list(new):
-            new.update(p for p in _split_list(v) if len(p) >= 4)
+        new = {part for v in values if v for part in _native.learnable(v)}
         return Masker(self.slots, self.values | frozenset(new)) if new - self.values else self
 
     def learn_line(self, text: str) -> Masker:
         """Learn the sensitive values of a line's ``key=value`` tokens."""
-        return self.learn(m.group(2) for m in _TOKEN_RE.finditer(text) if m.group(1) in self.slots)
+        return self.learn(_native.sensitive_values(text, self.slots))
 
     def learn_problems(self, problems: Iterable[Problem]) -> Masker:
-        found: list[str | None] = []
-        for p in problems:
-            if p.slot is not None and p.slot in self.slots:
-                found.extend((p.expected, p.got))
-        return self.learn(found)
+        """Learn the expected and got values of the problems about a sensitive slot."""
+        return self.learn(_native.problem_values(problems, self.slots))
 
     def text(self, text: str) -> str:
-        """Mask sensitive ``key=value`` tokens, then every known sensitive value, in ``text``."""
-
-        def token(m: re.Match[str]) -> str:
-            if m.group(1) in self.slots:
-                return f"{m.group(1)}={_mask_list(m.group(2))}"
-            return m.group(0)
-
-        out = _TOKEN_RE.sub(token, text)
-        for v in sorted(self.values, key=len, reverse=True):
-            if v in out:
-                out = out.replace(v, mask_value(v))
-        return out
+        """Mask sensitive ``key=value`` tokens, then every known sensitive value (the longest first), in ``text``.
+        A token is ``key=value``: a lowercase ASCII letter, then lowercase letters, digits and ``_``, not preceded by
+        an ASCII letter, digit or ``_``; its value runs to the next whitespace."""
+        return _native.mask_text(text, self.slots, self.values)
 
     def value(self, slot: str | None, value: str | None) -> str | None:
         if value is None:
@@ -124,9 +98,7 @@ class Masker:
 
 
 def _mask_list(value: str) -> str:
-    if "+" in value:
-        return "+".join(mask_value(p) for p in value.split("+"))
-    return mask_value(value)
+    return _native.mask_list(value)
 
 
 def masker_for(line: str | bytes | None, problems: Iterable[Problem] = (), slots: Collection[str] = ()) -> Masker:

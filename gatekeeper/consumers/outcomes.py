@@ -92,22 +92,17 @@ import enum
 import functools
 from collections.abc import Collection
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
 import msgspec
 
 from gatekeeper import __version__
-from gatekeeper.inert import json_document
-from gatekeeper.masking import Masker, masker_for
 from gatekeeper.notices import AUTHOR, Notice
-from gatekeeper.policy import Decision, Reason, Verdict
+from gatekeeper.policy import Decision, Verdict
 from gatekeeper.verdicts import DRY_RUN, NOTICE, Signer
+from rwcore import _native
 
 HEADER_PREFIX = "gk."
 OUTCOME_TOO_LARGE = "outcome-too-large"  # gk.reason of a forwarded line its output topic could not hold
-#: Bytes a record adds to its key, value and headers in a record batch (an upper estimate, batch header included).
-RECORD_OVERHEAD = 96
 
 
 class OutcomeKind(enum.StrEnum):
@@ -116,6 +111,8 @@ class OutcomeKind(enum.StrEnum):
     ALERT = "alert"
     NOTICE = "notice"
 
+
+_KINDS = {k.value: k for k in OutcomeKind}
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -133,10 +130,6 @@ class Source(msgspec.Struct, frozen=True, gc=False):
     #: The attempt a dead-letter of this record is: 1 for a consumed record (nothing the producer set counts), one
     #: more than the dead letter's for a replayed one (``next_attempt``).
     attempt: int = 1
-
-    def passthrough(self) -> Headers:
-        """The record's own headers, without any ``gk.*`` header."""
-        return tuple((k, v) for k, v in self.headers if not k.lower().startswith(HEADER_PREFIX))
 
 
 def next_attempt(dead_letter_headers: Headers) -> int:
@@ -165,21 +158,6 @@ class Targets:
     signer: Signer | None = None
 
 
-class _Draft(msgspec.Struct, frozen=True, gc=False):
-    """Everything an outcome may carry, by trim level."""
-
-    kind: OutcomeKind
-    topic: str
-    dead_letter: str
-    key: bytes | None
-    value: bytes
-    required: Headers
-    problems: Headers  # dropped at level 1
-    optional: Headers  # dropped at level 2
-    alert: dict[str, Any] | None = None
-    dlq_required: Headers = ()  # the required headers of a forwarded record moved to the dead-letter topic
-
-
 class Outcome(msgspec.Struct, frozen=True, gc=False):
     """One record to produce. ``level`` is how far it was trimmed; ``trimmed()`` gives the next level."""
 
@@ -190,20 +168,15 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     headers: Headers
     source: Source
     level: int = 0
-    draft: _Draft | None = None  # what the next trim level is made from
+    draft: _native.OutcomeDraft | None = None  # what the next trim level is made from
+    estimate: int = -1  # ``size``, when the engine computed it with the record
 
     @property
     def size(self) -> int:
         """An upper estimate of the record's size in a batch (what ``max.message.bytes`` limits)."""
-        hs = self.headers
-        return (
-            RECORD_OVERHEAD
-            + len(self.key or b"")
-            + len(self.value)
-            + 10 * len(hs)
-            + sum([len(k) if k.isascii() else len(k.encode()) for k, _ in hs])
-            + sum([len(v) for _, v in hs])
-        )
+        if self.estimate >= 0:
+            return self.estimate
+        return _native.record_size(self.key, self.value, self.headers)
 
     def header(self, name: str) -> bytes | None:
         for k, v in self.headers:
@@ -215,45 +188,23 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
         """The same outcome trimmed one level further, or None when nothing is left to trim."""
         if self.draft is None:
             return None
-        return _render(self.draft, self.source, self.level + 1)
+        record = self.draft.render(self.level + 1)
+        return None if record is None else _outcome(record, self.source, self.draft)
+
+
+def _outcome(record: tuple[str, str, bytes | None, bytes, Headers, int, int], source: Source, draft: object) -> Outcome:
+    kind, topic, key, value, headers, level, size = record
+    return Outcome(_KINDS[kind], topic, key, value, headers, source, level, draft, size)  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=4096)
 def iso(epoch: float) -> str:
-    """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z``. Memoised: a batch's lines share their
-    decision time, so a batch formats it once."""
-    return datetime.fromtimestamp(epoch, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _h(name: str, value: object) -> tuple[str, bytes]:
-    return name, str(value).encode("utf-8")
-
-
-#: ``_h`` for a header whose values repeat (a verdict, a reason, a batch's decision time, an attempt): each is
-#: encoded once. Not for values of a line's own (its conversation, its timestamp), which would only churn the cache.
-_hc = functools.lru_cache(maxsize=1024)(_h)
+    """Epoch seconds as ISO-8601 UTC with milliseconds and a ``Z`` (``2026-10-01T09:00:00.000Z``). Memoised: a
+    batch's lines share their decision time, so a batch formats it once."""
+    return _native.iso_time(epoch)
 
 
 _VERSION = ("gk.version", __version__.encode())
-
-
-@functools.lru_cache(maxsize=1024)
-def _topic_header(topic: str) -> tuple[str, bytes]:
-    return "gk.original.topic", topic.encode("utf-8")
-
-
-def _origin(source: Source) -> Headers:
-    return (
-        _topic_header(source.topic),
-        ("gk.original.partition", b"%d" % source.partition),
-        ("gk.original.offset", b"%d" % source.offset),
-    )
-
-
-def _masked_problems(decision: Decision, masker: Masker) -> list[dict[str, Any]]:
-    if not decision.problems:
-        return []
-    return [p.to_dict() for p in masker.problems(decision.problems)]
 
 
 def build(
@@ -269,134 +220,37 @@ def build(
     """The outcomes of one decided line: one output-or-dead-letter record, plus an alert when the decision
     raises one, plus ``notice`` (``notices.refusal_notice``) for a dead letter of an enforcing route (its dead letter
     then names it in ``gk.notice.id``). ``now`` is when the outcome is built (the alert's ``at``); the decision
-    carries when it was made."""
+    carries when it was made. The records are built by the native engine (``engine::outcomes``); the signatures
+    are the ``Signer``'s, made here with the key it holds."""
     if decision.verdict is Verdict.HOLD:
         raise ValueError("a held line has no outcome yet")
-    # a clean forwarded line carries no text of the gatekeeper's that could need masking: skip the work
-    masker = (
-        masker_for(source.value, decision.problems, sensitive) if decision.problems or decision.alerts else Masker()
-    )
-    problems = _masked_problems(decision, masker)
-    problems_h: Headers = (("gk.problems", json_document(problems)),) if problems else ()
-    common_optional: Headers = (
-        _h("gk.original.timestamp", source.timestamp if source.timestamp is not None else -1),
-        *((_h("gk.conversation", conversation),) if conversation is not None else ()),
-        *((_hc("gk.repeated", "true"),) if decision.repeated else ()),
-        *((_h("gk.notes", ",".join(sorted({n.code for n in decision.notes}))),) if decision.notes else ()),
-    )
-    reason = decision.reason.value if decision.reason is not None else None
-    dead = decision.verdict is Verdict.DEAD_LETTER
-    dlq_required: Headers = (
-        *_origin(source),
-        _VERSION,
-        _hc("gk.attempt", source.attempt),
-        _hc("gk.decided.at", iso(decision.decided_at)),
-    )
-    out: list[Outcome] = []
-    if not dead or targets.dry_run or conversation is None:
-        notice = None  # a notice answers a dead letter only: a dry-run route only counts it (``consumers.deciding``)
-    if dead and not targets.dry_run:
-        tier = next((p.tier for p in decision.problems if p.tier), None)
-        error_h: Headers = ()
-        if decision.reason is Reason.INTERNAL_ERROR and decision.problems:
-            first = masker.problem(decision.problems[0])
-            error_h = (
-                _h("gk.error.class", first.got or "Exception"),
-                _h("gk.error.message", first.message),
-            )
-        draft = _Draft(
-            kind=OutcomeKind.DEAD_LETTER,
-            topic=targets.dead_letter,
-            dead_letter=targets.dead_letter,
-            key=source.key,
-            value=source.value,
-            required=(
-                *dlq_required[:3],
-                _hc("gk.reason", reason or ""),
-                *dlq_required[3:],
-                *error_h,
-                *((_h("gk.notice.id", notice.id),) if notice is not None else ()),
-            ),
-            problems=problems_h or (_h("gk.problems", "[]"),),
-            optional=(
-                *((_hc("gk.check", decision.check),) if decision.check else ()),
-                *((_hc("gk.tier", tier),) if tier else ()),
-                *common_optional,
-                *source.passthrough(),
-            ),
-        )
-    else:
-        verdict = Verdict.ALERT.value if decision.verdict is Verdict.ALERT else Verdict.FORWARD.value
-        required: list[tuple[str, bytes]] = [
-            _hc("gk.verdict", verdict),
-            _hc("gk.checked.at", iso(decision.decided_at)),
-            _VERSION,
-            *_origin(source),
-        ]
-        flagged = decision.verdict is Verdict.ALERT or dead
-        if decision.verdict is Verdict.ALERT and reason is not None:
-            required.append(_hc("gk.reason", reason))
-        if targets.dry_run:
-            required.append(_hc("gk.dry-run", "true"))
-            if dead:
-                required.append(_h("gk.would.verdict", Verdict.DEAD_LETTER.value))
-                required.append(_h("gk.would.reason", reason or ""))
-        if targets.signer is not None:  # a required header: trimming keeps it (a moved record loses it)
-            signed = DRY_RUN if targets.dry_run else verdict
-            route = targets.name or source.topic
-            required.append(
-                targets.signer.header(
-                    route, conversation, source.value, signed, repeat=decision.repeated, clears=decision.clears
-                )
-            )
-        draft = _Draft(
-            kind=OutcomeKind.OUTPUT,
-            topic=targets.output,
-            dead_letter=targets.dead_letter,
-            key=source.key,
-            value=source.value,
-            required=tuple(required),
-            problems=problems_h if flagged else (),
-            optional=(*common_optional, *source.passthrough()),
-            dlq_required=(*dlq_required[:3], _hc("gk.reason", OUTCOME_TOO_LARGE), *dlq_required[3:]),
-        )
-    out.append(_render(draft, source, 0))  # type: ignore[arg-type]  # level 0 always renders
-    if decision.alerts:
-        out.append(_alert(decision, source, targets, conversation, masker, problems, now))
-    if notice is not None:
-        assert conversation is not None  # checked above
-        out.append(_notice(notice, decision, source, targets, conversation))
-    return out
-
-
-def _notice(notice: Notice, decision: Decision, source: Source, targets: Targets, conversation: str) -> Outcome:
-    """The refusal notice's record (see the module docstring): the notice's line on the output topic, keyed by the
-    conversation, answering for the refused record (``source``: its partition's transaction, its batch)."""
-    value = notice.line.encode("utf-8")
-    headers: list[tuple[str, bytes]] = [
-        _hc("gk.author", AUTHOR),
-        _h("gk.notice.refused", notice.re),
-        _hc("gk.notice.reason", notice.reason),
-        _hc("gk.notice.why", notice.why),
-        _h("gk.conversation", conversation),
-        _VERSION,
-    ]
-    if decision.repeated:
-        headers.append(_hc("gk.repeated", "true"))
+    sig = notice_sig = None
     if targets.signer is not None:
         route = targets.name or source.topic
-        headers.append(targets.signer.header(route, conversation, value, NOTICE, repeat=decision.repeated))
-    draft = _Draft(
-        kind=OutcomeKind.NOTICE,
-        topic=targets.output,
-        dead_letter=targets.dead_letter,
-        key=conversation.encode("utf-8"),
-        value=value,
-        required=tuple(headers),
-        problems=(),
-        optional=(),
+        dead = decision.verdict is Verdict.DEAD_LETTER
+        if not dead or targets.dry_run:
+            verdict = DRY_RUN if targets.dry_run else "alert" if decision.verdict is Verdict.ALERT else "forward"
+            sig = targets.signer.sign(
+                route, conversation, source.value, verdict, repeat=decision.repeated, clears=decision.clears
+            )
+        elif notice is not None and conversation is not None:
+            notice_sig = targets.signer.sign(
+                route, conversation, notice.line.encode("utf-8"), NOTICE, repeat=decision.repeated
+            )
+    made = _native.build_outcomes(
+        decision,
+        source,
+        targets,
+        conversation,
+        sensitive,
+        now,
+        notice,
+        sig,
+        notice_sig,
+        __version__,
+        AUTHOR,
     )
-    return _render(draft, source, 0)  # type: ignore[return-value]  # level 0 always renders
+    return [_outcome(record, source, draft) for record, draft in made]
 
 
 def bare_dead_letter(source: Source, targets: Targets, error: str, now: float) -> Outcome:
@@ -405,115 +259,24 @@ def bare_dead_letter(source: Source, targets: Targets, error: str, now: float) -
     the gatekeeper's own, never the line's values: nothing here needs masking). Built without the code that failed."""
     name, _, message = error.partition(": ")
     headers: Headers = (
-        *_origin(source),
+        ("gk.original.topic", source.topic.encode("utf-8")),
+        ("gk.original.partition", b"%d" % source.partition),
+        ("gk.original.offset", b"%d" % source.offset),
         ("gk.reason", b"internal-error"),
         _VERSION,
         ("gk.attempt", b"%d" % source.attempt),
-        _h("gk.decided.at", iso(now)),
-        _h("gk.error.class", name),
-        _h("gk.error.message", f"building the outcome failed: {message}"[:240]),
+        ("gk.decided.at", _iso_or_epoch(now).encode()),
+        ("gk.error.class", name.encode("utf-8", "replace")),
+        ("gk.error.message", f"building the outcome failed: {message}"[:240].encode("utf-8", "replace")),
     )
     return Outcome(OutcomeKind.DEAD_LETTER, targets.dead_letter, source.key, source.value, headers, source)
 
 
-def _alert(
-    decision: Decision,
-    source: Source,
-    targets: Targets,
-    conversation: str | None,
-    masker: Masker,
-    problems: list[dict[str, Any]],
-    now: float,
-) -> Outcome:
-    msg = decision.message
-    doc: dict[str, Any] = {
-        "alert": decision.reason.value if decision.reason is not None else decision.verdict.value,
-        "verdict": decision.verdict.value,
-        "route": targets.name,
-        "conversation": conversation,
-        "id": msg.id if msg is not None else None,
-        "type": msg.type if msg is not None else None,
-        "re": msg.re if msg is not None else None,  # for DN, UN, FL and CX: the handoff the alert is about
-        "from": msg.from_ if msg is not None else None,
-        "to": msg.to if msg is not None else None,
-        "item": msg.item if msg is not None else None,
-        "line": masker.text(source.value.decode("utf-8", errors="replace")),
-        "problems": problems,
-        "original": {
-            "topic": source.topic,
-            "partition": source.partition,
-            "offset": source.offset,
-            "timestamp": source.timestamp,
-        },
-        "decided_at": iso(decision.decided_at),
-        "at": iso(now),
-        "repeated": decision.repeated,
-        "dry_run": targets.dry_run,
-        "version": __version__,
-    }
-    draft = _Draft(
-        kind=OutcomeKind.ALERT,
-        topic=targets.alerts,
-        dead_letter=targets.dead_letter,
-        key=source.key,
-        value=b"",
-        required=(*_origin(source), _VERSION),
-        problems=(),
-        optional=(),
-        alert=doc,
-    )
-    return _render(draft, source, 0)  # type: ignore[return-value]
-
-
-def _json(doc: dict[str, Any]) -> bytes:
-    return json_document(doc)  # an alert quotes the line: its text made inert (gatekeeper.inert)
-
-
-_TRIMMED = ("problems", "headers", "value")
-
-
-def _render(d: _Draft, source: Source, level: int) -> Outcome | None:
-    """The draft at a trim level (see the module docstring), or None past the last level."""
-    trimmed: Headers = (_h("gk.trimmed", ",".join(_TRIMMED[:level])),) if level else ()
-    if d.kind is OutcomeKind.ALERT:
-        assert d.alert is not None
-        doc = dict(d.alert)
-        if level >= 1:
-            doc["problems_omitted"] = len(doc.pop("problems", []))
-        if level >= 2:
-            doc.pop("line", None)
-        if level >= 3:
-            keep = ("alert", "verdict", "route", "id", "type", "original", "decided_at", "at")
-            doc = {k: doc[k] for k in keep if k in doc} | {"trimmed": True}
-        if level >= 4:
-            return None
-        return Outcome(d.kind, d.topic, d.key, _json(doc), d.required + trimmed, source, level, d)
-    if d.kind is OutcomeKind.NOTICE:  # never trimmed: every header says whose and what it is
-        return Outcome(d.kind, d.topic, d.key, d.value, d.required, source, level, d) if level == 0 else None
-    if d.kind is OutcomeKind.DEAD_LETTER:
-        if level >= 4:
-            return None
-        headers = d.required + (d.problems if level < 1 else ()) + (d.optional if level < 2 else ())
-        value = d.value
-        if level >= 3:
-            headers += (_h("gk.value.omitted", len(d.value)),)
-            value = b""
-        return Outcome(d.kind, d.topic, d.key, value, headers + trimmed, source, level, d)
-    # OUTPUT
-    if level <= 2:
-        headers = d.required + (d.problems if level < 1 else ()) + (d.optional if level < 2 else ())
-        return Outcome(d.kind, d.topic, d.key, d.value, headers + trimmed, source, level, d)
-    if level == 3:
-        headers = (*d.dlq_required, _h("gk.trimmed", "problems,headers,moved"))
-        return Outcome(OutcomeKind.DEAD_LETTER, d.dead_letter, d.key, d.value, headers, source, level, d)
-    if level == 4:
-        headers = (
-            *d.dlq_required,
-            _h("gk.value.omitted", len(d.value)),
-            _h("gk.trimmed", "problems,headers,moved,value"),
-        )
-        return Outcome(OutcomeKind.DEAD_LETTER, d.dead_letter, d.key, b"", headers, source, level, d)
-    return None
+def _iso_or_epoch(now: float) -> str:
+    try:
+        return iso(now)
+    except ValueError:  # a clock with no date: the epoch as it is, never a failure here
+        return repr(now)
 
 
 def fit(outcome: Outcome, limit: int) -> Outcome | None:

@@ -415,7 +415,7 @@ pub fn rw_time(epoch: f64) -> Vec<u8> {
 }
 
 /// The proleptic Gregorian date of a day number (days since 1970-01-01).
-fn civil(days: i64) -> (i64, i64, i64) {
+pub(crate) fn civil(days: i64) -> (i64, i64, i64) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

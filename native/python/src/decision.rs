@@ -137,7 +137,7 @@ fn attr_bytes(o: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<Opti
     bytes_of(&o.getattr(name)?)
 }
 
-fn finding_of(p: &Bound<'_, PyAny>) -> PyResult<Finding> {
+pub(crate) fn finding_of(p: &Bound<'_, PyAny>) -> PyResult<Finding> {
     let py = p.py();
     let code = attr_bytes(p, pyo3::intern!(py, "code"))?.unwrap_or_default();
     let tier = attr_bytes(p, pyo3::intern!(py, "tier"))?;

@@ -14,6 +14,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 mod decision;
+mod outcomes;
 mod state;
 
 /// The protocol's integrity digest (`h=`) of a canonical JSON text already encoded as UTF-8 (with
@@ -1098,6 +1099,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decision::register_decide(m)?;
     decision::register_holders(m)?;
     state::register(m)?;
+    outcomes::register(m)?;
     Ok(())
 }
 

@@ -1,0 +1,907 @@
+//! The records the gatekeeper produces for one decided line, by trim level: its forward or its dead letter, an
+//! alert beside it, a refusal notice to its sender. Pure: the bindings hand them to Kafka's producer.
+//!
+//! `gatekeeper.consumers.outcomes` documents every header and the trim levels (the table the operators read); this
+//! module writes them. What it is given is already decided: the verdict, the problems, the notice's words and the
+//! gatekeeper's signature (`gatekeeper.verdicts` signs, with the key it holds).
+
+use crate::decide::{civil, Finding};
+use crate::inert;
+use crate::masking::Masker;
+
+/// Bytes a record adds to its key, value and headers in a record batch (an upper estimate, batch header included).
+pub const RECORD_OVERHEAD: usize = 96;
+/// `gk.reason` of a forwarded line its output topic could not hold.
+pub const OUTCOME_TOO_LARGE: &[u8] = b"outcome-too-large";
+const HEADER_PREFIX: &[u8] = b"gk.";
+/// What each trim level drops, in order (`gk.trimmed` lists those done).
+const TRIMMED: [&str; 3] = ["problems", "headers", "value"];
+
+/// A header: its name (text) and value.
+pub type Header = (Vec<u8>, Vec<u8>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Output,
+    DeadLetter,
+    Alert,
+    Notice,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Output => "output",
+            Kind::DeadLetter => "dead-letter",
+            Kind::Alert => "alert",
+            Kind::Notice => "notice",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    Forward,
+    Alert,
+    DeadLetter,
+}
+
+/// The consumed record an outcome answers for.
+#[derive(Debug, Clone, Default)]
+pub struct Source {
+    pub topic: Vec<u8>,
+    pub partition: i64,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    /// epoch milliseconds
+    pub timestamp: Option<i64>,
+    pub headers: Vec<Header>,
+    /// the attempt a dead letter of this record is (1, or one more than a replayed dead letter's)
+    pub attempt: i64,
+}
+
+/// Where a route's outcomes go.
+#[derive(Debug, Clone, Default)]
+pub struct Targets {
+    pub output: Vec<u8>,
+    pub dead_letter: Vec<u8>,
+    pub alerts: Vec<u8>,
+    pub name: Vec<u8>,
+    pub dry_run: bool,
+}
+
+/// The slots of the decided line an alert names.
+#[derive(Debug, Clone, Default)]
+pub struct Named {
+    pub id: Option<Vec<u8>>,
+    pub kind: Option<Vec<u8>>,
+    pub re: Option<Vec<u8>>,
+    pub from: Option<Vec<u8>>,
+    pub to: Option<Vec<u8>>,
+    pub item: Option<Vec<u8>>,
+}
+
+/// What was decided about the line.
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub verdict: Verdict,
+    pub reason: Option<Vec<u8>>,
+    /// where the problems come from (`gk.check`)
+    pub check: Option<Vec<u8>>,
+    pub internal_error: bool,
+    pub problems: Vec<Finding>,
+    pub notes: Vec<Vec<u8>>,
+    pub repeated: bool,
+    pub decided_at: f64,
+    pub raise_alert: bool,
+    pub message: Option<Named>,
+}
+
+/// A refusal notice to write, its words decided (`gatekeeper.notices`).
+#[derive(Debug, Clone)]
+pub struct Notice {
+    pub id: Vec<u8>,
+    pub line: Vec<u8>,
+    pub re: Vec<u8>,
+    pub reason: Vec<u8>,
+    pub why: Vec<u8>,
+    pub author: Vec<u8>,
+    /// its `gk.sig` header's value, with signing configured
+    pub sig: Option<Vec<u8>>,
+}
+
+/// Everything building one line's outcomes reads.
+#[derive(Debug, Clone)]
+pub struct Line<'a> {
+    pub decided: &'a Decided,
+    pub source: &'a Source,
+    pub targets: &'a Targets,
+    pub conversation: Option<&'a [u8]>,
+    /// the route's sensitive slots (the defaults added)
+    pub masker: &'a Masker,
+    pub now: f64,
+    pub notice: Option<&'a Notice>,
+    /// the forward's `gk.sig` header's value, with signing configured
+    pub sig: Option<&'a [u8]>,
+    pub version: &'a [u8],
+}
+
+/// One record to produce, at a trim level.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    pub kind: Kind,
+    pub topic: Vec<u8>,
+    pub key: Option<Vec<u8>>,
+    pub value: Vec<u8>,
+    pub headers: Vec<Header>,
+    pub level: u8,
+}
+
+impl Record {
+    /// An upper estimate of the record's size in a batch (what `max.message.bytes` limits).
+    pub fn size(&self) -> usize {
+        size(self.key.as_deref(), &self.value, &self.headers)
+    }
+}
+
+/// An upper estimate of a record's size in a batch.
+pub fn size(key: Option<&[u8]>, value: &[u8], headers: &[Header]) -> usize {
+    RECORD_OVERHEAD
+        + key.map_or(0, <[u8]>::len)
+        + value.len()
+        + headers
+            .iter()
+            .map(|(k, v)| 10 + k.len() + v.len())
+            .sum::<usize>()
+}
+
+/// A value of an alert's JSON document.
+#[derive(Debug, Clone)]
+enum Field {
+    Text(Option<Vec<u8>>),
+    Int(Option<i64>),
+    Bool(bool),
+    /// JSON written already (inert)
+    Raw(Vec<u8>),
+}
+
+/// An alert's document: its fields in order.
+type Doc = Vec<(&'static str, Field)>;
+
+/// Everything an outcome may carry, by trim level: rendered at level 0, and again one level further each time the
+/// record does not fit its topic.
+#[derive(Debug, Clone)]
+pub struct Draft {
+    kind: Kind,
+    topic: Vec<u8>,
+    dead_letter: Vec<u8>,
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    required: Vec<Header>,
+    /// dropped at level 1
+    problems: Vec<Header>,
+    /// dropped at level 2
+    optional: Vec<Header>,
+    alert: Option<Doc>,
+    /// the required headers of a forwarded record moved to the dead-letter topic
+    dlq_required: Vec<Header>,
+}
+
+fn h(name: &str, value: impl Into<Vec<u8>>) -> Header {
+    (name.as_bytes().to_vec(), value.into())
+}
+
+fn decimal(n: i64) -> Vec<u8> {
+    n.to_string().into_bytes()
+}
+
+/// Epoch seconds as ISO-8601 UTC with milliseconds and a `Z` (`2026-10-01T09:00:00.000Z`), as Python's
+/// `datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")` writes it: the fraction rounded half to
+/// even to microseconds, then cut to milliseconds. None for a time Python's `datetime` cannot hold.
+pub fn iso(epoch: f64) -> Option<String> {
+    if !epoch.is_finite() {
+        return None;
+    }
+    let mut whole = epoch.trunc();
+    let mut micros = ((epoch - whole) * 1e6).round_ties_even();
+    if micros >= 1e6 {
+        micros -= 1e6;
+        whole += 1.0;
+    } else if micros < 0.0 {
+        micros += 1e6;
+        whole -= 1.0;
+    }
+    if whole.abs() > 1e15 {
+        return None;
+    }
+    let secs = whole as i64;
+    let (y, m, d) = civil(secs.div_euclid(86_400));
+    if !(1..=9999).contains(&y) {
+        return None;
+    }
+    let rem = secs.rem_euclid(86_400);
+    Some(format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        micros as i64 / 1000
+    ))
+}
+
+fn iso_bytes(epoch: f64) -> Result<Vec<u8>, String> {
+    iso(epoch)
+        .map(String::into_bytes)
+        .ok_or_else(|| format!("no date and time for the epoch {epoch}"))
+}
+
+/// The record's own headers, without any `gk.*` header (only the gatekeeper writes those: an agent cannot forge a
+/// verdict). The prefix is compared as Python's `str.lower` sees it.
+pub fn passthrough(headers: &[Header]) -> impl Iterator<Item = &Header> {
+    headers
+        .iter()
+        .filter(|(k, _)| !rw1::pytext::lower(k).starts_with(HEADER_PREFIX))
+}
+
+fn origin(source: &Source) -> [Header; 3] {
+    [
+        h("gk.original.topic", source.topic.clone()),
+        h("gk.original.partition", decimal(source.partition)),
+        h("gk.original.offset", decimal(source.offset)),
+    ]
+}
+
+fn text_or_null(out: &mut Vec<u8>, v: Option<&[u8]>) {
+    match v {
+        Some(v) => inert::string(out, v),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+/// The problems as the JSON list of `gk.problems` and an alert (inert; masked by the caller).
+pub fn problems_json(problems: &[Finding]) -> Vec<u8> {
+    let mut out = b"[".to_vec();
+    for (n, p) in problems.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        out.extend_from_slice(b"{\"code\":");
+        inert::string(&mut out, p.code.as_bytes());
+        out.extend_from_slice(b",\"tier\":");
+        text_or_null(&mut out, p.tier.as_deref().map(str::as_bytes));
+        out.extend_from_slice(b",\"slot\":");
+        text_or_null(&mut out, p.slot.as_deref());
+        out.extend_from_slice(b",\"expected\":");
+        text_or_null(&mut out, p.expected.as_deref());
+        out.extend_from_slice(b",\"got\":");
+        text_or_null(&mut out, p.got.as_deref());
+        out.extend_from_slice(b",\"message\":");
+        inert::string(&mut out, &p.message);
+        out.push(b'}');
+    }
+    out.push(b']');
+    out
+}
+
+fn doc_json(doc: &Doc) -> Vec<u8> {
+    let mut out = b"{".to_vec();
+    for (n, (k, v)) in doc.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        inert::string(&mut out, k.as_bytes());
+        out.push(b':');
+        match v {
+            Field::Text(t) => text_or_null(&mut out, t.as_deref()),
+            Field::Int(Some(i)) => out.extend_from_slice(&decimal(*i)),
+            Field::Int(None) => out.extend_from_slice(b"null"),
+            Field::Bool(b) => out.extend_from_slice(if *b { b"true" } else { b"false" }),
+            Field::Raw(raw) => out.extend_from_slice(raw),
+        }
+    }
+    out.push(b'}');
+    out
+}
+
+fn verdict_name(v: Verdict) -> &'static [u8] {
+    match v {
+        Verdict::Forward => b"forward",
+        Verdict::Alert => b"alert",
+        Verdict::DeadLetter => b"dead-letter",
+    }
+}
+
+/// The drafts of one decided line's outcomes (render each at level 0 for its record): one forward or dead letter,
+/// then an alert when the decision raises one, then the notice for a dead letter of an enforcing route with a
+/// conversation. Err: a time that has no date (the line's outcome cannot be built).
+pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
+    let Line {
+        decided: d,
+        source,
+        targets,
+        conversation,
+        ..
+    } = *line;
+    let alerts = d.verdict == Verdict::Alert || d.raise_alert;
+    // a clean forwarded line carries no text of the gatekeeper's that could need masking: skip the work
+    let masker = if d.problems.is_empty() && !alerts {
+        line.masker.clone()
+    } else {
+        line.masker.clone().knowing(
+            Some(
+                &String::from_utf8_lossy(&source.value)
+                    .into_owned()
+                    .into_bytes(),
+            ),
+            &d.problems,
+        )
+    };
+    let masked: Vec<Finding> = d.problems.iter().map(|p| masker.problem(p)).collect();
+    let problems_doc = problems_json(&masked);
+    let problems_h: Vec<Header> = if masked.is_empty() {
+        Vec::new()
+    } else {
+        vec![h("gk.problems", problems_doc.clone())]
+    };
+    let mut common_optional = vec![h(
+        "gk.original.timestamp",
+        decimal(source.timestamp.unwrap_or(-1)),
+    )];
+    if let Some(c) = conversation {
+        common_optional.push(h("gk.conversation", c));
+    }
+    if d.repeated {
+        common_optional.push(h("gk.repeated", "true"));
+    }
+    if !d.notes.is_empty() {
+        let mut codes: Vec<&[u8]> = d.notes.iter().map(Vec::as_slice).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        common_optional.push(h("gk.notes", codes.join(&b","[..])));
+    }
+    let decided_at = iso_bytes(d.decided_at)?;
+    let reason = d.reason.clone();
+    let dead = d.verdict == Verdict::DeadLetter;
+    let [topic_h, partition_h, offset_h] = origin(source);
+    let dlq_required = |reason: Vec<u8>| {
+        vec![
+            topic_h.clone(),
+            partition_h.clone(),
+            offset_h.clone(),
+            h("gk.reason", reason),
+            h("gk.version", line.version),
+            h("gk.attempt", decimal(source.attempt)),
+            h("gk.decided.at", decided_at.clone()),
+        ]
+    };
+    let notice = line
+        .notice
+        .filter(|_| dead && !targets.dry_run && conversation.is_some());
+    let own: Vec<Header> = passthrough(&source.headers).cloned().collect();
+    let mut out = Vec::with_capacity(3);
+    if dead && !targets.dry_run {
+        let tier = d
+            .problems
+            .iter()
+            .find_map(|p| p.tier.as_deref().filter(|t| !t.is_empty()));
+        let mut required = dlq_required(reason.clone().unwrap_or_default());
+        if d.internal_error {
+            if let Some(first) = masked.first() {
+                let class = first.got.clone().filter(|g| !g.is_empty());
+                required.push(h(
+                    "gk.error.class",
+                    class.unwrap_or_else(|| b"Exception".to_vec()),
+                ));
+                required.push(h("gk.error.message", first.message.clone()));
+            }
+        }
+        if let Some(n) = notice {
+            required.push(h("gk.notice.id", n.id.clone()));
+        }
+        let mut optional = Vec::new();
+        if let Some(check) = &d.check {
+            optional.push(h("gk.check", check.clone()));
+        }
+        if let Some(tier) = tier {
+            optional.push(h("gk.tier", tier));
+        }
+        optional.extend(common_optional);
+        optional.extend(own);
+        out.push(Draft {
+            kind: Kind::DeadLetter,
+            topic: targets.dead_letter.clone(),
+            dead_letter: targets.dead_letter.clone(),
+            key: source.key.clone(),
+            value: source.value.clone(),
+            required,
+            problems: if problems_h.is_empty() {
+                vec![h("gk.problems", "[]")]
+            } else {
+                problems_h
+            },
+            optional,
+            alert: None,
+            dlq_required: Vec::new(),
+        });
+    } else {
+        let verdict = if d.verdict == Verdict::Alert {
+            Verdict::Alert
+        } else {
+            Verdict::Forward
+        };
+        let mut required = vec![
+            h("gk.verdict", verdict_name(verdict)),
+            h("gk.checked.at", decided_at.clone()),
+            h("gk.version", line.version),
+            topic_h.clone(),
+            partition_h.clone(),
+            offset_h.clone(),
+        ];
+        if d.verdict == Verdict::Alert {
+            if let Some(r) = &reason {
+                required.push(h("gk.reason", r.clone()));
+            }
+        }
+        if targets.dry_run {
+            required.push(h("gk.dry-run", "true"));
+            if dead {
+                required.push(h("gk.would.verdict", verdict_name(Verdict::DeadLetter)));
+                required.push(h("gk.would.reason", reason.clone().unwrap_or_default()));
+            }
+        }
+        if let Some(sig) = line.sig {
+            required.push(h("gk.sig", sig)); // required: trimming keeps it (a moved record loses it)
+        }
+        let flagged = d.verdict == Verdict::Alert || dead;
+        let mut optional = common_optional;
+        optional.extend(own);
+        out.push(Draft {
+            kind: Kind::Output,
+            topic: targets.output.clone(),
+            dead_letter: targets.dead_letter.clone(),
+            key: source.key.clone(),
+            value: source.value.clone(),
+            required,
+            problems: if flagged { problems_h } else { Vec::new() },
+            optional,
+            alert: None,
+            dlq_required: dlq_required(OUTCOME_TOO_LARGE.to_vec()),
+        });
+    }
+    if alerts {
+        out.push(alert(line, &masker, problems_doc, decided_at, reason)?);
+    }
+    if let (Some(n), Some(conversation)) = (notice, conversation) {
+        out.push(notice_draft(line, n, conversation));
+    }
+    Ok(out)
+}
+
+fn alert(
+    line: &Line<'_>,
+    masker: &Masker,
+    problems: Vec<u8>,
+    decided_at: Vec<u8>,
+    reason: Option<Vec<u8>>,
+) -> Result<Draft, String> {
+    let Line {
+        decided: d,
+        source,
+        targets,
+        ..
+    } = *line;
+    let named = d.message.clone().unwrap_or_default();
+    let mut original = b"{\"topic\":".to_vec();
+    inert::string(&mut original, &source.topic);
+    original.extend_from_slice(
+        format!(
+            ",\"partition\":{},\"offset\":{},\"timestamp\":",
+            source.partition, source.offset
+        )
+        .as_bytes(),
+    );
+    match source.timestamp {
+        Some(t) => original.extend_from_slice(&decimal(t)),
+        None => original.extend_from_slice(b"null"),
+    }
+    original.push(b'}');
+    let text = String::from_utf8_lossy(&source.value)
+        .into_owned()
+        .into_bytes();
+    let doc: Doc = vec![
+        (
+            "alert",
+            Field::Text(Some(
+                reason.unwrap_or_else(|| verdict_name(d.verdict).to_vec()),
+            )),
+        ),
+        (
+            "verdict",
+            Field::Text(Some(verdict_name(d.verdict).to_vec())),
+        ),
+        ("route", Field::Text(Some(targets.name.clone()))),
+        (
+            "conversation",
+            Field::Text(line.conversation.map(<[u8]>::to_vec)),
+        ),
+        ("id", Field::Text(named.id)),
+        ("type", Field::Text(named.kind)),
+        ("re", Field::Text(named.re)),
+        ("from", Field::Text(named.from)),
+        ("to", Field::Text(named.to)),
+        ("item", Field::Text(named.item)),
+        ("line", Field::Text(Some(masker.text(&text)))),
+        ("problems", Field::Raw(problems)),
+        ("original", Field::Raw(original)),
+        ("decided_at", Field::Text(Some(decided_at))),
+        ("at", Field::Text(Some(iso_bytes(line.now)?))),
+        ("repeated", Field::Bool(d.repeated)),
+        ("dry_run", Field::Bool(targets.dry_run)),
+        ("version", Field::Text(Some(line.version.to_vec()))),
+    ];
+    let [topic_h, partition_h, offset_h] = origin(source);
+    Ok(Draft {
+        kind: Kind::Alert,
+        topic: targets.alerts.clone(),
+        dead_letter: targets.dead_letter.clone(),
+        key: source.key.clone(),
+        value: Vec::new(),
+        required: vec![
+            topic_h,
+            partition_h,
+            offset_h,
+            h("gk.version", line.version),
+        ],
+        problems: Vec::new(),
+        optional: Vec::new(),
+        alert: Some(doc),
+        dlq_required: Vec::new(),
+    })
+}
+
+/// The refusal notice's record: the notice's line on the output topic, keyed by the conversation, with no
+/// `gk.original.*` header (it is not the outcome of the input record at those coordinates).
+fn notice_draft(line: &Line<'_>, n: &Notice, conversation: &[u8]) -> Draft {
+    let mut required = vec![
+        h("gk.author", n.author.clone()),
+        h("gk.notice.refused", n.re.clone()),
+        h("gk.notice.reason", n.reason.clone()),
+        h("gk.notice.why", n.why.clone()),
+        h("gk.conversation", conversation),
+        h("gk.version", line.version),
+    ];
+    if line.decided.repeated {
+        required.push(h("gk.repeated", "true"));
+    }
+    if let Some(sig) = &n.sig {
+        required.push(h("gk.sig", sig.clone()));
+    }
+    Draft {
+        kind: Kind::Notice,
+        topic: line.targets.output.clone(),
+        dead_letter: line.targets.dead_letter.clone(),
+        key: Some(conversation.to_vec()),
+        value: n.line.clone(),
+        required,
+        problems: Vec::new(),
+        optional: Vec::new(),
+        alert: None,
+        dlq_required: Vec::new(),
+    }
+}
+
+fn trimmed(level: u8) -> Option<Header> {
+    (level > 0).then(|| h("gk.trimmed", TRIMMED[..usize::from(level).min(3)].join(",")))
+}
+
+fn joined(parts: &[&[Header]], extra: impl IntoIterator<Item = Header>) -> Vec<Header> {
+    let mut out: Vec<Header> = parts.iter().flat_map(|p| p.iter().cloned()).collect();
+    out.extend(extra);
+    out
+}
+
+impl Draft {
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The record at a trim level, or None past the last: level 1 drops `gk.problems`, level 2 every optional
+    /// header (the input's own included), level 3 the value of a dead letter or an alert's document; a forward is
+    /// never sent without its value: at level 3 it moves to the dead-letter topic (`outcome-too-large`), at level 4
+    /// without its value. A notice is never trimmed.
+    pub fn render(&self, level: u8) -> Option<Record> {
+        let record = |kind, topic: &[u8], value: Vec<u8>, headers| Record {
+            kind,
+            topic: topic.to_vec(),
+            key: self.key.clone(),
+            value,
+            headers,
+            level,
+        };
+        let none: &[Header] = &[];
+        let problems = if level < 1 { &self.problems[..] } else { none };
+        let optional = if level < 2 { &self.optional[..] } else { none };
+        match self.kind {
+            Kind::Alert => {
+                let mut doc = self.alert.clone()?;
+                if level >= 4 {
+                    return None;
+                }
+                if level >= 1 {
+                    let at = doc.iter().position(|(k, _)| *k == "problems");
+                    let n = at.map_or(0, |i| match doc.remove(i).1 {
+                        Field::Raw(raw) => count_items(&raw),
+                        _ => 0,
+                    });
+                    doc.push(("problems_omitted", Field::Int(Some(n as i64))));
+                }
+                if level >= 2 {
+                    doc.retain(|(k, _)| *k != "line");
+                }
+                if level >= 3 {
+                    const KEEP: [&str; 8] = [
+                        "alert",
+                        "verdict",
+                        "route",
+                        "id",
+                        "type",
+                        "original",
+                        "decided_at",
+                        "at",
+                    ];
+                    let mut kept: Doc = KEEP
+                        .iter()
+                        .filter_map(|k| doc.iter().find(|(name, _)| name == k).cloned())
+                        .collect();
+                    kept.push(("trimmed", Field::Bool(true)));
+                    doc = kept;
+                }
+                let headers = joined(&[&self.required], trimmed(level));
+                Some(record(Kind::Alert, &self.topic, doc_json(&doc), headers))
+            }
+            Kind::Notice => (level == 0).then(|| {
+                record(
+                    Kind::Notice,
+                    &self.topic,
+                    self.value.clone(),
+                    self.required.clone(),
+                )
+            }),
+            Kind::DeadLetter => {
+                if level >= 4 {
+                    return None;
+                }
+                let mut headers = joined(&[&self.required, problems, optional], None);
+                let mut value = self.value.clone();
+                if level >= 3 {
+                    headers.push(h("gk.value.omitted", decimal(self.value.len() as i64)));
+                    value = Vec::new();
+                }
+                headers.extend(trimmed(level));
+                Some(record(Kind::DeadLetter, &self.topic, value, headers))
+            }
+            Kind::Output => match level {
+                0..=2 => {
+                    let headers = joined(&[&self.required, problems, optional], trimmed(level));
+                    Some(record(
+                        Kind::Output,
+                        &self.topic,
+                        self.value.clone(),
+                        headers,
+                    ))
+                }
+                3 => {
+                    let headers = joined(
+                        &[&self.dlq_required],
+                        [h("gk.trimmed", "problems,headers,moved")],
+                    );
+                    Some(record(
+                        Kind::DeadLetter,
+                        &self.dead_letter,
+                        self.value.clone(),
+                        headers,
+                    ))
+                }
+                4 => {
+                    let headers = joined(
+                        &[&self.dlq_required],
+                        [
+                            h("gk.value.omitted", decimal(self.value.len() as i64)),
+                            h("gk.trimmed", "problems,headers,moved,value"),
+                        ],
+                    );
+                    Some(record(
+                        Kind::DeadLetter,
+                        &self.dead_letter,
+                        Vec::new(),
+                        headers,
+                    ))
+                }
+                _ => None,
+            },
+        }
+    }
+}
+
+/// The number of problems in a `problems_json` list: its objects, counted at the top level.
+fn count_items(raw: &[u8]) -> usize {
+    let (mut depth, mut n, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in raw {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' => {
+                if depth == 1 {
+                    n += 1;
+                }
+                depth += 1;
+            }
+            b'[' => depth += 1,
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::borrow::Cow;
+
+    fn problem(code: &'static str, slot: Option<&str>, got: Option<&str>) -> Finding {
+        Finding {
+            code: Cow::Borrowed(code),
+            tier: Some(Cow::Borrowed("record")),
+            message: format!("{code}: got {}", got.unwrap_or("-")).into_bytes(),
+            slot: slot.map(|s| s.as_bytes().to_vec()),
+            expected: None,
+            got: got.map(|s| s.as_bytes().to_vec()),
+        }
+    }
+
+    fn decided(verdict: Verdict, problems: Vec<Finding>) -> Decided {
+        Decided {
+            verdict,
+            reason: (verdict != Verdict::Forward).then(|| b"check-ho".to_vec()),
+            check: (verdict != Verdict::Forward).then(|| b"check_ho".to_vec()),
+            internal_error: false,
+            problems,
+            notes: vec![b"b".to_vec(), b"a".to_vec(), b"b".to_vec()],
+            repeated: false,
+            decided_at: 1_790_845_200.0,
+            raise_alert: false,
+            message: None,
+        }
+    }
+
+    fn source() -> Source {
+        Source {
+            topic: b"agents.pay".to_vec(),
+            partition: 2,
+            offset: 41,
+            key: Some(b"c-1".to_vec()),
+            value: b"RW1 HO h1 acct=40-12-88/61102938".to_vec(),
+            timestamp: Some(1_790_845_200_000),
+            headers: vec![h("trace", "x"), h("GK.verdict", "forged")],
+            attempt: 1,
+        }
+    }
+
+    fn targets() -> Targets {
+        Targets {
+            output: b"out".to_vec(),
+            dead_letter: b"dlq".to_vec(),
+            alerts: b"alerts".to_vec(),
+            name: b"agents.pay".to_vec(),
+            dry_run: false,
+        }
+    }
+
+    fn records(d: &Decided, level: u8) -> Vec<Record> {
+        let (s, t, m) = (source(), targets(), Masker::for_slots([]));
+        let line = Line {
+            decided: d,
+            source: &s,
+            targets: &t,
+            conversation: Some(b"c-1"),
+            masker: &m,
+            now: 1_790_845_200.120,
+            notice: None,
+            sig: None,
+            version: b"0.1.0",
+        };
+        build(&line)
+            .unwrap()
+            .iter()
+            .filter_map(|d| d.render(level))
+            .collect()
+    }
+
+    fn header<'a>(r: &'a Record, name: &str) -> Option<&'a [u8]> {
+        r.headers
+            .iter()
+            .find(|(k, _)| k == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
+    }
+
+    #[test]
+    fn iso_rounds_as_python_does() {
+        assert_eq!(iso(1_790_845_200.0).unwrap(), "2026-10-01T09:00:00.000Z");
+        assert_eq!(
+            iso(1_790_845_200.123_9).unwrap(),
+            "2026-10-01T09:00:00.123Z"
+        );
+        assert_eq!(iso(-0.0005).unwrap(), "1969-12-31T23:59:59.999Z");
+        assert_eq!(iso(0.9999996).unwrap(), "1970-01-01T00:00:01.000Z");
+        assert!(iso(f64::NAN).is_none());
+        assert!(iso(1e18).is_none());
+    }
+
+    #[test]
+    fn a_forward_carries_no_forged_verdict_and_a_dead_letter_masks() {
+        let fwd = &records(&decided(Verdict::Forward, vec![]), 0)[0];
+        assert_eq!(fwd.kind, Kind::Output);
+        assert_eq!(header(fwd, "gk.verdict"), Some(&b"forward"[..]));
+        assert_eq!(header(fwd, "gk.notes"), Some(&b"a,b"[..]));
+        assert_eq!(header(fwd, "trace"), Some(&b"x"[..]));
+        assert!(header(fwd, "GK.verdict").is_none());
+        let p = problem("acct-mismatch", Some("acct"), Some("40-12-88/61102938"));
+        let dead = records(&decided(Verdict::DeadLetter, vec![p]), 0);
+        let problems =
+            String::from_utf8(header(&dead[0], "gk.problems").unwrap().to_vec()).unwrap();
+        assert!(!problems.contains("61102938"), "{problems}");
+        assert!(problems.contains("****2938"), "{problems}");
+        assert_eq!(header(&dead[0], "gk.tier"), Some(&b"record"[..]));
+    }
+
+    #[test]
+    fn every_level_drops_more_until_none_is_left() {
+        for verdict in [Verdict::Forward, Verdict::Alert, Verdict::DeadLetter] {
+            let d = decided(
+                verdict,
+                vec![problem("x", None, None), problem("y", None, None)],
+            );
+            let (s, t, m) = (source(), targets(), Masker::for_slots([]));
+            let line = Line {
+                decided: &d,
+                source: &s,
+                targets: &t,
+                conversation: Some(b"c-1"),
+                masker: &m,
+                now: 0.0,
+                notice: None,
+                sig: None,
+                version: b"v",
+            };
+            for draft in build(&line).unwrap() {
+                let mut level = 0;
+                while let Some(r) = draft.render(level) {
+                    if r.kind == Kind::Alert {
+                        let doc: serde_json::Value = serde_json::from_slice(&r.value).unwrap();
+                        if (1..=2).contains(&level) {
+                            assert_eq!(doc["problems_omitted"], 2);
+                        }
+                    }
+                    if level >= 2 {
+                        assert!(
+                            r.headers.iter().all(|(k, _)| k.starts_with(b"gk.")),
+                            "{verdict:?} {level}"
+                        );
+                    }
+                    level += 1;
+                }
+                assert!((1..=5).contains(&level));
+            }
+        }
+    }
+}

@@ -1,0 +1,381 @@
+//! The bindings of `engine::outcomes` and `engine::masking`: a decided line's records (`gatekeeper.consumers.outcomes`)
+//! and the masking of sensitive values (`gatekeeper.masking`). Attributes are read off the Python values once; the
+//! records come back as plain tuples for the producer.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+
+use engine::masking::{self, Masker};
+use engine::outcomes::{self as o, Draft, Header, Record};
+
+use crate::decision::finding_of;
+use crate::{opt_py_str, string, text};
+
+fn attr<'py>(v: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    v.getattr(name)
+}
+
+fn opt_bytes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
+    if v.is_none() {
+        Ok(None)
+    } else {
+        Ok(Some(v.cast::<PyBytes>()?.as_bytes().to_vec()))
+    }
+}
+
+/// The value of an enum member (`.value`), or None.
+fn opt_value(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    opt_py_str(&v.getattr(pyo3::intern!(v.py(), "value"))?)
+}
+
+fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<Header>> {
+    let mut out = Vec::new();
+    for item in v.try_iter()? {
+        let (k, value): (Bound<'_, PyString>, Bound<'_, PyBytes>) = item?.extract()?;
+        out.push((text(&k)?.into_owned(), value.as_bytes().to_vec()));
+    }
+    Ok(out)
+}
+
+fn headers_py<'py>(py: Python<'py>, hs: &[Header]) -> PyResult<Bound<'py, PyTuple>> {
+    let items = hs
+        .iter()
+        .map(|(k, v)| PyTuple::new(py, [string(py, k)?, PyBytes::new(py, v).into_any()]))
+        .collect::<PyResult<Vec<_>>>()?;
+    PyTuple::new(py, items)
+}
+
+fn source_of(s: &Bound<'_, PyAny>) -> PyResult<o::Source> {
+    let py = s.py();
+    Ok(o::Source {
+        topic: text(&attr(s, pyo3::intern!(py, "topic"))?.cast_into::<PyString>()?)?.into_owned(),
+        partition: attr(s, pyo3::intern!(py, "partition"))?.extract()?,
+        offset: attr(s, pyo3::intern!(py, "offset"))?.extract()?,
+        key: opt_bytes(&attr(s, pyo3::intern!(py, "key"))?)?,
+        value: attr(s, pyo3::intern!(py, "value"))?
+            .cast_into::<PyBytes>()?
+            .as_bytes()
+            .to_vec(),
+        timestamp: attr(s, pyo3::intern!(py, "timestamp"))?.extract()?,
+        headers: headers_of(&attr(s, pyo3::intern!(py, "headers"))?)?,
+        attempt: attr(s, pyo3::intern!(py, "attempt"))?.extract()?,
+    })
+}
+
+fn str_attr(v: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
+    Ok(text(&v.getattr(name)?.cast_into::<PyString>()?)?.into_owned())
+}
+
+fn targets_of(t: &Bound<'_, PyAny>) -> PyResult<o::Targets> {
+    let py = t.py();
+    Ok(o::Targets {
+        output: str_attr(t, pyo3::intern!(py, "output"))?,
+        dead_letter: str_attr(t, pyo3::intern!(py, "dead_letter"))?,
+        alerts: str_attr(t, pyo3::intern!(py, "alerts"))?,
+        name: str_attr(t, pyo3::intern!(py, "name"))?,
+        dry_run: t.getattr(pyo3::intern!(py, "dry_run"))?.is_truthy()?,
+    })
+}
+
+fn named_of(m: &Bound<'_, PyAny>) -> PyResult<Option<o::Named>> {
+    if m.is_none() {
+        return Ok(None);
+    }
+    let py = m.py();
+    let get = |name: &Bound<'_, PyString>| opt_py_str(&m.getattr(name)?);
+    Ok(Some(o::Named {
+        id: get(pyo3::intern!(py, "id"))?,
+        kind: get(pyo3::intern!(py, "type"))?,
+        re: get(pyo3::intern!(py, "re"))?,
+        from: get(pyo3::intern!(py, "from_"))?,
+        to: get(pyo3::intern!(py, "to"))?,
+        item: get(pyo3::intern!(py, "item"))?,
+    }))
+}
+
+fn decided_of(d: &Bound<'_, PyAny>) -> PyResult<o::Decided> {
+    let py = d.py();
+    let verdict = opt_value(&d.getattr(pyo3::intern!(py, "verdict"))?)?.unwrap_or_default();
+    let verdict = match verdict.as_slice() {
+        b"forward" => o::Verdict::Forward,
+        b"alert" => o::Verdict::Alert,
+        b"dead-letter" => o::Verdict::DeadLetter,
+        other => {
+            return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                "a {} line has no outcome yet",
+                String::from_utf8_lossy(other)
+            )))
+        }
+    };
+    let reason = opt_value(&d.getattr(pyo3::intern!(py, "reason"))?)?;
+    let mut problems = Vec::new();
+    for p in d.getattr(pyo3::intern!(py, "problems"))?.try_iter()? {
+        problems.push(finding_of(&p?)?);
+    }
+    let mut notes = Vec::new();
+    for p in d.getattr(pyo3::intern!(py, "notes"))?.try_iter()? {
+        notes.push(str_attr(&p?, pyo3::intern!(py, "code"))?);
+    }
+    Ok(o::Decided {
+        verdict,
+        internal_error: reason.as_deref() == Some(b"internal-error"),
+        reason,
+        check: opt_py_str(&d.getattr(pyo3::intern!(py, "check"))?)?,
+        problems,
+        notes,
+        repeated: d.getattr(pyo3::intern!(py, "repeated"))?.is_truthy()?,
+        decided_at: d.getattr(pyo3::intern!(py, "decided_at"))?.extract()?,
+        raise_alert: d.getattr(pyo3::intern!(py, "raise_alert"))?.is_truthy()?,
+        message: named_of(&d.getattr(pyo3::intern!(py, "message"))?)?,
+    })
+}
+
+fn notice_of(n: &Bound<'_, PyAny>, author: &[u8], sig: Option<Vec<u8>>) -> PyResult<o::Notice> {
+    let py = n.py();
+    Ok(o::Notice {
+        id: str_attr(n, pyo3::intern!(py, "id"))?,
+        line: str_attr(n, pyo3::intern!(py, "line"))?,
+        re: str_attr(n, pyo3::intern!(py, "re"))?,
+        reason: str_attr(n, pyo3::intern!(py, "reason"))?,
+        why: str_attr(n, pyo3::intern!(py, "why"))?,
+        author: author.to_vec(),
+        sig,
+    })
+}
+
+fn masker_of(slots: &Bound<'_, PyAny>) -> PyResult<Masker> {
+    let mut extra = Vec::new();
+    for s in slots.try_iter()? {
+        extra.push(text(&s?.cast_into::<PyString>()?)?.into_owned());
+    }
+    Ok(Masker::for_slots(extra.iter().map(Vec::as_slice)))
+}
+
+/// One record as Python's `Outcome` takes it: (kind, topic, key, value, headers, level, size).
+fn record_py<'py>(py: Python<'py>, r: &Record) -> PyResult<Bound<'py, PyTuple>> {
+    let key = match &r.key {
+        Some(k) => PyBytes::new(py, k).into_any(),
+        None => py.None().into_bound(py),
+    };
+    PyTuple::new(
+        py,
+        [
+            PyString::new(py, r.kind.name()).into_any(),
+            string(py, &r.topic)?,
+            key,
+            PyBytes::new(py, &r.value).into_any(),
+            headers_py(py, &r.headers)?.into_any(),
+            r.level.into_pyobject(py)?.into_any(),
+            r.size().into_pyobject(py)?.into_any(),
+        ],
+    )
+}
+
+/// What an outcome is made from at every trim level (`engine::outcomes::Draft`).
+#[pyclass(module = "rwcore._native", frozen)]
+pub struct OutcomeDraft {
+    draft: Draft,
+}
+
+#[pymethods]
+impl OutcomeDraft {
+    /// The record at a trim level (a tuple as `build_outcomes` gives it), or None past the last.
+    fn render<'py>(&self, py: Python<'py>, level: u8) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let r = crate::guarded(|| self.draft.render(level))?;
+        r.map(|r| record_py(py, &r)).transpose()
+    }
+}
+
+/// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them): a list of (record tuple,
+/// `OutcomeDraft`), the record at level 0. `sig` and the notice's `notice_sig` are the `gk.sig` values the caller
+/// signed, with signing configured.
+#[pyfunction]
+#[pyo3(signature = (decision, source, targets, conversation, sensitive, now, notice, sig, notice_sig, version, author))]
+#[allow(clippy::too_many_arguments)]
+fn build_outcomes<'py>(
+    py: Python<'py>,
+    decision: &Bound<'py, PyAny>,
+    source: &Bound<'py, PyAny>,
+    targets: &Bound<'py, PyAny>,
+    conversation: Option<Bound<'py, PyString>>,
+    sensitive: &Bound<'py, PyAny>,
+    now: f64,
+    notice: Option<Bound<'py, PyAny>>,
+    sig: Option<Bound<'py, PyBytes>>,
+    notice_sig: Option<Bound<'py, PyBytes>>,
+    version: &Bound<'py, PyString>,
+    author: &Bound<'py, PyString>,
+) -> PyResult<Bound<'py, PyList>> {
+    let decided = decided_of(decision)?;
+    let source = source_of(source)?;
+    let targets = targets_of(targets)?;
+    let conversation = conversation.as_ref().map(text).transpose()?;
+    let masker = masker_of(sensitive)?;
+    let notice = notice
+        .map(|n| {
+            notice_of(
+                &n,
+                &text(author)?,
+                notice_sig.map(|s| s.as_bytes().to_vec()),
+            )
+        })
+        .transpose()?;
+    let version = text(version)?;
+    let line = o::Line {
+        decided: &decided,
+        source: &source,
+        targets: &targets,
+        conversation: conversation.as_deref(),
+        masker: &masker,
+        now,
+        notice: notice.as_ref(),
+        sig: sig.as_ref().map(|s| s.as_bytes()),
+        version: &version,
+    };
+    let drafts =
+        crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
+    let out = PyList::empty(py);
+    for draft in drafts {
+        let first = crate::guarded(|| draft.render(0))?.ok_or_else(|| {
+            pyo3::exceptions::PyRuntimeError::new_err("an outcome with no record at level 0")
+        })?;
+        out.append((record_py(py, &first)?, OutcomeDraft { draft }))?;
+    }
+    Ok(out)
+}
+
+/// An upper estimate of a record's size in a batch (what `max.message.bytes` limits).
+#[pyfunction]
+fn record_size(
+    key: Option<Bound<'_, PyBytes>>,
+    value: &Bound<'_, PyBytes>,
+    headers: &Bound<'_, PyAny>,
+) -> PyResult<usize> {
+    Ok(o::size(
+        key.as_ref().map(|k| k.as_bytes()),
+        value.as_bytes(),
+        &headers_of(headers)?,
+    ))
+}
+
+/// Epoch seconds as ISO-8601 UTC with milliseconds and a `Z`.
+#[pyfunction]
+fn iso_time(epoch: f64) -> PyResult<String> {
+    o::iso(epoch).ok_or_else(|| {
+        pyo3::exceptions::PyValueError::new_err(format!("no date and time for the epoch {epoch}"))
+    })
+}
+
+/// A sensitive value masked: `****` and its last 2-4 characters.
+#[pyfunction]
+fn mask_value<'py>(py: Python<'py>, value: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    string(py, &masking::mask_value(&text(value)?))
+}
+
+/// A value of a sensitive slot masked, a `+` list element by element.
+#[pyfunction]
+fn mask_list<'py>(py: Python<'py>, value: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    string(py, &masking::mask_list(&text(value)?))
+}
+
+/// What of a sensitive value a masker learns: the value and the parts of a `+` list, each of four characters or
+/// more (masking every `12` in a text would hide more than it protects).
+#[pyfunction]
+fn learnable<'py>(
+    py: Python<'py>,
+    value: &Bound<'py, PyString>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let v = text(value)?;
+    masking::learnable(&v)
+        .iter()
+        .map(|p| string(py, p))
+        .collect()
+}
+
+fn learnt(values: &Bound<'_, PyAny>) -> PyResult<std::collections::BTreeSet<Vec<u8>>> {
+    values
+        .try_iter()?
+        .map(|v| Ok(text(&v?.cast_into::<PyString>()?)?.into_owned()))
+        .collect()
+}
+
+/// `text` masked against the sensitive `slots` (the defaults added by the caller) and the `values` learnt.
+#[pyfunction]
+fn mask_text<'py>(
+    py: Python<'py>,
+    text_: &Bound<'py, PyString>,
+    slots: &Bound<'py, PyAny>,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let masker = Masker {
+        slots: learnt(slots)?,
+        values: learnt(values)?,
+    };
+    string(py, &masker.text(&text(text_)?))
+}
+
+/// The values of `text`'s `key=value` tokens whose key is one of `slots`.
+#[pyfunction]
+fn sensitive_values<'py>(
+    py: Python<'py>,
+    text_: &Bound<'py, PyString>,
+    slots: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let masker = Masker {
+        slots: learnt(slots)?,
+        values: Default::default(),
+    };
+    masker
+        .line_values(&text(text_)?)
+        .iter()
+        .map(|v| string(py, v))
+        .collect()
+}
+
+/// The expected and got values of the problems about one of `slots`.
+#[pyfunction]
+fn problem_values<'py>(
+    py: Python<'py>,
+    problems: &Bound<'py, PyAny>,
+    slots: &Bound<'py, PyAny>,
+) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let masker = Masker {
+        slots: learnt(slots)?,
+        values: Default::default(),
+    };
+    let mut found = Vec::new();
+    for p in problems.try_iter()? {
+        found.push(finding_of(&p?)?);
+    }
+    masker
+        .problem_values(&found)
+        .iter()
+        .map(|v| string(py, v))
+        .collect()
+}
+
+/// JSON text with every character that could act on a reader escaped (`engine::inert`).
+#[pyfunction]
+fn json_inert<'py>(py: Python<'py>, doc: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
+    string(py, &engine::inert::json_inert(&text(doc)?))
+}
+
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<OutcomeDraft>()?;
+    m.add_function(wrap_pyfunction!(build_outcomes, m)?)?;
+    m.add_function(wrap_pyfunction!(record_size, m)?)?;
+    m.add_function(wrap_pyfunction!(iso_time, m)?)?;
+    m.add_function(wrap_pyfunction!(mask_value, m)?)?;
+    m.add_function(wrap_pyfunction!(mask_text, m)?)?;
+    m.add_function(wrap_pyfunction!(mask_list, m)?)?;
+    m.add_function(wrap_pyfunction!(learnable, m)?)?;
+    m.add_function(wrap_pyfunction!(problem_values, m)?)?;
+    m.add("DEFAULT_SENSITIVE", masking::DEFAULT_SENSITIVE.to_vec())?;
+    m.add("MASK", String::from_utf8_lossy(masking::MASK).into_owned())?;
+    m.add_function(wrap_pyfunction!(sensitive_values, m)?)?;
+    m.add_function(wrap_pyfunction!(json_inert, m)?)?;
+    Ok(())
+}
