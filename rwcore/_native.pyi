@@ -224,18 +224,20 @@ class OutcomeDraft:
 
     def render(self, level: int) -> _Record | None: ...
 
+class OutcomeRoute:
+    """What building a route's outcomes reads of the route, read once."""
+
+    def __init__(self, targets: Any, sensitive: Iterable[str], version: str, author: str) -> None: ...
+
 def build_outcomes(
+    route: OutcomeRoute,
     decision: Any,
     source: Any,
-    targets: Any,
     conversation: str | None,
-    sensitive: Iterable[str],
     now: float,
     notice: Any,
     sig: bytes | None,
     notice_sig: bytes | None,
-    version: str,
-    author: str,
 ) -> list[tuple[_Record, OutcomeDraft]]: ...
 def record_size(key: bytes | None, value: bytes, headers: Iterable[tuple[str, bytes]]) -> int: ...
 def iso_time(epoch: float) -> str: ...

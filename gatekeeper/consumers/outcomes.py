@@ -238,19 +238,15 @@ def build(
                 route, conversation, notice.line.encode("utf-8"), NOTICE, repeat=decision.repeated
             )
     made = _native.build_outcomes(
-        decision,
-        source,
-        targets,
-        conversation,
-        sensitive,
-        now,
-        notice,
-        sig,
-        notice_sig,
-        __version__,
-        AUTHOR,
+        _route(targets, frozenset(sensitive)), decision, source, conversation, now, notice, sig, notice_sig
     )
     return [_outcome(record, source, draft) for record, draft in made]
+
+
+@functools.lru_cache(maxsize=256)
+def _route(targets: Targets, sensitive: frozenset[str]) -> _native.OutcomeRoute:
+    """What the engine reads of a route's targets, read once (a route's targets and slots do not change)."""
+    return _native.OutcomeRoute(targets, sensitive, __version__, AUTHOR)
 
 
 def bare_dead_letter(source: Source, targets: Targets, error: str, now: float) -> Outcome:

@@ -23,12 +23,12 @@ fn opt_bytes(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
     }
 }
 
-/// The value of an enum member (`.value`), or None.
-fn opt_value(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
+/// A string enum member (a `str` itself: its value), or None.
+fn opt_member(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
     if v.is_none() {
         return Ok(None);
     }
-    opt_py_str(&v.getattr(pyo3::intern!(v.py(), "value"))?)
+    Ok(Some(text(v.cast::<PyString>()?)?.into_owned()))
 }
 
 fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<Header>> {
@@ -43,7 +43,14 @@ fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<Header>> {
 fn headers_py<'py>(py: Python<'py>, hs: &[Header]) -> PyResult<Bound<'py, PyTuple>> {
     let items = hs
         .iter()
-        .map(|(k, v)| PyTuple::new(py, [string(py, k)?, PyBytes::new(py, v).into_any()]))
+        .map(|(k, v)| {
+            // the gatekeeper's names repeat on every record: the interned string, not a new one each time
+            let name = match std::str::from_utf8(k) {
+                Ok(k) if k.starts_with("gk.") => PyString::intern(py, k).into_any(),
+                _ => string(py, k)?,
+            };
+            PyTuple::new(py, [name, PyBytes::new(py, v).into_any()])
+        })
         .collect::<PyResult<Vec<_>>>()?;
     PyTuple::new(py, items)
 }
@@ -98,7 +105,7 @@ fn named_of(m: &Bound<'_, PyAny>) -> PyResult<Option<o::Named>> {
 
 fn decided_of(d: &Bound<'_, PyAny>) -> PyResult<o::Decided> {
     let py = d.py();
-    let verdict = opt_value(&d.getattr(pyo3::intern!(py, "verdict"))?)?.unwrap_or_default();
+    let verdict = opt_member(&d.getattr(pyo3::intern!(py, "verdict"))?)?.unwrap_or_default();
     let verdict = match verdict.as_slice() {
         b"forward" => o::Verdict::Forward,
         b"alert" => o::Verdict::Alert,
@@ -110,7 +117,7 @@ fn decided_of(d: &Bound<'_, PyAny>) -> PyResult<o::Decided> {
             )))
         }
     };
-    let reason = opt_value(&d.getattr(pyo3::intern!(py, "reason"))?)?;
+    let reason = opt_member(&d.getattr(pyo3::intern!(py, "reason"))?)?;
     let mut problems = Vec::new();
     for p in d.getattr(pyo3::intern!(py, "problems"))?.try_iter()? {
         problems.push(finding_of(&p?)?);
@@ -123,7 +130,11 @@ fn decided_of(d: &Bound<'_, PyAny>) -> PyResult<o::Decided> {
         verdict,
         internal_error: reason.as_deref() == Some(b"internal-error"),
         reason,
-        check: opt_py_str(&d.getattr(pyo3::intern!(py, "check"))?)?,
+        check: if verdict == o::Verdict::DeadLetter {
+            opt_py_str(&d.getattr(pyo3::intern!(py, "check"))?)?
+        } else {
+            None // only a dead letter says where its problems come from
+        },
         problems,
         notes,
         repeated: d.getattr(pyo3::intern!(py, "repeated"))?.is_truthy()?,
@@ -189,51 +200,68 @@ impl OutcomeDraft {
     }
 }
 
+/// What building a route's outcomes reads of the route, read once: where they go, its sensitive slots, the
+/// gatekeeper's version and the notices' author.
+#[pyclass(module = "rwcore._native", frozen)]
+pub struct OutcomeRoute {
+    targets: o::Targets,
+    masker: Masker,
+    version: Vec<u8>,
+    author: Vec<u8>,
+}
+
+#[pymethods]
+impl OutcomeRoute {
+    #[new]
+    fn new(
+        targets: &Bound<'_, PyAny>,
+        sensitive: &Bound<'_, PyAny>,
+        version: &Bound<'_, PyString>,
+        author: &Bound<'_, PyString>,
+    ) -> PyResult<OutcomeRoute> {
+        Ok(OutcomeRoute {
+            targets: targets_of(targets)?,
+            masker: masker_of(sensitive)?,
+            version: text(version)?.into_owned(),
+            author: text(author)?.into_owned(),
+        })
+    }
+}
+
 /// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them): a list of (record tuple,
 /// `OutcomeDraft`), the record at level 0. `sig` and the notice's `notice_sig` are the `gk.sig` values the caller
 /// signed, with signing configured.
 #[pyfunction]
-#[pyo3(signature = (decision, source, targets, conversation, sensitive, now, notice, sig, notice_sig, version, author))]
+#[pyo3(signature = (route, decision, source, conversation, now, notice, sig, notice_sig))]
 #[allow(clippy::too_many_arguments)]
 fn build_outcomes<'py>(
     py: Python<'py>,
+    route: &Bound<'py, OutcomeRoute>,
     decision: &Bound<'py, PyAny>,
     source: &Bound<'py, PyAny>,
-    targets: &Bound<'py, PyAny>,
     conversation: Option<Bound<'py, PyString>>,
-    sensitive: &Bound<'py, PyAny>,
     now: f64,
     notice: Option<Bound<'py, PyAny>>,
     sig: Option<Bound<'py, PyBytes>>,
     notice_sig: Option<Bound<'py, PyBytes>>,
-    version: &Bound<'py, PyString>,
-    author: &Bound<'py, PyString>,
 ) -> PyResult<Bound<'py, PyList>> {
+    let route = route.get();
     let decided = decided_of(decision)?;
     let source = source_of(source)?;
-    let targets = targets_of(targets)?;
     let conversation = conversation.as_ref().map(text).transpose()?;
-    let masker = masker_of(sensitive)?;
     let notice = notice
-        .map(|n| {
-            notice_of(
-                &n,
-                &text(author)?,
-                notice_sig.map(|s| s.as_bytes().to_vec()),
-            )
-        })
+        .map(|n| notice_of(&n, &route.author, notice_sig.map(|s| s.as_bytes().to_vec())))
         .transpose()?;
-    let version = text(version)?;
     let line = o::Line {
         decided: &decided,
         source: &source,
-        targets: &targets,
+        targets: &route.targets,
         conversation: conversation.as_deref(),
-        masker: &masker,
+        masker: &route.masker,
         now,
         notice: notice.as_ref(),
         sig: sig.as_ref().map(|s| s.as_bytes()),
-        version: &version,
+        version: &route.version,
     };
     let drafts =
         crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
@@ -365,6 +393,7 @@ fn json_inert<'py>(py: Python<'py>, doc: &Bound<'py, PyString>) -> PyResult<Boun
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<OutcomeDraft>()?;
+    m.add_class::<OutcomeRoute>()?;
     m.add_function(wrap_pyfunction!(build_outcomes, m)?)?;
     m.add_function(wrap_pyfunction!(record_size, m)?)?;
     m.add_function(wrap_pyfunction!(iso_time, m)?)?;
