@@ -13,12 +13,27 @@ use serde_json::Value as Json;
 pub use rw1::canon::string;
 
 /// The shortest decimal digits that read back as `f` (no sign), and the exponent of the first: `1.5e-5` is
-/// `("15", -5)`. `f` is finite.
+/// `("15", -5)`. `f` is finite. Of two shortest candidates equally near `f`, the even one (`562949953421312.25`
+/// is `...312.2`), as Python's `repr` and orjson choose: Ryu's choice (the `ryu` crate), where Rust's own
+/// formatting picks the odd one.
 fn shortest(f: f64) -> (Vec<u8>, i32) {
-    let sci = format!("{:e}", f.abs()); // Rust writes the shortest round-trip digits: "1.5e-5", "0e0"
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
-    let digits = mantissa.bytes().filter(u8::is_ascii_digit).collect();
-    (digits, exp.parse().unwrap_or(0))
+    let mut buf = ryu::Buffer::new();
+    let text = buf.format_finite(f.abs()); // "1.5e-5", "562949953421312.2", "1e16", "0.0"
+    let (mantissa, exp) = text.split_once('e').unwrap_or((text, "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all: Vec<u8> = int.bytes().chain(frac.bytes()).collect();
+    let lead = all.iter().take_while(|&&b| b == b'0').count();
+    if lead == all.len() {
+        return (b"0".to_vec(), 0); // zero
+    }
+    let mut digits = all[lead..].to_vec();
+    while digits.len() > 1 && digits.last() == Some(&b'0') {
+        digits.pop();
+    }
+    // the first significant digit's power of ten: the integer part's digits, less the leading zeros
+    let first = int.len() as i32 - 1 - lead as i32 + exp;
+    (digits, first)
 }
 
 fn fixed(out: &mut Vec<u8>, digits: &[u8], exp: i32) {
@@ -221,8 +236,21 @@ mod tests {
             (0.0, "0.0"),
             (1e-5, "0.00001"),
             (1e-6, "1e-6"),
+            (-1.5e-7, "-1.5e-7"),
+            (123.456, "123.456"),
+            // a tie between two shortest forms takes the even digit, as Python's repr and orjson do
+            (2f64.powi(49) + 0.25, "562949953421312.2"),
+            (1.5e15 + 0.25, "1500000000000000.2"),
         ] {
             assert_eq!(f(x), want, "{x}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_float_reads_back(x in proptest::num::f64::NORMAL | proptest::num::f64::SUBNORMAL | proptest::num::f64::ZERO) {
+            let back: f64 = serde_json::from_str(&f(x)).unwrap();
+            proptest::prop_assert_eq!(back, x);
         }
     }
 
