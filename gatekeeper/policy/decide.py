@@ -187,6 +187,22 @@ def internal_error(
     )
 
 
+#: each route's policy as the engine reads it (``_native.DecideRoute``), by the policy's identity: a route's policy is
+#: made once (``consumers.deciding.route_policy``), and a handful of them live at a time
+_ROUTES: dict[int, tuple[RoutePolicy, _native.DecideRoute]] = {}
+
+
+def _native_route(route: RoutePolicy) -> _native.DecideRoute:
+    found = _ROUTES.get(id(route))
+    if found is not None and found[0] is route:
+        return found[1]
+    if len(_ROUTES) >= 256:  # policies made per call (tests, ``gatekeeper check``): forget the old ones
+        _ROUTES.clear()
+    native = _native.DecideRoute(route)
+    _ROUTES[id(route)] = (route, native)
+    return native
+
+
 def decide(
     raw: bytes,
     conversation: str | None,
@@ -228,7 +244,7 @@ def decide(
         raw_fields,
         native,
         records,
-        route,
+        _native_route(route),
         RecordKey,
         now,
         first_seen,

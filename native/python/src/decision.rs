@@ -428,6 +428,64 @@ pub(crate) fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'
 /// clears)` where `problems` is a list of findings or `"gate"` / `"parse"` (the caller's) and `effects` the
 /// engine's (`state::Effects`: `line_text`, the line as the gate read it, is what a kept line keeps), or
 /// `("internal", class, message)`: the exception deciding it raised in Python.
+/// What the decision reads of a route's policy (`gatekeeper.policy.RoutePolicy`), read once per route.
+#[pyclass(module = "rwcore._native", frozen)]
+pub struct DecideRoute {
+    name: Vec<u8>,
+    profile: Vec<u8>,
+    grammar: Arc<rw1::Grammar>,
+    senders: Option<Vec<Vec<u8>>>,
+    hold_seconds: f64,
+    sender_auth: bool,
+    state_ttl_seconds: f64,
+    refuse_unverified_comprehension: bool,
+    record_check: Option<Py<PyAny>>,
+}
+
+#[pymethods]
+impl DecideRoute {
+    #[new]
+    fn new(route: &Bound<'_, PyAny>) -> PyResult<DecideRoute> {
+        let py = route.py();
+        let profile = route.getattr(pyo3::intern!(py, "profile"))?;
+        let senders = route.getattr(pyo3::intern!(py, "senders"))?;
+        let senders = if senders.is_none() {
+            None
+        } else {
+            let mut out = Vec::new();
+            for s in senders.try_iter()? {
+                out.push(bytes_of(&s?)?.unwrap_or_default());
+            }
+            Some(out)
+        };
+        let check = route.getattr(pyo3::intern!(py, "record_check"))?;
+        Ok(DecideRoute {
+            name: attr_bytes(route, pyo3::intern!(py, "name"))?.unwrap_or_default(),
+            profile: attr_bytes(&profile, pyo3::intern!(py, "name"))?.unwrap_or_default(),
+            grammar: profile
+                .getattr(pyo3::intern!(py, "grammar"))?
+                .cast_into::<Grammar>()?
+                .get()
+                .inner
+                .clone(),
+            senders,
+            hold_seconds: route
+                .getattr(pyo3::intern!(py, "hold_seconds"))?
+                .extract()?,
+            sender_auth: route
+                .getattr(pyo3::intern!(py, "sender_auth"))?
+                .is_truthy()?,
+            state_ttl_seconds: route
+                .getattr(pyo3::intern!(py, "state_ttl_seconds"))?
+                .extract()?,
+            refuse_unverified_comprehension: route
+                .getattr(pyo3::intern!(py, "refuse_unverified_comprehension"))?
+                .is_truthy()?,
+            record_check: (!check.is_none()).then(|| check.unbind()),
+        })
+    }
+}
+
 #[pyfunction]
 #[pyo3(signature = (raw, conversation, message, invalid, raw_fields, state, records, route, record_key, now, first_seen, replay, sender, line_text))]
 #[allow(clippy::too_many_arguments)]
@@ -440,7 +498,7 @@ fn decide_line<'py>(
     raw_fields: Option<Bound<'py, PyAny>>,
     state: &Bound<'py, crate::state::State>,
     records: &Bound<'py, PyAny>,
-    route: &Bound<'py, PyAny>,
+    route: &Bound<'py, DecideRoute>,
     record_key: &Bound<'py, PyAny>,
     now: f64,
     first_seen: Option<f64>,
@@ -476,44 +534,20 @@ fn decide_line<'py>(
         (None, "gate") => d::Line::Refused,
         _ => d::Line::Invalid(raw_view.clone()),
     };
-    let profile = route.getattr(pyo3::intern!(py, "profile"))?;
-    let grammar = profile
-        .getattr(pyo3::intern!(py, "grammar"))?
-        .cast_into::<Grammar>()?
-        .get()
-        .inner
-        .clone();
-    let profile_name = attr_bytes(&profile, pyo3::intern!(py, "name"))?.unwrap_or_default();
-    let route_name = attr_bytes(route, pyo3::intern!(py, "name"))?.unwrap_or_default();
-    let senders = route.getattr(pyo3::intern!(py, "senders"))?;
-    let senders = if senders.is_none() {
-        None
-    } else {
-        let mut out = Vec::new();
-        for s in senders.try_iter()? {
-            out.push(bytes_of(&s?)?.unwrap_or_default());
-        }
-        Some(out)
-    };
-    let check = route.getattr(pyo3::intern!(py, "record_check"))?;
+    let route = route.get();
+    let grammar = route.grammar.clone();
+    let profile_name = route.profile.clone();
     let policy = d::Route {
-        name: &route_name,
+        name: &route.name,
         profile: &profile_name,
         grammar: &grammar,
-        senders,
-        hold_seconds: route
-            .getattr(pyo3::intern!(py, "hold_seconds"))?
-            .extract()?,
-        sender_auth: route
-            .getattr(pyo3::intern!(py, "sender_auth"))?
-            .is_truthy()?,
-        state_ttl_seconds: route
-            .getattr(pyo3::intern!(py, "state_ttl_seconds"))?
-            .extract()?,
-        refuse_unverified_comprehension: route
-            .getattr(pyo3::intern!(py, "refuse_unverified_comprehension"))?
-            .is_truthy()?,
+        senders: route.senders.clone(),
+        hold_seconds: route.hold_seconds,
+        sender_auth: route.sender_auth,
+        state_ttl_seconds: route.state_ttl_seconds,
+        refuse_unverified_comprehension: route.refuse_unverified_comprehension,
     };
+    let check = route.record_check.as_ref().map(|c| c.bind(py).clone());
     let proof = match &sender {
         None => None,
         Some(s) => Some(d::SenderProof {
@@ -528,7 +562,7 @@ fn decide_line<'py>(
         state: state.borrow_mut(),
         records: records.clone(),
         record_key: record_key.clone(),
-        record_check: if check.is_none() { None } else { Some(check) },
+        record_check: check,
         grammar: grammar.clone(),
         profile: profile_name.clone(),
         looked_up: None,
@@ -633,6 +667,7 @@ fn decide_line<'py>(
 }
 
 pub fn register_decide(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<DecideRoute>()?;
     m.add_function(wrap_pyfunction!(decide_line, m)?)?;
     Ok(())
 }
