@@ -117,6 +117,7 @@ from gatekeeper.approvals import check_key_settings
 from gatekeeper.config import Settings
 from gatekeeper.consumers.accounting import Children, account
 from gatekeeper.consumers.alerting import Alerts, data_lost_alert, flood_alert
+from gatekeeper.consumers.assignment import Assignment
 from gatekeeper.consumers.breaker import Change
 from gatekeeper.consumers.client import AioKafka, Consumer, Kafka
 from gatekeeper.consumers.committing import Committer
@@ -239,14 +240,7 @@ class Gatekeeper:
         self._failures = 0
         self._pauses = Pauses()  # why partitions wait: a backoff, a tripped breaker, no transactional producer yet
         self._child = Children()
-        self._unfenced: set[TP] = set()  # assigned partitions whose owner epoch is not taken yet (Redis was down)
-        self._assigned: set[TP] = set()
-        # exactly-once: lines read before their partition's producer started and its offset was read again may come
-        # from a stale offset (the fenced owner's last transaction may have moved it): a batch read before that
-        # open-generation drops them (they are read again)
-        self._generation = 0
-        self._reopened: dict[TP, int] = {}
-        self._settled = False  # the generation marker checked at startup: owner epochs may be taken (they mark history)
+        self._assigned = Assignment(self._routes)
         self._next_lag = 0.0
         self._signals: list[signal.Signals] = []
         self.metrics.stalled.set_function(self._health.stalled_for)
@@ -307,7 +301,8 @@ class Gatekeeper:
     def liveness(self) -> tuple[bool, dict[str, Any]]:
         """(alive, detail) for ``/healthz`` (see ``gatekeeper.consumers.health``)."""
         return self._health.liveness(
-            self.settings.http.stall_seconds, lambda: lagging(self._consumer, self._assigned, self._watermarks)
+            self.settings.http.stall_seconds,
+            lambda: lagging(self._consumer, self._assigned.partitions, self._watermarks),
         )
 
     async def run(self) -> None:
@@ -424,7 +419,7 @@ class Gatekeeper:
                         if self._stop.is_set() or time.monotonic() >= deadline:
                             raise Unavailable(f"redis is unavailable: {describe(exc)}") from exc
                         await self._sleep(1.0)
-        self._settled = True
+        self._assigned.settled = True
         self._health.started = True
         self._update_ready()
         log.info(
@@ -481,11 +476,11 @@ class Gatekeeper:
                 if not records:
                     await self._settle_between()
                     records = await self._fetch(self._fetch_timeout(now))
-                records = self._held_only(records)
+                records = self._assigned.only_held(records)
                 now = self._clock()
                 lines = self._holds.plan(take_in(records, self._conversation_headers, self._watermarks, now), now)
                 if lines:
-                    self._batch = Batch(lines, generation=self._generation)
+                    self._batch = Batch(lines, generation=self._assigned.generation)
                     await self._attempt()
                 elif records or self._holds:
                     self._gauge_held()
@@ -494,14 +489,6 @@ class Gatekeeper:
         except Exception as exc:  # a service error the loop should have handled is a bug here too
             log.exception("the worker failed")
             raise FatalError(f"the worker failed: {describe(exc)}") from exc
-
-    def _held_only(self, records: dict[TopicPartition, list[Any]]) -> dict[TopicPartition, list[Any]]:
-        """The records of the partitions this instance holds: a fetch that raced a revocation may bring records
-        of a partition given away, whose watermark would then outlive the assignment (and, the partition given
-        back later, let a commit pass lines this instance never read)."""
-        if all((tp.topic, tp.partition) in self._assigned for tp in records):
-            return records
-        return {tp: recs for tp, recs in records.items() if (tp.topic, tp.partition) in self._assigned}
 
     def _fetch_timeout(self, now: float) -> int:
         timeout = self.settings.kafka.batch_timeout_ms
@@ -530,7 +517,7 @@ class Gatekeeper:
             # Only the lines of partitions held now: a partition revoked while this batch held the lock too long is
             # not ours (its lines would be saved unfenced, its epoch gone); exactly-once, a line read before its
             # partition was opened again may come from a stale offset. Their owner reads them again.
-            stale = {p.tp for p in b.lines if p.tp not in self._assigned or self._reopened.get(p.tp, 0) > b.generation}
+            stale = self._assigned.stale({p.tp for p in b.lines}, b.generation)
             if stale:
                 b = b.only({p.tp for p in b.lines} - stale)
                 self._batch = b if b.lines else None
@@ -705,15 +692,12 @@ class Gatekeeper:
                     self._resume("backoff")
             dropped = self._holds.drop(tps)
             self._watermarks.forget(tps)
-            for topic, partition in tps:
-                if topic in self._routes:
-                    self._routes[topic].processor.epochs.pop(partition, None)
+            self._assigned.revoke(tps)
             await self._sender.release(tps)
             self._pauses.unopened -= tps
             self._pauses.broken -= tps
             for topic, partition in tps:
                 self.metrics.forget_partition(topic, partition)
-            self._assigned -= tps
             self.metrics.assigned.set(len(self._assigned))
             self._gauge_held()
             log.info("partitions revoked", extra={"partitions": len(tps), "held_dropped": len(dropped)})
@@ -722,46 +706,27 @@ class Gatekeeper:
                 self._lock.release()
 
     async def _take_epochs(self) -> None:
-        """Take the owner epoch of every assigned partition that has none yet (one round trip per route). Raises
-        ``StoreError``: the batch waits, its writes are never made unfenced."""
-        if self._health.data_lost is not None:  # no epoch written to a Redis that lost its data (they mark history)
+        """The owner epochs of the partitions held that have none yet (``Assignment.take_epochs``). Raises
+        ``DataLost`` when Redis lost its data (no epoch is written to it: they mark history), ``StoreError``."""
+        if self._health.data_lost is not None:
             raise DataLost(self._health.data_lost)
-        if not self._settled:
-            raise StoreError("the generation marker is not checked yet")
-        pending = self._unfenced & self._assigned
-        by_route: dict[str, list[int]] = {}
-        for topic, partition in pending:
-            if topic in self._routes:
-                by_route.setdefault(topic, []).append(partition)
-        for name, parts in by_route.items():
-            epochs = await self._store.take_epochs(name, parts)
-            self._routes[name].processor.epochs.update(epochs)
-            self._unfenced -= {(name, p) for p in parts}
-            log.info("owner epochs taken", extra={"route": name, "epochs": {str(p): e for p, e in epochs.items()}})
-        self._unfenced &= self._assigned
-
-    def _epochs(self) -> dict[tuple[str, int], int]:
-        return {(name, p): e for name, rt in self._routes.items() for p, e in rt.processor.epochs.items()}
+        await self._assigned.take_epochs(self._store)
 
     async def _on_assigned(self, assigned: Iterable[TopicPartition]) -> None:
         tps = list(assigned)
-        self._assigned = {(tp.topic, tp.partition) for tp in tps}
+        held = self._assigned.assign((tp.topic, tp.partition) for tp in tps)
         # an assignment reads every partition from its committed offset: nothing read before it counts (a batch
         # that outlived a revocation may have left a watermark or a held line behind)
-        self._watermarks.forget(self._assigned)
-        self._holds.drop(self._assigned)
-        for name, rt in self._routes.items():  # a partition given back to us gets a new epoch: the old one is stale
-            for p in [p for p in rt.processor.epochs if (name, p) in self._assigned]:
-                del rt.processor.epochs[p]
-        self._unfenced = set(self._assigned)
+        self._watermarks.forget(held)
+        self._holds.drop(held)
         try:  # bounded: a slow Redis must not hold the group's rebalance up
-            if self._settled and self._health.data_lost is None:  # else taken before the first batch instead
+            if self._assigned.settled and self._health.data_lost is None:  # else taken before the first batch
                 await asyncio.wait_for(self._take_epochs(), timeout=2.0)
         except (StoreError, TimeoutError) as exc:  # taken before the first batch of those partitions instead
             log.warning("owner epochs not taken at assignment; retried", extra={"error": describe(exc)})
         if self.settings.kafka.transactional:
-            self._pauses.broken -= self._assigned
-            self._pauses.unopened = self._assigned - self._sender.opened
+            self._pauses.broken -= held
+            self._pauses.unopened = held - self._sender.opened
             self._apply_pauses()  # none read before its producer fenced the old owner and its offset was read again
             try:  # no batch meanwhile: a batch's lines read before the open are dropped by it (generation)
                 await asyncio.wait_for(self._lock.acquire(), timeout=max(1.0, self.settings.grace_seconds))
@@ -785,7 +750,7 @@ class Gatekeeper:
         read the partition again from its committed offset, which the fenced owner can no longer move; then it is
         resumed. What does not get there within ``timeout`` stays paused and is tried again between batches. The
         caller holds the batch lock."""
-        todo = sorted(self._pauses.unopened & self._assigned)
+        todo = sorted(self._pauses.unopened & self._assigned.partitions)
         if not todo or self._consumer is None:
             return
         try:
@@ -797,9 +762,7 @@ class Gatekeeper:
                 )
                 self._watermarks.forget(ready)
                 self._pauses.unopened -= set(ready)
-                self._generation += 1
-                for tp in ready:
-                    self._reopened[tp] = self._generation
+                self._assigned.reopened(ready)
                 log.info("transactional producers started", extra={"partitions": len(ready)})
         except (KafkaError, TimeoutError) as exc:
             self.metrics.kafka_errors.labels(operation="transaction").inc()
@@ -1084,10 +1047,10 @@ class Gatekeeper:
         if self._health.data_lost is not None:  # an empty Redis has no deadlines: nothing to sweep, nothing to trust
             return None
         async with self._lock:
-            owned = [(topic, partition) for topic, partition in self._assigned if topic in self._routes]
+            owned = [(topic, partition) for topic, partition in self._assigned.partitions if topic in self._routes]
             try:
                 await self._take_epochs()
-                return await self._sweeper.sweep(owned, now=self._clock(), epochs=self._epochs())
+                return await self._sweeper.sweep(owned, now=self._clock(), epochs=self._assigned.epochs())
             except Fenced as exc:
                 self.metrics.fenced.inc()
                 log.warning(
