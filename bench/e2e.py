@@ -16,9 +16,10 @@ Sections (each prints a table; ratios are against figures taken in the same run)
   flows with ``rb=acc``, cancels, a few per cent faulty and invalid lines; many conversations keyed by id), first
   through the passthrough, then through the gatekeeper: sustained lines/s (between 5% and 95% of the outcomes), the
   ratio, CPU ms per 1,000 lines (the process's user + system time), Redis round trips per batch (its metrics);
-- ``latency``: the gatekeeper fed at a fixed rate, 90% and 50% of its measured throughput: producer timestamp to
-  outcome timestamp, p50 and p99; beside them the passthrough's on the same traffic at the same rates (its outputs
-  stamped with the input's timestamp): what the broker, the clients and the benchmark add with no work done;
+- ``latency``: the gatekeeper fed at a fixed rate, 90% and 50% of its measured throughput and 1,000 lines/s:
+  producer timestamp to outcome timestamp, p50 and p99; beside them the passthrough's on the same traffic at the same
+  rates (its outputs stamped with the input's timestamp): what the broker, the clients and the benchmark add with no
+  work done;
 - ``growth``: per-line cost in conversations of 10, 1,000 and 10,000 lines (one partition, the same line count);
 - ``open``: throughput and Redis memory per open handoff with 10,000 and 100,000 handoffs open (``--open`` for
   others, 1,000,000 included);

@@ -88,7 +88,8 @@ The worker's parts, each in a module of its own:
 ``holds``                  replies held for a handoff not known yet; the watermarks
 ``deciding``               a batch decided per route (``Processor``), and the records each decision produces
 ``sending``                the one outcome sender (also the sweeper's and replay's): trimming, retries, transactions
-``committing``             offsets committed, never past an open line
+``checkpoint``             the watermarks and the offsets committed, never past an open line
+``assignment``             the partitions held, their owner epochs and (exactly-once) open-generations
 ``accounting``             a finished batch counted and logged
 ``health``                 readiness, liveness, the lag gauges
 ``breaker``                the dead-letter flood breaker
@@ -119,8 +120,8 @@ from gatekeeper.consumers.accounting import Children, account
 from gatekeeper.consumers.alerting import Alerts, data_lost_alert, flood_alert
 from gatekeeper.consumers.assignment import Assignment
 from gatekeeper.consumers.breaker import Change
+from gatekeeper.consumers.checkpoint import Checkpoint
 from gatekeeper.consumers.client import AioKafka, Consumer, Kafka
-from gatekeeper.consumers.committing import Committer
 from gatekeeper.consumers.deciding import Batch, RouteRuntime, build_sends, decide, route_policy
 from gatekeeper.consumers.health import (
     KAFKA_PROBE_TIMEOUT,
@@ -131,7 +132,7 @@ from gatekeeper.consumers.health import (
     lagging,
     probe,
 )
-from gatekeeper.consumers.holds import TP, HoldBuffer, HoldLimits, lowest_offsets, merge_lowest
+from gatekeeper.consumers.holds import TP, HoldBuffer, HoldLimits
 from gatekeeper.consumers.intake import conversation_of, take_in
 from gatekeeper.consumers.pausing import Pauses
 from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, describe
@@ -229,8 +230,8 @@ class Gatekeeper:
         )
         self._health = Health()
         self._sender = OutcomeSender(self._kafka, settings.kafka, self.metrics)
-        self._committer = Committer(settings.kafka, self.metrics, self._kafka_failed)
-        self._watermarks = self._committer.watermarks
+        self._checkpoint = Checkpoint(settings.kafka, self.metrics, self._holds, self._kafka_failed)
+        self._watermarks = self._checkpoint.watermarks
         self._lock = asyncio.Lock()
         self._batch: Batch | None = None
         # at-least-once: the batch before, its records sent and not all acknowledged yet (see ``_settle``)
@@ -611,12 +612,11 @@ class Gatekeeper:
         assert b.sends is not None
 
         def offsets() -> dict[TP, int]:  # the watermarks, none past a line held now or still held
-            open_lowest = merge_lowest(self._holds.lowest(), lowest_offsets(p for p, _ in b.held))
-            return self._committer.offsets(open_lowest, self._consumer_assignment())
+            return self._checkpoint.offsets((p for p, _ in b.held), self._consumer_assignment())
 
         result = await self._sender.produce_transactions(b.sends, offsets, self.settings.kafka.group_id)
         if result.committed:
-            self._committer.committed(result.committed)
+            self._checkpoint.committed(result.committed)
         if result.broken:
             self._broken(result.broken)
         unfinished = result.unfinished
@@ -649,12 +649,8 @@ class Gatekeeper:
 
     async def _commit(self, tps: Iterable[TP] | None = None, *, force: bool = False) -> bool:
         """Commit the watermarks that moved (see ``committing``); the in-flight batch and the held lines are open."""
-        in_flight = merge_lowest(
-            lowest_offsets(self._batch.lines) if self._batch is not None else {},
-            lowest_offsets(self._unacked.lines) if self._unacked is not None else {},
-        )
-        open_lowest = merge_lowest(self._holds.lowest(), in_flight)
-        return await self._committer.commit(self._consumer, open_lowest, tps, force=force)
+        in_flight = [p for b in (self._batch, self._unacked) if b is not None for p in b.lines]
+        return await self._checkpoint.commit(self._consumer, in_flight, tps, force=force)
 
     # ------------------------------------------------------------------------------------------------ rebalance
 

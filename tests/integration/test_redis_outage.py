@@ -185,7 +185,7 @@ async def _one_handoff_then_stop(p: Pipeline) -> None:
     await p.store.put_record(RECORD)
     await p.send("c1", HO)
     await p.collect(lambda g: g.count("c1") == 1)
-    await _until(lambda: p.gatekeeper._committer.watermarks.last_committed((p.route().input, 0)) == 1)
+    await _until(lambda: p.gatekeeper._checkpoint.watermarks.last_committed((p.route().input, 0)) == 1)
     p.gatekeeper.request_stop()
     await asyncio.wait_for(p.task, 20)
 
