@@ -225,11 +225,6 @@ def by_deadline(by: str) -> float | None: ...
 # the outcome records (engine::outcomes) and masking (engine::masking, engine::inert)
 _Record = tuple[str, str, bytes | None, bytes, tuple[tuple[str, bytes], ...], int, int]
 
-class OutcomeDraft:
-    """What an outcome is made from at every trim level."""
-
-    def render(self, level: int) -> _Record | None: ...
-
 class OutcomeRoute:
     """What building a route's outcomes reads of the route, read once."""
 
@@ -244,7 +239,19 @@ def build_outcomes(
     notice: Any,
     sig: bytes | None,
     notice_sig: bytes | None,
-) -> list[tuple[_Record, OutcomeDraft]]: ...
+) -> list[_Record]: ...
+def render_outcome(
+    route: OutcomeRoute,
+    decision: Any,
+    source: Any,
+    conversation: str | None,
+    now: float,
+    notice: Any,
+    sig: bytes | None,
+    notice_sig: bytes | None,
+    index: int,
+    level: int,
+) -> _Record | None: ...
 def record_size(key: bytes | None, value: bytes, headers: Iterable[tuple[str, bytes]]) -> int: ...
 def iso_time(epoch: float) -> str: ...
 def mask_value(value: str) -> str: ...

@@ -92,6 +92,7 @@ import enum
 import functools
 from collections.abc import Collection
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -168,7 +169,8 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     headers: Headers
     source: Source
     level: int = 0
-    draft: _native.OutcomeDraft | None = None  # what the next trim level is made from
+    #: what the next trim level is made from: ``build``'s arguments to the engine and the outcome's place among them
+    draft: tuple[Any, ...] | None = None
     estimate: int = -1  # ``size``, when the engine computed it with the record
 
     @property
@@ -188,13 +190,17 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
         """The same outcome trimmed one level further, or None when nothing is left to trim."""
         if self.draft is None:
             return None
-        record = self.draft.render(self.level + 1)
+        route, decision, source, conversation, now, notice, sig, notice_sig, index = self.draft
+        # built again: trimming is rare, and no record keeps in memory what only a trim needs
+        record = _native.render_outcome(
+            route, decision, source, conversation, now, notice, sig, notice_sig, index, self.level + 1
+        )
         return None if record is None else _outcome(record, self.source, self.draft)
 
 
-def _outcome(record: tuple[str, str, bytes | None, bytes, Headers, int, int], source: Source, draft: object) -> Outcome:
+def _outcome(record: tuple[str, str, bytes | None, bytes, Headers, int, int], source: Source, draft: Any) -> Outcome:
     kind, topic, key, value, headers, level, size = record
-    return Outcome(_KINDS[kind], topic, key, value, headers, source, level, draft, size)  # type: ignore[arg-type]
+    return Outcome(_KINDS[kind], topic, key, value, headers, source, level, draft, size)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -237,10 +243,9 @@ def build(
             notice_sig = targets.signer.sign(
                 route, conversation, notice.line.encode("utf-8"), NOTICE, repeat=decision.repeated
             )
-    made = _native.build_outcomes(
-        _route(targets, frozenset(sensitive)), decision, source, conversation, now, notice, sig, notice_sig
-    )
-    return [_outcome(record, source, draft) for record, draft in made]
+    args = (_route(targets, frozenset(sensitive)), decision, source, conversation, now, notice, sig, notice_sig)
+    made = _native.build_outcomes(*args)
+    return [_outcome(record, source, (*args, i)) for i, record in enumerate(made)]
 
 
 @functools.lru_cache(maxsize=256)

@@ -5,6 +5,8 @@
 //! module writes them. What it is given is already decided: the verdict, the problems, the notice's words and the
 //! gatekeeper's signature (`gatekeeper.verdicts` signs, with the key it holds).
 
+use std::borrow::Cow;
+
 use crate::decide::{civil, Finding};
 use crate::inert;
 use crate::masking::Masker;
@@ -17,8 +19,8 @@ const HEADER_PREFIX: &[u8] = b"gk.";
 /// What each trim level drops, in order (`gk.trimmed` lists those done).
 const TRIMMED: [&str; 3] = ["problems", "headers", "value"];
 
-/// A header: its name (text) and value.
-pub type Header = (Vec<u8>, Vec<u8>);
+/// A header: its name (text; the gatekeeper's own names are static) and value.
+pub type Header = (Cow<'static, [u8]>, Vec<u8>);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -56,7 +58,7 @@ pub struct Source {
     pub value: Vec<u8>,
     /// epoch milliseconds
     pub timestamp: Option<i64>,
-    pub headers: Vec<Header>,
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
     /// the attempt a dead letter of this record is (1, or one more than a replayed dead letter's)
     pub attempt: i64,
 }
@@ -141,19 +143,25 @@ pub struct Record {
 impl Record {
     /// An upper estimate of the record's size in a batch (what `max.message.bytes` limits).
     pub fn size(&self) -> usize {
-        size(self.key.as_deref(), &self.value, &self.headers)
+        size(
+            self.key.as_deref(),
+            &self.value,
+            self.headers.iter().map(|(k, v)| (&**k, &v[..])),
+        )
     }
 }
 
-/// An upper estimate of a record's size in a batch.
-pub fn size(key: Option<&[u8]>, value: &[u8], headers: &[Header]) -> usize {
+/// An upper estimate of a record's size in a batch: its key, value and headers (name, value) with what a record
+/// adds to them.
+pub fn size<'h>(
+    key: Option<&[u8]>,
+    value: &[u8],
+    headers: impl Iterator<Item = (&'h [u8], &'h [u8])>,
+) -> usize {
     RECORD_OVERHEAD
         + key.map_or(0, <[u8]>::len)
         + value.len()
-        + headers
-            .iter()
-            .map(|(k, v)| 10 + k.len() + v.len())
-            .sum::<usize>()
+        + headers.map(|(k, v)| 10 + k.len() + v.len()).sum::<usize>()
 }
 
 /// A value of an alert's JSON document.
@@ -188,8 +196,8 @@ pub struct Draft {
     dlq_required: Vec<Header>,
 }
 
-fn h(name: &str, value: impl Into<Vec<u8>>) -> Header {
-    (name.as_bytes().to_vec(), value.into())
+fn h(name: &'static str, value: impl Into<Vec<u8>>) -> Header {
+    (Cow::Borrowed(name.as_bytes()), value.into())
 }
 
 fn decimal(n: i64) -> Vec<u8> {
@@ -238,10 +246,11 @@ fn iso_bytes(epoch: f64) -> Result<Vec<u8>, String> {
 
 /// The record's own headers, without any `gk.*` header (only the gatekeeper writes those: an agent cannot forge a
 /// verdict). The prefix is compared as Python's `str.lower` sees it.
-pub fn passthrough(headers: &[Header]) -> impl Iterator<Item = &Header> {
+pub fn passthrough(headers: &[(Vec<u8>, Vec<u8>)]) -> impl Iterator<Item = Header> + '_ {
     headers
         .iter()
         .filter(|(k, _)| !rw1::pytext::lower(k).starts_with(HEADER_PREFIX))
+        .map(|(k, v)| (Cow::Owned(k.clone()), v.clone()))
 }
 
 fn origin(source: &Source) -> [Header; 3] {
@@ -325,17 +334,13 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
     } = *line;
     let alerts = d.verdict == Verdict::Alert || d.raise_alert;
     // a clean forwarded line carries no text of the gatekeeper's that could need masking: skip the work
-    let masker = if d.problems.is_empty() && !alerts {
-        line.masker.clone()
+    let masker: Cow<'_, Masker> = if d.problems.is_empty() && !alerts {
+        Cow::Borrowed(line.masker)
     } else {
-        line.masker.clone().knowing(
-            Some(
-                &String::from_utf8_lossy(&source.value)
-                    .into_owned()
-                    .into_bytes(),
-            ),
+        Cow::Owned(line.masker.clone().knowing(
+            Some(String::from_utf8_lossy(&source.value).as_bytes()),
             &d.problems,
-        )
+        ))
     };
     let masked: Vec<Finding> = d.problems.iter().map(|p| masker.problem(p)).collect();
     let problems_doc = problems_json(&masked);
@@ -378,7 +383,7 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
     let notice = line
         .notice
         .filter(|_| dead && !targets.dry_run && conversation.is_some());
-    let own: Vec<Header> = passthrough(&source.headers).cloned().collect();
+    let own: Vec<Header> = passthrough(&source.headers).collect();
     let mut out = Vec::with_capacity(3);
     if dead && !targets.dry_run {
         let tier = d
@@ -595,10 +600,47 @@ fn trimmed(level: u8) -> Option<Header> {
     (level > 0).then(|| h("gk.trimmed", TRIMMED[..usize::from(level).min(3)].join(",")))
 }
 
-fn joined(parts: &[&[Header]], extra: impl IntoIterator<Item = Header>) -> Vec<Header> {
-    let mut out: Vec<Header> = parts.iter().flat_map(|p| p.iter().cloned()).collect();
-    out.extend(extra);
-    out
+/// A record at a trim level, borrowing its draft: its headers are those of `parts`, in order, then `extra`.
+#[derive(Debug)]
+pub struct View<'d> {
+    pub kind: Kind,
+    pub topic: &'d [u8],
+    pub key: Option<&'d [u8]>,
+    pub value: Cow<'d, [u8]>,
+    pub parts: [&'d [Header]; 3],
+    pub extra: Vec<Header>,
+    pub level: u8,
+}
+
+impl View<'_> {
+    pub fn headers(&self) -> impl Iterator<Item = &Header> {
+        self.parts
+            .iter()
+            .flat_map(|p| p.iter())
+            .chain(self.extra.iter())
+    }
+
+    /// An upper estimate of the record's size in a batch (what `max.message.bytes` limits).
+    pub fn size(&self) -> usize {
+        RECORD_OVERHEAD
+            + self.key.map_or(0, <[u8]>::len)
+            + self.value.len()
+            + self
+                .headers()
+                .map(|(k, v)| 10 + k.len() + v.len())
+                .sum::<usize>()
+    }
+
+    pub fn to_record(&self) -> Record {
+        Record {
+            kind: self.kind,
+            topic: self.topic.to_vec(),
+            key: self.key.map(<[u8]>::to_vec),
+            value: self.value.to_vec(),
+            headers: self.headers().cloned().collect(),
+            level: self.level,
+        }
+    }
 }
 
 impl Draft {
@@ -606,22 +648,29 @@ impl Draft {
         self.kind
     }
 
+    /// The record at a trim level (`view`), owned.
+    pub fn render(&self, level: u8) -> Option<Record> {
+        self.view(level).map(|v| v.to_record())
+    }
+
     /// The record at a trim level, or None past the last: level 1 drops `gk.problems`, level 2 every optional
     /// header (the input's own included), level 3 the value of a dead letter or an alert's document; a forward is
     /// never sent without its value: at level 3 it moves to the dead-letter topic (`outcome-too-large`), at level 4
     /// without its value. A notice is never trimmed.
-    pub fn render(&self, level: u8) -> Option<Record> {
-        let record = |kind, topic: &[u8], value: Vec<u8>, headers| Record {
-            kind,
-            topic: topic.to_vec(),
-            key: self.key.clone(),
-            value,
-            headers,
-            level,
-        };
+    pub fn view(&self, level: u8) -> Option<View<'_>> {
         let none: &[Header] = &[];
         let problems = if level < 1 { &self.problems[..] } else { none };
         let optional = if level < 2 { &self.optional[..] } else { none };
+        let key = self.key.as_deref();
+        let view = |kind, topic, value, parts, extra| View {
+            kind,
+            topic,
+            key,
+            value,
+            parts,
+            extra,
+            level,
+        };
         match self.kind {
             Kind::Alert => {
                 let mut doc = self.alert.clone()?;
@@ -657,67 +706,68 @@ impl Draft {
                     kept.push(("trimmed", Field::Bool(true)));
                     doc = kept;
                 }
-                let headers = joined(&[&self.required], trimmed(level));
-                Some(record(Kind::Alert, &self.topic, doc_json(&doc), headers))
+                let parts = [&self.required[..], none, none];
+                Some(view(
+                    Kind::Alert,
+                    &self.topic,
+                    Cow::Owned(doc_json(&doc)),
+                    parts,
+                    trimmed(level).into_iter().collect(),
+                ))
             }
             Kind::Notice => (level == 0).then(|| {
-                record(
+                view(
                     Kind::Notice,
                     &self.topic,
-                    self.value.clone(),
-                    self.required.clone(),
+                    Cow::Borrowed(&self.value[..]),
+                    [&self.required[..], none, none],
+                    Vec::new(),
                 )
             }),
             Kind::DeadLetter => {
                 if level >= 4 {
                     return None;
                 }
-                let mut headers = joined(&[&self.required, problems, optional], None);
-                let mut value = self.value.clone();
+                let mut extra = Vec::new();
+                let mut value = Cow::Borrowed(&self.value[..]);
                 if level >= 3 {
-                    headers.push(h("gk.value.omitted", decimal(self.value.len() as i64)));
-                    value = Vec::new();
+                    extra.push(h("gk.value.omitted", decimal(self.value.len() as i64)));
+                    value = Cow::Borrowed(&[][..]);
                 }
-                headers.extend(trimmed(level));
-                Some(record(Kind::DeadLetter, &self.topic, value, headers))
+                extra.extend(trimmed(level));
+                Some(view(
+                    Kind::DeadLetter,
+                    &self.topic,
+                    value,
+                    [&self.required[..], problems, optional],
+                    extra,
+                ))
             }
             Kind::Output => match level {
-                0..=2 => {
-                    let headers = joined(&[&self.required, problems, optional], trimmed(level));
-                    Some(record(
-                        Kind::Output,
-                        &self.topic,
-                        self.value.clone(),
-                        headers,
-                    ))
-                }
-                3 => {
-                    let headers = joined(
-                        &[&self.dlq_required],
-                        [h("gk.trimmed", "problems,headers,moved")],
-                    );
-                    Some(record(
-                        Kind::DeadLetter,
-                        &self.dead_letter,
-                        self.value.clone(),
-                        headers,
-                    ))
-                }
-                4 => {
-                    let headers = joined(
-                        &[&self.dlq_required],
-                        [
-                            h("gk.value.omitted", decimal(self.value.len() as i64)),
-                            h("gk.trimmed", "problems,headers,moved,value"),
-                        ],
-                    );
-                    Some(record(
-                        Kind::DeadLetter,
-                        &self.dead_letter,
-                        Vec::new(),
-                        headers,
-                    ))
-                }
+                0..=2 => Some(view(
+                    Kind::Output,
+                    &self.topic,
+                    Cow::Borrowed(&self.value[..]),
+                    [&self.required[..], problems, optional],
+                    trimmed(level).into_iter().collect(),
+                )),
+                3 => Some(view(
+                    Kind::DeadLetter,
+                    &self.dead_letter,
+                    Cow::Borrowed(&self.value[..]),
+                    [&self.dlq_required[..], none, none],
+                    vec![h("gk.trimmed", "problems,headers,moved")],
+                )),
+                4 => Some(view(
+                    Kind::DeadLetter,
+                    &self.dead_letter,
+                    Cow::Borrowed(&[][..]),
+                    [&self.dlq_required[..], none, none],
+                    vec![
+                        h("gk.value.omitted", decimal(self.value.len() as i64)),
+                        h("gk.trimmed", "problems,headers,moved,value"),
+                    ],
+                )),
                 _ => None,
             },
         }
@@ -792,7 +842,10 @@ mod tests {
             key: Some(b"c-1".to_vec()),
             value: b"RW1 HO h1 acct=40-12-88/61102938".to_vec(),
             timestamp: Some(1_790_845_200_000),
-            headers: vec![h("trace", "x"), h("GK.verdict", "forged")],
+            headers: vec![
+                (b"trace".to_vec(), b"x".to_vec()),
+                (b"GK.verdict".to_vec(), b"forged".to_vec()),
+            ],
             attempt: 1,
         }
     }
@@ -830,7 +883,7 @@ mod tests {
     fn header<'a>(r: &'a Record, name: &str) -> Option<&'a [u8]> {
         r.headers
             .iter()
-            .find(|(k, _)| k == name.as_bytes())
+            .find(|(k, _)| &**k == name.as_bytes())
             .map(|(_, v)| v.as_slice())
     }
 

@@ -6,7 +6,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use engine::masking::{self, Masker};
-use engine::outcomes::{self as o, Draft, Header, Record};
+use engine::outcomes::{self as o, Header, View};
 
 use crate::decision::finding_of;
 use crate::{opt_py_str, string, text};
@@ -31,7 +31,7 @@ fn opt_member(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
     Ok(Some(text(v.cast::<PyString>()?)?.into_owned()))
 }
 
-fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<Header>> {
+fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::new();
     for item in v.try_iter()? {
         let (k, value): (Bound<'_, PyString>, Bound<'_, PyBytes>) = item?.extract()?;
@@ -40,14 +40,19 @@ fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<Header>> {
     Ok(out)
 }
 
-fn headers_py<'py>(py: Python<'py>, hs: &[Header]) -> PyResult<Bound<'py, PyTuple>> {
+fn headers_py<'py, 'h>(
+    py: Python<'py>,
+    hs: impl Iterator<Item = &'h Header>,
+) -> PyResult<Bound<'py, PyTuple>> {
     let items = hs
-        .iter()
         .map(|(k, v)| {
             // the gatekeeper's names repeat on every record: the interned string, not a new one each time
-            let name = match std::str::from_utf8(k) {
-                Ok(k) if k.starts_with("gk.") => PyString::intern(py, k).into_any(),
-                _ => string(py, k)?,
+            let name = match k {
+                std::borrow::Cow::Borrowed(k) => match std::str::from_utf8(k) {
+                    Ok(k) => PyString::intern(py, k).into_any(),
+                    Err(_) => string(py, k)?,
+                },
+                std::borrow::Cow::Owned(k) => string(py, k)?,
             };
             PyTuple::new(py, [name, PyBytes::new(py, v).into_any()])
         })
@@ -140,7 +145,14 @@ fn decided_of(d: &Bound<'_, PyAny>) -> PyResult<o::Decided> {
         repeated: d.getattr(pyo3::intern!(py, "repeated"))?.is_truthy()?,
         decided_at: d.getattr(pyo3::intern!(py, "decided_at"))?.extract()?,
         raise_alert: d.getattr(pyo3::intern!(py, "raise_alert"))?.is_truthy()?,
-        message: named_of(&d.getattr(pyo3::intern!(py, "message"))?)?,
+        message: None,
+    })
+    .and_then(|mut decided: o::Decided| {
+        // only an alert names the line's slots
+        if decided.verdict == o::Verdict::Alert || decided.raise_alert {
+            decided.message = named_of(&d.getattr(pyo3::intern!(py, "message"))?)?;
+        }
+        Ok(decided)
     })
 }
 
@@ -166,8 +178,8 @@ fn masker_of(slots: &Bound<'_, PyAny>) -> PyResult<Masker> {
 }
 
 /// One record as Python's `Outcome` takes it: (kind, topic, key, value, headers, level, size).
-fn record_py<'py>(py: Python<'py>, r: &Record) -> PyResult<Bound<'py, PyTuple>> {
-    let key = match &r.key {
+fn record_py<'py>(py: Python<'py>, r: &View<'_>) -> PyResult<Bound<'py, PyTuple>> {
+    let key = match r.key {
         Some(k) => PyBytes::new(py, k).into_any(),
         None => py.None().into_bound(py),
     };
@@ -175,29 +187,14 @@ fn record_py<'py>(py: Python<'py>, r: &Record) -> PyResult<Bound<'py, PyTuple>> 
         py,
         [
             PyString::new(py, r.kind.name()).into_any(),
-            string(py, &r.topic)?,
+            string(py, r.topic)?,
             key,
             PyBytes::new(py, &r.value).into_any(),
-            headers_py(py, &r.headers)?.into_any(),
+            headers_py(py, r.headers())?.into_any(),
             r.level.into_pyobject(py)?.into_any(),
             r.size().into_pyobject(py)?.into_any(),
         ],
     )
-}
-
-/// What an outcome is made from at every trim level (`engine::outcomes::Draft`).
-#[pyclass(module = "rwcore._native", frozen)]
-pub struct OutcomeDraft {
-    draft: Draft,
-}
-
-#[pymethods]
-impl OutcomeDraft {
-    /// The record at a trim level (a tuple as `build_outcomes` gives it), or None past the last.
-    fn render<'py>(&self, py: Python<'py>, level: u8) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let r = crate::guarded(|| self.draft.render(level))?;
-        r.map(|r| record_py(py, &r)).transpose()
-    }
 }
 
 /// What building a route's outcomes reads of the route, read once: where they go, its sensitive slots, the
@@ -228,9 +225,9 @@ impl OutcomeRoute {
     }
 }
 
-/// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them): a list of (record tuple,
-/// `OutcomeDraft`), the record at level 0. `sig` and the notice's `notice_sig` are the `gk.sig` values the caller
-/// signed, with signing configured.
+/// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them) at trim level 0, as
+/// tuples (kind, topic, key, value, headers, level, size). `sig` and the notice's `notice_sig` are the `gk.sig`
+/// values the caller signed, with signing configured.
 #[pyfunction]
 #[pyo3(signature = (route, decision, source, conversation, now, notice, sig, notice_sig))]
 #[allow(clippy::too_many_arguments)]
@@ -245,12 +242,93 @@ fn build_outcomes<'py>(
     sig: Option<Bound<'py, PyBytes>>,
     notice_sig: Option<Bound<'py, PyBytes>>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let route = route.get();
-    let decided = decided_of(decision)?;
-    let source = source_of(source)?;
-    let conversation = conversation.as_ref().map(text).transpose()?;
-    let notice = notice
-        .map(|n| notice_of(&n, &route.author, notice_sig.map(|s| s.as_bytes().to_vec())))
+    let out = PyList::empty(py);
+    let line = Args {
+        route,
+        decision,
+        source,
+        conversation,
+        now,
+        notice,
+        sig,
+        notice_sig,
+    };
+    with_drafts(line, |drafts| {
+        for draft in drafts {
+            let first = draft.view(0).ok_or_else(|| {
+                pyo3::exceptions::PyRuntimeError::new_err("an outcome with no record at level 0")
+            })?;
+            out.append(record_py(py, &first)?)?;
+        }
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// The `index`th record of `build_outcomes` (given the same arguments) at trim level `level`, or None past the
+/// last level: built again, so that no record keeps in memory what only a trim needs.
+#[pyfunction]
+#[pyo3(signature = (route, decision, source, conversation, now, notice, sig, notice_sig, index, level))]
+#[allow(clippy::too_many_arguments)]
+fn render_outcome<'py>(
+    py: Python<'py>,
+    route: &Bound<'py, OutcomeRoute>,
+    decision: &Bound<'py, PyAny>,
+    source: &Bound<'py, PyAny>,
+    conversation: Option<Bound<'py, PyString>>,
+    now: f64,
+    notice: Option<Bound<'py, PyAny>>,
+    sig: Option<Bound<'py, PyBytes>>,
+    notice_sig: Option<Bound<'py, PyBytes>>,
+    index: usize,
+    level: u8,
+) -> PyResult<Option<Bound<'py, PyTuple>>> {
+    let line = Args {
+        route,
+        decision,
+        source,
+        conversation,
+        now,
+        notice,
+        sig,
+        notice_sig,
+    };
+    with_drafts(line, |drafts| {
+        let draft = drafts
+            .get(index)
+            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("no such outcome"))?;
+        let view = crate::guarded(|| draft.view(level))?;
+        view.map(|v| record_py(py, &v)).transpose()
+    })
+}
+
+/// What `build_outcomes` and `render_outcome` are given.
+struct Args<'a, 'py> {
+    route: &'a Bound<'py, OutcomeRoute>,
+    decision: &'a Bound<'py, PyAny>,
+    source: &'a Bound<'py, PyAny>,
+    conversation: Option<Bound<'py, PyString>>,
+    now: f64,
+    notice: Option<Bound<'py, PyAny>>,
+    sig: Option<Bound<'py, PyBytes>>,
+    notice_sig: Option<Bound<'py, PyBytes>>,
+}
+
+/// The drafts of a decided line, read off the Python values, handed to `then`.
+fn with_drafts<T>(a: Args<'_, '_>, then: impl FnOnce(&[o::Draft]) -> PyResult<T>) -> PyResult<T> {
+    let route = a.route.get();
+    let decided = decided_of(a.decision)?;
+    let source = source_of(a.source)?;
+    let conversation = a.conversation.as_ref().map(text).transpose()?;
+    let notice = a
+        .notice
+        .map(|n| {
+            notice_of(
+                &n,
+                &route.author,
+                a.notice_sig.map(|s| s.as_bytes().to_vec()),
+            )
+        })
         .transpose()?;
     let line = o::Line {
         decided: &decided,
@@ -258,21 +336,14 @@ fn build_outcomes<'py>(
         targets: &route.targets,
         conversation: conversation.as_deref(),
         masker: &route.masker,
-        now,
+        now: a.now,
         notice: notice.as_ref(),
-        sig: sig.as_ref().map(|s| s.as_bytes()),
+        sig: a.sig.as_ref().map(|s| s.as_bytes()),
         version: &route.version,
     };
     let drafts =
         crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
-    let out = PyList::empty(py);
-    for draft in drafts {
-        let first = crate::guarded(|| draft.render(0))?.ok_or_else(|| {
-            pyo3::exceptions::PyRuntimeError::new_err("an outcome with no record at level 0")
-        })?;
-        out.append((record_py(py, &first)?, OutcomeDraft { draft }))?;
-    }
-    Ok(out)
+    then(&drafts)
 }
 
 /// An upper estimate of a record's size in a batch (what `max.message.bytes` limits).
@@ -285,7 +356,7 @@ fn record_size(
     Ok(o::size(
         key.as_ref().map(|k| k.as_bytes()),
         value.as_bytes(),
-        &headers_of(headers)?,
+        headers_of(headers)?.iter().map(|(k, v)| (&k[..], &v[..])),
     ))
 }
 
@@ -392,9 +463,9 @@ fn json_inert<'py>(py: Python<'py>, doc: &Bound<'py, PyString>) -> PyResult<Boun
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<OutcomeDraft>()?;
     m.add_class::<OutcomeRoute>()?;
     m.add_function(wrap_pyfunction!(build_outcomes, m)?)?;
+    m.add_function(wrap_pyfunction!(render_outcome, m)?)?;
     m.add_function(wrap_pyfunction!(record_size, m)?)?;
     m.add_function(wrap_pyfunction!(iso_time, m)?)?;
     m.add_function(wrap_pyfunction!(mask_value, m)?)?;
