@@ -239,19 +239,8 @@ def build_outcomes(
     notice: Any,
     sig: bytes | None,
     notice_sig: bytes | None,
-) -> list[_Record]: ...
-def render_outcome(
-    route: OutcomeRoute,
-    decision: Any,
-    source: Any,
-    conversation: str | None,
-    now: float,
-    notice: Any,
-    sig: bytes | None,
-    notice_sig: bytes | None,
-    index: int,
-    level: int,
-) -> _Record | None: ...
+    level: int = 0,
+) -> list[_Record | None]: ...
 def record_size(key: bytes | None, value: bytes, headers: Iterable[tuple[str, bytes]]) -> int: ...
 def iso_time(epoch: float) -> str: ...
 def mask_value(value: str) -> str: ...

@@ -192,9 +192,9 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
             return None
         route, decision, source, conversation, now, notice, sig, notice_sig, index = self.draft
         # built again: trimming is rare, and no record keeps in memory what only a trim needs
-        record = _native.render_outcome(
-            route, decision, source, conversation, now, notice, sig, notice_sig, index, self.level + 1
-        )
+        record = _native.build_outcomes(
+            route, decision, source, conversation, now, notice, sig, notice_sig, self.level + 1
+        )[index]
         return None if record is None else _outcome(record, self.source, self.draft)
 
 
@@ -245,7 +245,7 @@ def build(
             )
     args = (_route(targets, frozenset(sensitive)), decision, source, conversation, now, notice, sig, notice_sig)
     made = _native.build_outcomes(*args)
-    return [_outcome(record, source, (*args, i)) for i, record in enumerate(made)]
+    return [_outcome(record, source, (*args, i)) for i, record in enumerate(made) if record is not None]
 
 
 @functools.lru_cache(maxsize=256)

@@ -225,11 +225,12 @@ impl OutcomeRoute {
     }
 }
 
-/// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them) at trim level 0, as
-/// tuples (kind, topic, key, value, headers, level, size). `sig` and the notice's `notice_sig` are the `gk.sig`
-/// values the caller signed, with signing configured.
+/// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them) at trim level `level`,
+/// as tuples (kind, topic, key, value, headers, level, size), None for one past its last level. `sig` and the
+/// notice's `notice_sig` are the `gk.sig` values the caller signed, with signing configured. Nothing is kept: a
+/// record trimmed further is built again (trimming is rare).
 #[pyfunction]
-#[pyo3(signature = (route, decision, source, conversation, now, notice, sig, notice_sig))]
+#[pyo3(signature = (route, decision, source, conversation, now, notice, sig, notice_sig, level=0))]
 #[allow(clippy::too_many_arguments)]
 fn build_outcomes<'py>(
     py: Python<'py>,
@@ -241,94 +242,14 @@ fn build_outcomes<'py>(
     notice: Option<Bound<'py, PyAny>>,
     sig: Option<Bound<'py, PyBytes>>,
     notice_sig: Option<Bound<'py, PyBytes>>,
-) -> PyResult<Bound<'py, PyList>> {
-    let out = PyList::empty(py);
-    let line = Args {
-        route,
-        decision,
-        source,
-        conversation,
-        now,
-        notice,
-        sig,
-        notice_sig,
-    };
-    with_drafts(line, |drafts| {
-        for draft in drafts {
-            let first = draft.view(0).ok_or_else(|| {
-                pyo3::exceptions::PyRuntimeError::new_err("an outcome with no record at level 0")
-            })?;
-            out.append(record_py(py, &first)?)?;
-        }
-        Ok(())
-    })?;
-    Ok(out)
-}
-
-/// The `index`th record of `build_outcomes` (given the same arguments) at trim level `level`, or None past the
-/// last level: built again, so that no record keeps in memory what only a trim needs.
-#[pyfunction]
-#[pyo3(signature = (route, decision, source, conversation, now, notice, sig, notice_sig, index, level))]
-#[allow(clippy::too_many_arguments)]
-fn render_outcome<'py>(
-    py: Python<'py>,
-    route: &Bound<'py, OutcomeRoute>,
-    decision: &Bound<'py, PyAny>,
-    source: &Bound<'py, PyAny>,
-    conversation: Option<Bound<'py, PyString>>,
-    now: f64,
-    notice: Option<Bound<'py, PyAny>>,
-    sig: Option<Bound<'py, PyBytes>>,
-    notice_sig: Option<Bound<'py, PyBytes>>,
-    index: usize,
     level: u8,
-) -> PyResult<Option<Bound<'py, PyTuple>>> {
-    let line = Args {
-        route,
-        decision,
-        source,
-        conversation,
-        now,
-        notice,
-        sig,
-        notice_sig,
-    };
-    with_drafts(line, |drafts| {
-        let draft = drafts
-            .get(index)
-            .ok_or_else(|| pyo3::exceptions::PyIndexError::new_err("no such outcome"))?;
-        let view = crate::guarded(|| draft.view(level))?;
-        view.map(|v| record_py(py, &v)).transpose()
-    })
-}
-
-/// What `build_outcomes` and `render_outcome` are given.
-struct Args<'a, 'py> {
-    route: &'a Bound<'py, OutcomeRoute>,
-    decision: &'a Bound<'py, PyAny>,
-    source: &'a Bound<'py, PyAny>,
-    conversation: Option<Bound<'py, PyString>>,
-    now: f64,
-    notice: Option<Bound<'py, PyAny>>,
-    sig: Option<Bound<'py, PyBytes>>,
-    notice_sig: Option<Bound<'py, PyBytes>>,
-}
-
-/// The drafts of a decided line, read off the Python values, handed to `then`.
-fn with_drafts<T>(a: Args<'_, '_>, then: impl FnOnce(&[o::Draft]) -> PyResult<T>) -> PyResult<T> {
-    let route = a.route.get();
-    let decided = decided_of(a.decision)?;
-    let source = source_of(a.source)?;
-    let conversation = a.conversation.as_ref().map(text).transpose()?;
-    let notice = a
-        .notice
-        .map(|n| {
-            notice_of(
-                &n,
-                &route.author,
-                a.notice_sig.map(|s| s.as_bytes().to_vec()),
-            )
-        })
+) -> PyResult<Bound<'py, PyList>> {
+    let route = route.get();
+    let decided = decided_of(decision)?;
+    let source = source_of(source)?;
+    let conversation = conversation.as_ref().map(text).transpose()?;
+    let notice = notice
+        .map(|n| notice_of(&n, &route.author, notice_sig.map(|s| s.as_bytes().to_vec())))
         .transpose()?;
     let line = o::Line {
         decided: &decided,
@@ -336,14 +257,21 @@ fn with_drafts<T>(a: Args<'_, '_>, then: impl FnOnce(&[o::Draft]) -> PyResult<T>
         targets: &route.targets,
         conversation: conversation.as_deref(),
         masker: &route.masker,
-        now: a.now,
+        now,
         notice: notice.as_ref(),
-        sig: a.sig.as_ref().map(|s| s.as_bytes()),
+        sig: sig.as_ref().map(|s| s.as_bytes()),
         version: &route.version,
     };
     let drafts =
         crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
-    then(&drafts)
+    let out = PyList::empty(py);
+    for draft in &drafts {
+        match crate::guarded(|| draft.view(level))? {
+            Some(view) => out.append(record_py(py, &view)?)?,
+            None => out.append(py.None())?,
+        }
+    }
+    Ok(out)
 }
 
 /// An upper estimate of a record's size in a batch (what `max.message.bytes` limits).
@@ -394,6 +322,18 @@ fn learnable<'py>(
         .collect()
 }
 
+/// A masker of `slots` that has learnt no value yet.
+fn slots_only(slots: &Bound<'_, PyAny>) -> PyResult<Masker> {
+    Ok(Masker {
+        slots: learnt(slots)?,
+        values: Default::default(),
+    })
+}
+
+fn strings<'py>(py: Python<'py>, values: &[Vec<u8>]) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    values.iter().map(|v| string(py, v)).collect()
+}
+
 fn learnt(values: &Bound<'_, PyAny>) -> PyResult<std::collections::BTreeSet<Vec<u8>>> {
     values
         .try_iter()?
@@ -423,15 +363,7 @@ fn sensitive_values<'py>(
     text_: &Bound<'py, PyString>,
     slots: &Bound<'py, PyAny>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    let masker = Masker {
-        slots: learnt(slots)?,
-        values: Default::default(),
-    };
-    masker
-        .line_values(&text(text_)?)
-        .iter()
-        .map(|v| string(py, v))
-        .collect()
+    strings(py, &slots_only(slots)?.line_values(&text(text_)?))
 }
 
 /// The expected and got values of the problems about one of `slots`.
@@ -441,19 +373,11 @@ fn problem_values<'py>(
     problems: &Bound<'py, PyAny>,
     slots: &Bound<'py, PyAny>,
 ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-    let masker = Masker {
-        slots: learnt(slots)?,
-        values: Default::default(),
-    };
     let mut found = Vec::new();
     for p in problems.try_iter()? {
         found.push(finding_of(&p?)?);
     }
-    masker
-        .problem_values(&found)
-        .iter()
-        .map(|v| string(py, v))
-        .collect()
+    strings(py, &slots_only(slots)?.problem_values(&found))
 }
 
 /// JSON text with every character that could act on a reader escaped (`engine::inert`).
@@ -465,7 +389,6 @@ fn json_inert<'py>(py: Python<'py>, doc: &Bound<'py, PyString>) -> PyResult<Boun
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<OutcomeRoute>()?;
     m.add_function(wrap_pyfunction!(build_outcomes, m)?)?;
-    m.add_function(wrap_pyfunction!(render_outcome, m)?)?;
     m.add_function(wrap_pyfunction!(record_size, m)?)?;
     m.add_function(wrap_pyfunction!(iso_time, m)?)?;
     m.add_function(wrap_pyfunction!(mask_value, m)?)?;
