@@ -1,7 +1,7 @@
 """The batch: load what it needs in one round trip, decide line by line in memory, claim bindings, write once.
 
 Shared by the daemon, ``gatekeeper check`` and ``gatekeeper replay``: the only difference between them is where
-the lines come from, which store is behind ``Store`` and where the outcomes go.
+the lines come from, which store is behind ``BatchStore`` (its load, claim and save) and where the outcomes go.
 
 Order of writes, and why:
 1. claim the exec bindings the batch made (compare-and-set). If another gatekeeper bound one of those approvals
@@ -59,7 +59,7 @@ from gatekeeper.policy import (
 from gatekeeper.policy.decide import Prepared, error_text, internal_error, prepare
 from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of
 from gatekeeper.policy.state import line_ids
-from gatekeeper.store import Store, StoreError, blocking
+from gatekeeper.store import BatchStore, StoreError, blocking
 from rwcore import Problem
 
 log = logging.getLogger(__name__)
@@ -103,7 +103,7 @@ def _queued(conversation: str, now: float) -> Decision:
 class Processor:
     """Decides batches of one route's lines against a store."""
 
-    def __init__(self, store: Store, route: RoutePolicy) -> None:
+    def __init__(self, store: BatchStore, route: RoutePolicy) -> None:
         self.store = store
         self.route = route
         #: The owner epoch of each input partition this instance holds (``Store.take_epochs``, set by the worker on

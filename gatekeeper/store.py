@@ -142,7 +142,10 @@ class CancelIntent:
         )
 
 
-class Store(Protocol):
+class BatchStore(Protocol):
+    """What deciding a batch uses of the store (``processor.Processor``): one load, one save, and giving back claims
+    a batch decided again no longer holds."""
+
     async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
         """One round trip: per conversation of ``wants`` on ``route``, the part of its state the named ids need
         (all of it for None; a new, empty state for a conversation never seen), and the records and bindings of
@@ -152,11 +155,6 @@ class Store(Protocol):
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
         """Apply binding changes with compare-and-set (each applies only if the binding still is ``before``).
         Returns the changes that did not apply: another handoff changed that binding first."""
-        ...
-
-    async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
-        """A new owner epoch for each of these input partitions (one round trip), taken when they are assigned:
-        higher than any taken before for that partition, by any instance."""
         ...
 
     async def save(
@@ -181,6 +179,15 @@ class Store(Protocol):
         conversations of the call are written: their writer still owns them).
 
         Returns the changes of ``claims`` that did not apply."""
+        ...
+
+
+class Store(BatchStore, Protocol):
+    """The store: a batch's load and save, the owner epochs, the records, the bindings, the health probe."""
+
+    async def take_epochs(self, route: str, partitions: Collection[int]) -> dict[int, int]:
+        """A new owner epoch for each of these input partitions (one round trip), taken when they are assigned:
+        higher than any taken before for that partition, by any instance."""
         ...
 
     async def put_record(self, record: Record, *, supersede: bool = False) -> None:

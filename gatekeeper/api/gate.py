@@ -589,7 +589,7 @@ class Gate:
             from gatekeeper.consumers.loop import route_policy
 
             policy = route_policy(route, self.settings)
-            processor = self._processors[route.input] = Processor(ReadOnlyStore(store), policy)  # type: ignore[arg-type]
+            processor = self._processors[route.input] = Processor(ReadOnlyStore(store), policy)
         now = time.time()
         sender = None
         if route.sender_auth and self._keys is not None:
