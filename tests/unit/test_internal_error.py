@@ -147,6 +147,21 @@ def test_an_outcome_that_cannot_be_built_is_a_bare_dead_letter() -> None:
     assert h["gk.error.message"] == "building the outcome failed: 'gk.x'"
 
 
+def test_a_clock_with_no_date_still_gets_the_bare_dead_letter() -> None:
+    """Building a line's records fails when its decision time has no date; the bare dead letter that answers for
+    it must not fail the same way (the time is written as the epoch it is)."""
+    from gatekeeper.consumers.outcomes import OutcomeKind, bare_dead_letter
+    from gatekeeper.policy import Decision, Verdict
+
+    src = Source("agents.pay", 0, 5, b"RW1 HO h1", key=b"c1")
+    targets = Targets("agents.pay.out", "agents.pay.dlq", "agents.pay.alerts", "agents.pay")
+    with pytest.raises(ValueError, match="no date"):
+        build(Decision(Verdict.FORWARD, None, decided_at=1e20), src, targets, conversation="c1", now=1e20)
+    o = bare_dead_letter(src, targets, "ValueError: no date and time for the epoch 1e+20", 1e20)
+    assert o.kind is OutcomeKind.DEAD_LETTER
+    assert o.header("gk.decided.at") == b"1e+20"
+
+
 def test_an_exception_whose_message_raises_is_still_reported() -> None:
     from gatekeeper.policy.decide import error_text
 

@@ -129,7 +129,8 @@ pub struct Line<'a> {
     pub version: &'a [u8],
 }
 
-/// One record to produce, at a trim level.
+/// A record at a trim level, owned (the tests' view of one).
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     pub kind: Kind,
@@ -138,17 +139,6 @@ pub struct Record {
     pub value: Vec<u8>,
     pub headers: Vec<Header>,
     pub level: u8,
-}
-
-impl Record {
-    /// An upper estimate of the record's size in a batch (what `max.message.bytes` limits).
-    pub fn size(&self) -> usize {
-        size(
-            self.key.as_deref(),
-            &self.value,
-            self.headers.iter().map(|(k, v)| (&**k, &v[..])),
-        )
-    }
 }
 
 /// An upper estimate of a record's size in a batch: its key, value and headers (name, value) with what a record
@@ -622,15 +612,14 @@ impl View<'_> {
 
     /// An upper estimate of the record's size in a batch (what `max.message.bytes` limits).
     pub fn size(&self) -> usize {
-        RECORD_OVERHEAD
-            + self.key.map_or(0, <[u8]>::len)
-            + self.value.len()
-            + self
-                .headers()
-                .map(|(k, v)| 10 + k.len() + v.len())
-                .sum::<usize>()
+        size(
+            self.key,
+            &self.value,
+            self.headers().map(|(k, v)| (&**k, &v[..])),
+        )
     }
 
+    #[cfg(test)]
     pub fn to_record(&self) -> Record {
         Record {
             kind: self.kind,
@@ -644,11 +633,8 @@ impl View<'_> {
 }
 
 impl Draft {
-    pub fn kind(&self) -> Kind {
-        self.kind
-    }
-
     /// The record at a trim level (`view`), owned.
+    #[cfg(test)]
     pub fn render(&self, level: u8) -> Option<Record> {
         self.view(level).map(|v| v.to_record())
     }
