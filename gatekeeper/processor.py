@@ -1,4 +1,8 @@
-"""The batch: load what it needs in one round trip, decide line by line in memory, claim bindings, write once.
+"""The batch: load what it needs in one round trip, decide its lines in order in memory, claim bindings, write once.
+
+A route's batch crosses into the native engine twice (``policy.decide.prepare_batch`` and ``decide_batch``): once to
+screen and parse every line and learn what to load, once to decide, apply and index them all, so no Python runs per
+line between the load and the save but making each line's ``Decision``.
 
 Shared by the daemon, ``gatekeeper check`` and ``gatekeeper replay``: the only difference between them is where
 the lines come from, which store is behind ``BatchStore`` (its load, claim and save) and where the outcomes go.
@@ -15,8 +19,9 @@ The first two are one ``Store.save`` (``claims=``): on a single Redis one script
 trips, its load and its save.
 
 **No line is fatal.** A line whose deciding raises (anything but ``StoreError``: deciding is pure, so any other
-exception is a bug) never reaches the caller: the batch is decided again from a fresh load, line by line, each
-line's effects applied and its index entries computed under a guard; the line that raises gets the
+exception is a bug; a panic in the engine is raised as one) never reaches the caller: the batch is decided again from
+a fresh load, line by line in Python (``decide`` and ``apply``, the same engine one line at a time), each line's
+effects applied and its index entries computed under a guard; the line that raises gets the
 ``internal-error`` decision (``policy.decide.internal_error``: dead-lettered and alerted, its stack trace logged
 once), its conversation's state and the batch's bindings are rolled back to before it, and the next line goes on.
 Were the next instance to get the partition meet the same line, it would decide it the same way: no line can stop a
@@ -56,7 +61,7 @@ from gatekeeper.policy import (
     apply,
     decide,
 )
-from gatekeeper.policy.decide import Prepared, error_text, internal_error, prepare
+from gatekeeper.policy.decide import Prepared, decide_batch, error_text, internal_error, prepare, prepare_batch
 from gatekeeper.policy.lifecycle import IndexEntry, index_entries, index_of
 from gatekeeper.policy.state import line_ids
 from gatekeeper.store import BatchStore, StoreError, blocking
@@ -84,6 +89,22 @@ def _record_key(prepared: Prepared) -> RecordKey | None:
     if msg is None or msg.type != "HO" or msg.item is None:
         return None
     return RecordKey(msg.item, str(msg.slots.get("ask")))
+
+
+def _names(
+    lines: Sequence[Line], prepared: Sequence[Prepared | Exception]
+) -> tuple[dict[str, set[str]], set[RecordKey]]:
+    """What ``prepare_batch`` says of a batch, from its lines prepared one by one: the ids each conversation's lines
+    name, and the (item, ask) of each handoff."""
+    wants: dict[str, set[str]] = {}
+    for ln, prep in zip(lines, prepared, strict=True):
+        if ln.conversation is not None:
+            named = wants.setdefault(ln.conversation, set())
+            if isinstance(prep, Prepared) and prep.parsed is not None:
+                msg = prep.parsed.message  # the raw fields (built on demand) only for a line that did not parse
+                named.update(line_ids(msg, None if msg is not None else prep.parsed.raw))
+    keys = {k for p in prepared if isinstance(p, Prepared) and (k := _record_key(p)) is not None}
+    return wants, keys
 
 
 QUEUED = "queued-behind-held"  # the problem code of a line held only because an earlier line of its conversation is
@@ -119,27 +140,36 @@ class Processor:
         Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later; its subclass
         ``Fenced`` when a newer owner of a partition wrote one of the batch's conversations (this instance lost the
         partition: the batch must not land)."""
-        prepared = [self._prepare(ln) for ln in lines]
-        wants: dict[str, set[str]] = {}
-        for ln, prep in zip(lines, prepared, strict=True):
-            if ln.conversation is not None:
-                named = wants.setdefault(ln.conversation, set())
-                if isinstance(prep, Prepared) and prep.parsed is not None:
-                    msg = prep.parsed.message  # the raw fields (built on demand) only for a line that did not parse
-                    named.update(line_ids(msg, None if msg is not None else prep.parsed.raw))
-        keys = {k for p in prepared if isinstance(p, Prepared) and (k := _record_key(p)) is not None}
+        prepared: list[Prepared | Exception] | None = None
+        try:
+            batch, wants, keys = prepare_batch(
+                [ln.value for ln in lines], [ln.conversation for ln in lines], self.route
+            )
+        except Exception as exc:  # a bug in the native screen or parse: each line prepared and decided under a guard
+            log.warning(
+                "preparing the batch raised: deciding it line by line",
+                extra={"route": self.route.name, "lines": len(lines), "error": error_text(exc)},
+            )
+            prepared = [self._prepare(ln) for ln in lines]
+            wants, keys = _names(lines, prepared)
+        rows = [(ln.value, ln.conversation, ln.first_seen, ln.replay, ln.partition, ln.sender) for ln in lines]
         partitions = {
             ln.conversation: ln.partition for ln in lines if ln.conversation is not None and ln.partition is not None
         }
         claimed: list[BindingChange] = []
-        guarded = any(not isinstance(p, Prepared) for p in prepared)
         rounds = 0
         while rounds < MAX_CLAIM_ROUNDS:
             rounds += 1
             loaded = await self.store.load(self.route.name, wants, keys)
             overlay = Overlay(records=loaded.records, loaded_bindings=loaded.bindings)
+            guarded = prepared is not None
             try:
-                decisions, changed, hit = self._decide_all(lines, prepared, loaded.states, overlay, now, guarded)
+                if prepared is None:
+                    decisions, changed, hit = decide_batch(
+                        batch, rows, loaded.states, overlay, self.route, now, _queued
+                    )
+                else:
+                    decisions, changed, hit = self._decide_guarded_all(lines, prepared, loaded.states, overlay, now)
                 deadlines = self._deadlines(loaded.states, partitions, changed, hit, guarded)
             except StoreError:
                 raise
@@ -150,7 +180,7 @@ class Processor:
                     "a line of the batch raised: deciding the batch again line by line",
                     extra={"route": self.route.name, "lines": len(lines), "error": error_text(exc)},
                 )
-                guarded = True
+                prepared = [self._prepare(ln) for ln in lines]
                 rounds -= 1  # not a claim round: the first one did not get as far as claiming
                 continue
             changes = overlay.changes()
@@ -202,17 +232,17 @@ class Processor:
                 )
         return out
 
-    def _decide_all(
+    def _decide_guarded_all(
         self,
         lines: Sequence[Line],
         prepared: Sequence[Prepared | Exception],
         states: dict[str, ConversationState],
         overlay: Overlay,
         now: float,
-        guarded: bool,
     ) -> tuple[list[Decision], set[str], dict[str, set[str]]]:
-        """Decide and apply each line in order. Returns the decisions, the conversations they changed, and per
-        conversation with an input partition the handoffs their decisions touched (for the lifecycle index)."""
+        """Decide and apply each line in order, each under its guard (``_decide_guarded``): what ``decide_batch``
+        does natively, for a batch in which a line raised. Returns the decisions, the conversations they changed,
+        and per conversation with an input partition the handoffs their decisions touched (the lifecycle index)."""
         decisions = []
         changed: set[str] = set()
         hit: dict[str, set[str]] = {}
@@ -224,13 +254,7 @@ class Processor:
             state = states.get(ln.conversation) if ln.conversation is not None else None
             if state is None:
                 state = ConversationState()  # no conversation: decided without state, nothing to save
-            if guarded:
-                d, touches = self._decide_guarded(ln, prep, state, states, overlay, now)
-                state = states.get(ln.conversation, state) if ln.conversation is not None else state
-            else:
-                assert isinstance(prep, Prepared)
-                d = self._decide_one(ln, prep, state, overlay, now)
-                touches = apply(state, d, overlay) if d.effects and ln.conversation is not None else set()
+            d, touches = self._decide_guarded(ln, prep, state, states, overlay, now)
             if d.effects and ln.conversation is not None:
                 changed.add(ln.conversation)
                 if ln.partition is not None:

@@ -118,6 +118,29 @@ class DecideRoute:
 
     def __init__(self, route: Any) -> None: ...
 
+class PreparedBatch:
+    """A route's lines screened and parsed once (``prepare_batch``), for ``decide_batch``."""
+
+    def __len__(self) -> int: ...
+
+def prepare_batch(
+    route: DecideRoute,
+    values: list[bytes],
+    conversations: list[str | None],
+    switch: Callable[[str], Any],
+    slots_type: Any,
+    new_message: Callable[..., Any],
+    record_key: Any,
+) -> tuple[PreparedBatch, dict[str, set[str]], set[Any]]: ...
+def decide_batch(
+    batch: PreparedBatch,
+    route: DecideRoute,
+    lines: list[tuple[bytes, str | None, float | None, bool, int | None, Any]],
+    states: dict[str, Any],
+    overlay: Any,
+    now: float,
+    kit: tuple[Any, ...],
+) -> tuple[list[Any], set[str], dict[str, set[str]]]: ...
 def decide_line(
     raw: bytes,
     conversation: str | None,

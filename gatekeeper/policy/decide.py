@@ -11,7 +11,7 @@ records and the route, and turns what it decides into the policy's ``Decision``;
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, overload
 
 import msgspec
@@ -47,7 +47,9 @@ from gatekeeper.policy.state import (
     RecordKey,
 )
 from rwcore import Message, Parsed, Problem, _native, parse_line
-from rwcore._codec import native_problems
+from rwcore._codec import _new_message, _switch, native_problems
+from rwcore._errors import problem
+from rwcore._types import Slots
 
 
 def line_digest(raw: bytes) -> str:
@@ -257,16 +259,8 @@ def decide(
         _, cls, message = out
         raise (KeyError if cls == "KeyError" else AssertionError)(message)
     if kind == "repeat":
-        seen = state.lines[msg.id]  # type: ignore[union-attr]  # a repeat is of a parsed line
-        return Decision(
-            verdict=Verdict(seen.verdict),
-            reason=None if seen.reason is None else Reason(seen.reason),
-            problems=seen.problems,
-            message=msg,
-            decided_at=seen.at,
-            repeated=True,
-            clears=out[1],
-        )
+        assert msg is not None  # a repeat is of a parsed line
+        return _repeat(state, msg, out[1])
     _, verdict, reason, found, notes, with_message, raise_alert, effects, clears = out
     if found == "gate":
         problems = prepared.gate_problems if prepared is not None else ()
@@ -286,6 +280,49 @@ def decide(
         effects=EngineEffects(effects, problems, msg, text, now, state, records) if len(effects) else (),
         clears=clears,
     )
+
+
+def _repeat(state: ConversationState, msg: Message, clears: tuple[str, str] | None) -> Decision:
+    """The decision of a line that repeats its stored first decision (a batch decided again after a failed write)."""
+    seen = state.lines[msg.id]
+    return Decision(
+        verdict=Verdict(seen.verdict),
+        reason=None if seen.reason is None else Reason(seen.reason),
+        problems=seen.problems,
+        message=msg,
+        decided_at=seen.at,
+        repeated=True,
+        clears=clears,
+    )
+
+
+def prepare_batch(
+    values: Sequence[bytes], conversations: Sequence[str | None], route: RoutePolicy
+) -> tuple[_native.PreparedBatch, dict[str, set[str]], set[RecordKey]]:
+    """A route's lines screened and parsed once, natively (``native/python/src/batch.rs``), for ``decide_batch``;
+    with the ids each conversation's lines name (``state.line_ids``: what the store loads for them) and the
+    (item, ask) of each handoff among them (its record and binding are loaded with the batch)."""
+    return _native.prepare_batch(
+        _native_route(route), list(values), list(conversations), _switch(route.profile), Slots, _new_message, RecordKey
+    )
+
+
+def decide_batch(
+    prepared: _native.PreparedBatch,
+    lines: Sequence[tuple[bytes, str | None, float | None, bool, int | None, SenderProof | None]],
+    states: dict[str, ConversationState],
+    overlay: RecordView,
+    route: RoutePolicy,
+    now: float,
+    queued: Callable[[str, float], Decision],
+) -> tuple[list[Decision], set[str], dict[str, set[str]]]:
+    """``decide`` and ``apply`` for each of a route's prepared lines in order (each ``(value, conversation,
+    first_seen, replay, partition, sender)``), in one native call: the decisions, the conversations whose state
+    changed (``states`` and ``overlay`` are changed in place) and, per conversation of a line with an input partition,
+    the handoffs its decisions touched (for the lifecycle index). A line after a held one of its conversation gets
+    ``queued(conversation, now)``. Raises on any error deciding a line: the caller decides the batch again from a
+    fresh load line by line (``gatekeeper.processor``)."""
+    return _native.decide_batch(prepared, _native_route(route), list(lines), states, overlay, now, (*_KIT, queued))
 
 
 class EngineEffects(Sequence[Effect]):
@@ -393,3 +430,16 @@ def _effect(
     }
     effect: Effect = simple[kind](*e[1:])
     return effect
+
+
+#: what ``decide_batch`` makes its values with (``native/python/src/batch.rs``'s ``Kit``), less the caller's ``queued``
+_KIT = (
+    Decision,
+    {v.value: v for v in Verdict},
+    {r.value: r for r in Reason},
+    problem,
+    EngineEffects,
+    _repeat,
+    ConversationState,
+    RecordKey,
+)

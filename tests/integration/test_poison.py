@@ -22,6 +22,7 @@ import gatekeeper.consumers.deciding as deciding_module
 import gatekeeper.processor as processor_module
 from gatekeeper.consumers.outcomes import build as real_build
 from gatekeeper.policy import decide as real_decide
+from tests.bugs import batch_raising_on
 from tests.integration._pipeline import Collected, Pipeline, TopicFactory, make_route
 
 pytestmark = pytest.mark.integration
@@ -119,6 +120,7 @@ def outcomes_by_offset(got: Collected) -> dict[tuple[int, int], list[tuple[str, 
 async def test_poison_lines_never_stop_the_daemon_and_every_offset_gets_one_outcome(
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(processor_module, "decide_batch", batch_raising_on(b"BUG-TRIGGER"))
     monkeypatch.setattr(processor_module, "decide", decide_with_a_bug)
     monkeypatch.setattr(deciding_module, "build", build_with_a_bug)
     route = await make_route(topic_factory, partitions=3, hold_seconds=1.0)

@@ -1,7 +1,8 @@
 """No line is fatal: a line whose deciding raises is dead-lettered ``internal-error`` and the batch goes on.
 
-The bugs are injected (``decide`` or ``apply`` made to raise on a marked line), so these tests keep proving the guard
-whatever the real bugs of the day are; ``tests/policy/test_no_line_fatal.py`` hunts for the real ones.
+The bugs are injected (``decide`` or ``apply`` made to raise on a marked line, and the native batch, which does both
+for every line at once, made to raise on a batch that holds one), so these tests keep proving the guard whatever the
+real bugs of the day are; ``tests/policy/test_no_line_fatal.py`` hunts for the real ones.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from gatekeeper.consumers.outcomes import Source, Targets, build
 from gatekeeper.policy import ConversationState, Decision, Overlay, Reason, Verdict
 from gatekeeper.policy import apply as real_apply
 from gatekeeper.policy import decide as real_decide
+from gatekeeper.policy.decide import decide_batch as real_decide_batch
 from gatekeeper.processor import Line, Processor
 from gatekeeper.store import MemoryStore
+from tests.bugs import batch_raising_on
 from tests.policy.world import NOW, RECORD, route
 from tests.seed import AN, DN, HO, RB
 
@@ -47,6 +50,12 @@ def decide_raising_on_poison(raw: bytes, *args: Any, **kw: Any) -> Decision:
     return real_decide(raw, *args, **kw)
 
 
+def poisoned(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deciding a POISON line raises, natively and in Python."""
+    monkeypatch.setattr(processor_module, "decide_batch", batch_raising_on(b"POISON"))
+    monkeypatch.setattr(processor_module, "decide", decide_raising_on_poison)
+
+
 def apply_raising_on_poison(state: ConversationState, decision: Decision, overlay: Overlay) -> set[str]:
     touched = real_apply(state, decision, overlay)  # half the work is done when it raises: the guard must undo it
     if decision.message is not None and decision.message.id == "scheduler-7" and decision.reason is None:
@@ -57,7 +66,7 @@ def apply_raising_on_poison(state: ConversationState, decision: Decision, overla
 async def test_a_line_whose_decision_raises_is_dead_lettered_and_the_batch_goes_on(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(processor_module, "decide", decide_raising_on_poison)
+    poisoned(monkeypatch)
     p = await processor()
     with caplog.at_level(logging.ERROR, logger="gatekeeper.processor"):
         decisions = await p.process(lines(HO, POISON, RB, AN, DN), NOW)
@@ -74,13 +83,14 @@ async def test_a_line_whose_decision_raises_is_dead_lettered_and_the_batch_goes_
 
 async def test_the_guarded_batch_equals_the_unguarded_one_on_every_other_line(monkeypatch: pytest.MonkeyPatch) -> None:
     clean = await (await processor()).process(lines(HO, RB, AN, DN), NOW)
-    monkeypatch.setattr(processor_module, "decide", decide_raising_on_poison)
+    poisoned(monkeypatch)
     guarded = await (await processor()).process(lines(HO, POISON, RB, AN, DN), NOW)
     del guarded[1]
     assert [(d.verdict, d.reason, d.problems) for d in guarded] == [(d.verdict, d.reason, d.problems) for d in clean]
 
 
 async def test_an_apply_that_raises_halfway_is_rolled_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(processor_module, "decide_batch", batch_raising_on(b"scheduler-7"))
     monkeypatch.setattr(processor_module, "apply", apply_raising_on_poison)
     p = await processor()
     decisions = await p.process(lines(HO, ST, RB), NOW)
@@ -94,10 +104,12 @@ async def test_an_apply_that_raises_halfway_is_rolled_back(monkeypatch: pytest.M
 
 
 async def test_a_redelivered_internal_error_repeats_without_deciding_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(processor_module, "decide", decide_raising_on_poison)
+    poisoned(monkeypatch)
     p = await processor()
     await p.process(lines(HO, POISON), NOW)
-    monkeypatch.setattr(processor_module, "decide", real_decide)  # the bug is fixed meanwhile: same verdict anyway
+    # the bug is fixed meanwhile: same verdict anyway
+    monkeypatch.setattr(processor_module, "decide", real_decide)
+    monkeypatch.setattr(processor_module, "decide_batch", real_decide_batch)
     (again,) = await p.process(lines(POISON), NOW + 60)
     assert again.repeated and again.reason is Reason.INTERNAL_ERROR
     # a reply to it is refused: fail closed
@@ -113,6 +125,10 @@ async def test_a_line_the_gate_itself_raises_on_is_dead_lettered(monkeypatch: py
     def prepare_raising(raw: bytes, route: Any) -> Any:
         raise RecursionError("the parser looped")
 
+    def prepare_batch_raising(*args: Any) -> Any:
+        raise RecursionError("the parser looped")
+
+    monkeypatch.setattr(processor_module, "prepare_batch", prepare_batch_raising)
     monkeypatch.setattr(processor_module, "prepare", prepare_raising)
     monkeypatch.setattr(importlib.import_module("gatekeeper.policy.decide"), "prepare", prepare_raising)
     p = await processor()

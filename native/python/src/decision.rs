@@ -151,7 +151,7 @@ pub(crate) fn finding_of(p: &Bound<'_, PyAny>) -> PyResult<Finding> {
     })
 }
 
-fn findings_py<'py>(py: Python<'py>, fs: &[Finding]) -> PyResult<Bound<'py, PyList>> {
+pub(crate) fn findings_py<'py>(py: Python<'py>, fs: &[Finding]) -> PyResult<Bound<'py, PyList>> {
     let out = PyList::empty(py);
     for f in fs {
         out.append((
@@ -181,19 +181,19 @@ type Stored = (
 static STORED: Mutex<Option<Stored>> = Mutex::new(None);
 const STORED_MAX: usize = 2048;
 
-struct PyEnv<'py> {
-    py: Python<'py>,
+pub(crate) struct PyEnv<'py> {
+    pub(crate) py: Python<'py>,
     /// the conversation's loaded state, held for the decision (nothing else changes it meanwhile)
-    state: PyRefMut<'py, crate::state::State>,
-    records: Bound<'py, PyAny>,
-    record_key: Bound<'py, PyAny>,
-    record_check: Option<Bound<'py, PyAny>>,
-    grammar: Arc<rw1::Grammar>,
-    profile: Vec<u8>,
+    pub(crate) state: PyRefMut<'py, crate::state::State>,
+    pub(crate) records: Bound<'py, PyAny>,
+    pub(crate) record_key: Bound<'py, PyAny>,
+    pub(crate) record_check: Option<Bound<'py, PyAny>>,
+    pub(crate) grammar: Arc<rw1::Grammar>,
+    pub(crate) profile: Vec<u8>,
     /// the record a lookup found, for the record check
-    looked_up: Option<Bound<'py, PyAny>>,
+    pub(crate) looked_up: Option<Bound<'py, PyAny>>,
     /// the first Python error met reading the state or the records: raised once the decision is made
-    error: std::cell::RefCell<Option<PyErr>>,
+    pub(crate) error: std::cell::RefCell<Option<PyErr>>,
 }
 
 impl<'py> PyEnv<'py> {
@@ -433,13 +433,66 @@ pub(crate) fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'
 pub struct DecideRoute {
     name: Vec<u8>,
     profile: Vec<u8>,
-    grammar: Arc<rw1::Grammar>,
+    pub(crate) grammar: Arc<rw1::Grammar>,
     senders: Option<Vec<Vec<u8>>>,
     hold_seconds: f64,
     sender_auth: bool,
     state_ttl_seconds: f64,
     refuse_unverified_comprehension: bool,
-    record_check: Option<Py<PyAny>>,
+    pub(crate) record_check: Option<Py<PyAny>>,
+    /// the gate's limit on a value's size (`RoutePolicy.max_line_bytes`)
+    pub(crate) max_line_bytes: u64,
+}
+
+impl DecideRoute {
+    /// The route as the engine's decision reads it.
+    pub(crate) fn policy(&self) -> d::Route<'_> {
+        d::Route {
+            name: &self.name,
+            profile: &self.profile,
+            grammar: &self.grammar,
+            senders: self.senders.clone(),
+            hold_seconds: self.hold_seconds,
+            sender_auth: self.sender_auth,
+            state_ttl_seconds: self.state_ttl_seconds,
+            refuse_unverified_comprehension: self.refuse_unverified_comprehension,
+        }
+    }
+
+    /// What deciding a line reads besides the route: the conversation's state, the records and bindings.
+    pub(crate) fn env<'py>(
+        &self,
+        py: Python<'py>,
+        state: PyRefMut<'py, crate::state::State>,
+        records: &Bound<'py, PyAny>,
+        record_key: &Bound<'py, PyAny>,
+    ) -> PyEnv<'py> {
+        PyEnv {
+            py,
+            state,
+            records: records.clone(),
+            record_key: record_key.clone(),
+            record_check: self.record_check.as_ref().map(|c| c.bind(py).clone()),
+            grammar: self.grammar.clone(),
+            profile: self.profile.clone(),
+            looked_up: None,
+            error: Default::default(),
+        }
+    }
+}
+
+/// Who signed a line's record (`gatekeeper.policy.SenderProof`), as the engine reads it.
+pub(crate) fn proof_of(sender: Option<&Bound<'_, PyAny>>) -> PyResult<Option<d::SenderProof>> {
+    let Some(s) = sender.filter(|s| !s.is_none()) else {
+        return Ok(None);
+    };
+    let py = s.py();
+    Ok(Some(d::SenderProof {
+        agent: attr_bytes(s, pyo3::intern!(py, "agent"))?,
+        key_id: attr_bytes(s, pyo3::intern!(py, "key_id"))?,
+        failure: attr_bytes(s, pyo3::intern!(py, "failure"))?,
+        detail: attr_bytes(s, pyo3::intern!(py, "detail"))?.unwrap_or_default(),
+    }))
 }
 
 #[pymethods]
@@ -482,6 +535,9 @@ impl DecideRoute {
                 .getattr(pyo3::intern!(py, "refuse_unverified_comprehension"))?
                 .is_truthy()?,
             record_check: (!check.is_none()).then(|| check.unbind()),
+            max_line_bytes: route
+                .getattr(pyo3::intern!(py, "max_line_bytes"))?
+                .extract()?,
         })
     }
 }
@@ -535,39 +591,9 @@ fn decide_line<'py>(
         _ => d::Line::Invalid(raw_view.clone()),
     };
     let route = route.get();
-    let grammar = route.grammar.clone();
-    let profile_name = route.profile.clone();
-    let policy = d::Route {
-        name: &route.name,
-        profile: &profile_name,
-        grammar: &grammar,
-        senders: route.senders.clone(),
-        hold_seconds: route.hold_seconds,
-        sender_auth: route.sender_auth,
-        state_ttl_seconds: route.state_ttl_seconds,
-        refuse_unverified_comprehension: route.refuse_unverified_comprehension,
-    };
-    let check = route.record_check.as_ref().map(|c| c.bind(py).clone());
-    let proof = match &sender {
-        None => None,
-        Some(s) => Some(d::SenderProof {
-            agent: attr_bytes(s, pyo3::intern!(py, "agent"))?,
-            key_id: attr_bytes(s, pyo3::intern!(py, "key_id"))?,
-            failure: attr_bytes(s, pyo3::intern!(py, "failure"))?,
-            detail: attr_bytes(s, pyo3::intern!(py, "detail"))?.unwrap_or_default(),
-        }),
-    };
-    let mut env = PyEnv {
-        py,
-        state: state.borrow_mut(),
-        records: records.clone(),
-        record_key: record_key.clone(),
-        record_check: check,
-        grammar: grammar.clone(),
-        profile: profile_name.clone(),
-        looked_up: None,
-        error: Default::default(),
-    };
+    let policy = route.policy();
+    let proof = proof_of(sender.as_ref())?;
+    let mut env = route.env(py, state.borrow_mut(), records, record_key);
     let outcome = guarded(|| {
         d::decide(
             raw.as_bytes(),

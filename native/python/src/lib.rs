@@ -13,6 +13,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
+mod batch;
 mod decision;
 mod outcomes;
 mod state;
@@ -187,7 +188,7 @@ fn problems<'py>(py: Python<'py>, ps: &[rw1::Problem]) -> PyResult<Bound<'py, Py
 fn run<'py, 'a>(
     py: Python<'py>,
     bytes: &'a [u8],
-    grammar: &Bound<'py, Grammar>,
+    grammar: &rw1::Grammar,
     switch: &Bound<'py, PyAny>,
 ) -> PyResult<(rw1::Parsed<'a>, Option<Bound<'py, PyAny>>)> {
     let chosen: RefCell<Option<Bound<'py, PyAny>>> = RefCell::new(None);
@@ -217,7 +218,7 @@ fn run<'py, 'a>(
             }
         })
     };
-    let parsed = guarded(|| rw1::parse(bytes, &grammar.get().inner, find))?;
+    let parsed = guarded(|| rw1::parse(bytes, grammar, find))?;
     match failure.into_inner() {
         Some(e) => Err(e),
         None => Ok((parsed, chosen.into_inner())),
@@ -240,7 +241,7 @@ fn parse<'py>(
     slots_type: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bytes = text(line)?;
-    let (parsed, switched) = run(py, &bytes, grammar, switch)?;
+    let (parsed, switched) = run(py, &bytes, &grammar.get().inner, switch)?;
     let t = &parsed.twin;
     let slots = slots_type.call0()?;
     {
@@ -369,7 +370,7 @@ fn encode<'py>(
         tail_text.as_deref(),
         &grammar.get().inner,
     );
-    let (parsed, _) = run(py, &line, grammar, switch)?;
+    let (parsed, _) = run(py, &line, &grammar.get().inner, switch)?;
     Ok((string(py, &line)?, problems(py, &parsed.errors)?))
 }
 
@@ -1100,6 +1101,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decision::register_holders(m)?;
     state::register(m)?;
     outcomes::register(m)?;
+    batch::register(m)?;
     Ok(())
 }
 

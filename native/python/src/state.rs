@@ -791,6 +791,15 @@ impl Effects {
     }
 }
 
+/// A binding change an applied decision makes in the batch's overlay: bound (true) or released, of (item, ask),
+/// by this holder.
+pub(crate) struct BindingOp {
+    pub(crate) bind: bool,
+    pub(crate) item: Vec<u8>,
+    pub(crate) ask: Vec<u8>,
+    pub(crate) holder: Vec<u8>,
+}
+
 impl State {
     fn apply_engine_impl<'py>(
         &mut self,
@@ -799,17 +808,45 @@ impl State {
         problems: &Bound<'py, PyAny>,
     ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
         let fx = effects.get();
+        let theirs = match &fx.problems {
+            d::Problems::Own(_) => Vec::new(),
+            d::Problems::Gate | d::Problems::Parse => problems
+                .try_iter()?
+                .map(|p| finding_of(&p?))
+                .collect::<PyResult<_>>()?,
+        };
+        let (ops, touched) = self.apply_effects(fx, &theirs)?;
         let bindings = PyList::empty(py);
+        for op in ops {
+            bindings.append((
+                if op.bind { "bind" } else { "release" },
+                string(py, &op.item)?,
+                string(py, &op.ask)?,
+                string(py, &op.holder)?,
+            ))?;
+        }
+        let touched = touched
+            .iter()
+            .map(|t| string(py, t))
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok((bindings, PyList::new(py, touched)?))
+    }
+
+    /// Apply the effects (`theirs`: the decision's problems when they are the gate's or the parser's). Returns the
+    /// binding changes for the overlay and the handoffs (and questions) whose place in the indexes may change.
+    pub(crate) fn apply_effects(
+        &mut self,
+        fx: &Effects,
+        theirs: &[Finding],
+    ) -> PyResult<(Vec<BindingOp>, Vec<Vec<u8>>)> {
+        let mut bindings = Vec::new();
         let mut touched: Vec<Vec<u8>> = Vec::new();
         for e in &fx.effects {
             match e {
                 d::Effect::RememberLine { id, entry } => {
                     let problems = match &fx.problems {
                         d::Problems::Own(own) => own.clone(),
-                        d::Problems::Gate | d::Problems::Parse => problems
-                            .try_iter()?
-                            .map(|p| finding_of(&p?))
-                            .collect::<PyResult<_>>()?,
+                        d::Problems::Gate | d::Problems::Parse => theirs.to_vec(),
                     };
                     if entry.typ == b"AQ" {
                         touched.push(id.clone());
@@ -908,26 +945,24 @@ impl State {
                 }
                 d::Effect::Bind {
                     item, ask, holder, ..
-                } => {
-                    bindings.append((
-                        "bind",
-                        string(py, item)?,
-                        string(py, ask)?,
-                        string(py, holder)?,
-                    ))?;
-                }
+                } => bindings.push(BindingOp {
+                    bind: true,
+                    item: item.clone(),
+                    ask: ask.clone(),
+                    holder: holder.clone(),
+                }),
                 d::Effect::Release {
                     item,
                     ask,
                     holder,
                     ho,
                 } => {
-                    bindings.append((
-                        "release",
-                        string(py, item)?,
-                        string(py, ask)?,
-                        string(py, holder)?,
-                    ))?;
+                    bindings.push(BindingOp {
+                        bind: false,
+                        item: item.clone(),
+                        ask: ask.clone(),
+                        holder: holder.clone(),
+                    });
                     self.inner.unbind(ho);
                     touched.push(ho.clone());
                 }
@@ -938,10 +973,6 @@ impl State {
                 }
             }
         }
-        let touched = touched
-            .iter()
-            .map(|t| string(py, t))
-            .collect::<PyResult<Vec<_>>>()?;
-        Ok((bindings, PyList::new(py, touched)?))
+        Ok((bindings, touched))
     }
 }
