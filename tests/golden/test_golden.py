@@ -7,12 +7,37 @@ is recorded again (``python -m tests.golden.record``) in the same commit, and th
 from __future__ import annotations
 
 import json
+import logging
 import lzma
+from typing import Any
 
+import pytest
+
+import gatekeeper.processor as processor_module
 from tests.golden.record import SAMPLE, digest, recorded, run
 
 
 async def test_every_conversation_ends_as_recorded() -> None:
+    await _ends_as_recorded()
+
+
+async def test_the_guarded_path_ends_as_recorded_too(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The path a batch takes when a line of it raises (``Processor``: decided again line by line, each line under
+    its guard) is the same engine one line at a time: every batch made to take it ends as recorded too, so the
+    fallback that keeps a bug to its own line never drifts from the native batch."""
+
+    def decide_batch(*args: Any, **kw: Any) -> Any:
+        raise RuntimeError("the native batch failed")
+
+    monkeypatch.setattr(processor_module, "decide_batch", decide_batch)
+    with caplog.at_level(logging.ERROR, logger="gatekeeper.processor"):
+        await _ends_as_recorded()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # no line got an internal error
+
+
+async def _ends_as_recorded() -> None:
     convs = await run()
     want = recorded()
     got = {c: digest(d) for c, d in convs.items()}
