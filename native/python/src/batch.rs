@@ -220,10 +220,11 @@ fn clears_py<'py>(py: Python<'py>, c: &Option<(Vec<u8>, Vec<u8>)>) -> PyResult<B
 }
 
 /// Decide a prepared batch's lines in order (`lines`: each one's `(value, conversation, first_seen, replay,
-/// partition, sender)`), each against its conversation's loaded state (`states`, changed in place as each decision's effects
-/// are applied) and the batch's records and bindings (`overlay`, `policy.apply.Overlay`, its bindings changed in
-/// place). Returns the decisions, the conversations whose state changed, and for each conversation of a line with
-/// an input partition the handoffs (and questions) its decisions touched. Raises on any error: see the module.
+/// partition, sender)`), each against its conversation's loaded state (`states`, changed in place as each
+/// decision's effects are applied) and the batch's records and bindings (`overlay`, `policy.apply.Overlay`, its
+/// bindings changed in place). Returns the decisions, the conversations whose state changed, and for each
+/// conversation of a line with an input partition the handoffs (and questions) its decisions touched. Raises on any
+/// error: see the module.
 #[pyfunction]
 #[allow(clippy::too_many_arguments, clippy::type_complexity)]
 fn decide_batch<'py>(
@@ -351,89 +352,13 @@ fn decide_batch<'py>(
             }
             Ok(d::Outcome::Decided(dec)) => dec,
         };
-        let theirs: &[Finding] = match (&dec.problems, prep) {
-            (d::Problems::Gate, Prep::Refused(found)) => found,
-            (d::Problems::Parse, Prep::Invalid(_, errors)) => errors,
-            _ => &[],
-        };
-        let problems = match &dec.problems {
-            d::Problems::Own(own) => kit.problems(own)?,
-            _ => kit.problems(theirs)?,
-        };
-        let notes = kit.problems(&dec.notes)?;
-        let verdict = kit
-            .verdicts
-            .get_item(dec.verdict.code())?
-            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(dec.verdict.code().to_owned()))?;
-        let reason = match dec.reason {
-            Some(r) => Some(
-                kit.reasons
-                    .get_item(r)?
-                    .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(r.to_owned()))?,
-            ),
-            None => None,
-        };
-        let mut effects_py = PyTuple::empty(py).into_any();
-        let mut applied = None;
-        if !dec.effects.is_empty() {
-            let fed = dec
-                .effects
-                .iter()
-                .any(|e| matches!(e, d::Effect::FeedThread));
-            let record = if dec.effects.iter().any(|e| {
-                matches!(
-                    e,
-                    d::Effect::OpenHandoff {
-                        record: d::RecordOf::Lookup,
-                        ..
-                    }
-                )
-            }) {
-                looked_up
-                    .as_ref()
-                    .map(crate::state::record_of)
-                    .transpose()?
-            } else {
-                None
-            };
-            let effects = Bound::new(
-                py,
-                Effects {
-                    effects: dec.effects,
-                    problems: dec.problems.clone(),
-                    record,
-                    text: text.map(<[u8]>::to_vec),
-                    twin: match prep {
-                        Prep::Parsed(t, _) if fed => Some(t.clone()),
-                        _ => None,
-                    },
-                    now,
-                },
-            )?;
-            let text_py = match text {
-                Some(t) => string(py, t)?,
-                None => py.None().into_bound(py),
-            };
-            effects_py = kit.engine_effects.call1((
-                &effects, &problems, message, text_py, now, &state_py, overlay,
-            ))?;
-            applied = Some(effects);
-        }
         let is_hold = matches!(dec.verdict, d::Verdict::Hold);
-        let decision = kit.decision.call1((
-            verdict,
-            reason,
-            &problems,
-            notes,
-            if dec.message { message } else { None },
-            now,
-            false,
-            dec.raise_alert,
-            effects_py,
-            clears_py(py, &dec.clears)?,
-        ))?;
+        let theirs = their_problems(&dec, prep);
+        let (decision, effects) = decision_py(
+            &kit, dec, prep, message, text, &state_py, overlay, looked_up, now,
+        )?;
         decisions.append(decision)?;
-        if let (Some(effects), Some(c)) = (applied, &conv) {
+        if let (Some(effects), Some(c)) = (effects, &conv) {
             state_py.call_method0(changing)?;
             let (ops, touched) = native.borrow_mut().apply_effects(effects.get(), theirs)?;
             for op in ops {
@@ -465,6 +390,115 @@ fn decide_batch<'py>(
         }
     }
     Ok((decisions, changed, hit))
+}
+
+/// The decision's problems when they are the gate's or the parser's (the prepared line holds them).
+fn their_problems<'a>(dec: &d::Decision, prep: &'a Prep) -> &'a [Finding] {
+    match (&dec.problems, prep) {
+        (d::Problems::Gate, Prep::Refused(found)) => found,
+        (d::Problems::Parse, Prep::Invalid(_, errors)) => errors,
+        _ => &[],
+    }
+}
+
+/// The policy's `Decision` of the engine's decision of a line, and its effects (`state::Effects`) to apply, when it
+/// has any. `text` is the line as the gate read it; `looked_up` the record the decision found for a handoff.
+#[allow(clippy::too_many_arguments)]
+fn decision_py<'py>(
+    kit: &Kit<'py>,
+    dec: d::Decision,
+    prep: &Prep,
+    message: Option<&Bound<'py, PyAny>>,
+    text: Option<&[u8]>,
+    state: &Bound<'py, PyAny>,
+    overlay: &Bound<'py, PyAny>,
+    looked_up: Option<Bound<'py, PyAny>>,
+    now: f64,
+) -> PyResult<(Bound<'py, PyAny>, Option<Bound<'py, Effects>>)> {
+    let py = kit.decision.py();
+    let problems = match &dec.problems {
+        d::Problems::Own(own) => kit.problems(own)?,
+        _ => kit.problems(their_problems(&dec, prep))?,
+    };
+    let notes = kit.problems(&dec.notes)?;
+    let verdict = kit
+        .verdicts
+        .get_item(dec.verdict.code())?
+        .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(dec.verdict.code().to_owned()))?;
+    let reason = match dec.reason {
+        Some(r) => Some(
+            kit.reasons
+                .get_item(r)?
+                .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(r.to_owned()))?,
+        ),
+        None => None,
+    };
+    let clears = clears_py(py, &dec.clears)?;
+    let with_message = if dec.message { message } else { None };
+    let (raise_alert, effects) = (dec.raise_alert, dec.effects);
+    if effects.is_empty() {
+        let decision = kit.decision.call1((
+            verdict,
+            reason,
+            &problems,
+            notes,
+            with_message,
+            now,
+            false,
+            raise_alert,
+            PyTuple::empty(py),
+            clears,
+        ))?;
+        return Ok((decision, None));
+    }
+    let fed = effects.iter().any(|e| matches!(e, d::Effect::FeedThread));
+    let looked_up_kept = effects.iter().any(|e| {
+        matches!(
+            e,
+            d::Effect::OpenHandoff {
+                record: d::RecordOf::Lookup,
+                ..
+            }
+        )
+    });
+    let record = match (&looked_up, looked_up_kept) {
+        (Some(r), true) => Some(crate::state::record_of(r)?),
+        _ => None,
+    };
+    let native = Bound::new(
+        py,
+        Effects {
+            effects,
+            problems: dec.problems,
+            record,
+            text: text.map(<[u8]>::to_vec),
+            twin: match prep {
+                Prep::Parsed(t, _) if fed => Some(t.clone()),
+                _ => None,
+            },
+            now,
+        },
+    )?;
+    let text_py = match text {
+        Some(t) => string(py, t)?,
+        None => py.None().into_bound(py),
+    };
+    let effects_py = kit
+        .engine_effects
+        .call1((&native, &problems, message, text_py, now, state, overlay))?;
+    let decision = kit.decision.call1((
+        verdict,
+        reason,
+        &problems,
+        notes,
+        with_message,
+        now,
+        false,
+        raise_alert,
+        effects_py,
+        clears,
+    ))?;
+    Ok((decision, Some(native)))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
