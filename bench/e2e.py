@@ -64,6 +64,7 @@ import long_conversation
 
 ROOT = Path(__file__).resolve().parents[1]
 CODE: str | None = None  # --code: run the gatekeeper from another checkout (the same run measures before and after)
+SPY_NATIVE = False  # --profile-native: py-spy records the native frames too
 BOOTSTRAP = os.environ.get("GK_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 REDIS_URL = os.environ.get("GK_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -482,6 +483,7 @@ async def gatekeeper_run(
                 profile,
                 "--rate",
                 "250",
+                *(["--native"] if SPY_NATIVE else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -800,14 +802,20 @@ async def main() -> None:
         "--profile", metavar="FILE", help="py-spy the gatekeeper during the throughput catch-up (raw stacks)"
     )
     ap.add_argument(
+        "--profile-native",
+        action="store_true",
+        help="with --profile: the native frames too (the engine, the allocator, msgspec's deallocations)",
+    )
+    ap.add_argument(
         "--exactly-once", action="store_true", help="throughput: also the gatekeeper with kafka.transactional"
     )
     ap.add_argument(
         "--code", metavar="DIR", help="run the gatekeeper from this checkout (PYTHONPATH), e.g. an older one"
     )
     args = ap.parse_args()
-    global CODE
+    global CODE, SPY_NATIVE
     CODE = args.code
+    SPY_NATIVE = args.profile_native
     only = set(args.only.split(","))
     if args.smoke:
         args.lines, args.growth_lines, args.open, args.latency_seconds = 3000, 2000, "500", 3.0
