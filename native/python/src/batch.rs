@@ -7,7 +7,8 @@
 //! The rows, the effects and the state are the engine's, as for one line (`decide_line`); what this adds is the
 //! batch's own bookkeeping, which the processor did line by line: a conversation with a held line queues its later
 //! lines behind it, a decision's effects are applied before the next line of its conversation is decided. Any error
-//! (a state the decision cannot read, a Python error met reading the records, a panic) is raised whole: the
+//! (a state the decision cannot read, a Python error met reading the records, a panic: raised as a `RuntimeError`,
+//! never as pyo3's `PanicException`, which no `except Exception` catches) is raised whole: the
 //! processor then decides the batch again from a fresh load line by line in Python, each line under its own guard,
 //! so a line's bug becomes that line's `internal-error` dead letter as before.
 
@@ -94,6 +95,32 @@ fn prepare_batch<'py>(
     new_message: &Bound<'py, PyAny>,
     record_key: &Bound<'py, PyAny>,
 ) -> PyResult<(PreparedBatch, Bound<'py, PyDict>, Bound<'py, PySet>)> {
+    // a panic is a bug, raised as the Python error the processor decides the batch line by line for
+    guarded(|| {
+        prepare_all(
+            py,
+            route,
+            &values,
+            &conversations,
+            switch,
+            slots_type,
+            new_message,
+            record_key,
+        )
+    })?
+}
+
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn prepare_all<'py>(
+    py: Python<'py>,
+    route: &Bound<'py, DecideRoute>,
+    values: &[Bound<'py, PyBytes>],
+    conversations: &[Option<Bound<'py, PyString>>],
+    switch: &Bound<'py, PyAny>,
+    slots_type: &Bound<'py, PyAny>,
+    new_message: &Bound<'py, PyAny>,
+    record_key: &Bound<'py, PyAny>,
+) -> PyResult<(PreparedBatch, Bound<'py, PyDict>, Bound<'py, PySet>)> {
     let route = route.get();
     let wants = PyDict::new(py);
     let keys = PySet::empty(py)?;
@@ -113,7 +140,7 @@ fn prepare_batch<'py>(
             None => None,
         };
         let bytes = raw.as_bytes();
-        let screened = guarded(|| engine::gate::screen(bytes, route.max_line_bytes))?;
+        let screened = engine::gate::screen(bytes, route.max_line_bytes);
         if let Err(found) = screened {
             lines.push(Prep::Refused(
                 found.into_iter().map(Finding::from).collect(),
@@ -237,6 +264,21 @@ fn decide_batch<'py>(
     now: f64,
     kit: &Bound<'py, PyTuple>,
 ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PySet>, Bound<'py, PyDict>)> {
+    // a panic is a bug, raised as the Python error the processor decides the batch line by line for
+    guarded(|| decide_all(py, batch, route, &lines, states, overlay, now, kit))?
+}
+
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+fn decide_all<'py>(
+    py: Python<'py>,
+    batch: &Bound<'py, PreparedBatch>,
+    route: &Bound<'py, DecideRoute>,
+    lines: &[Bound<'py, PyTuple>],
+    states: &Bound<'py, PyDict>,
+    overlay: &Bound<'py, PyAny>,
+    now: f64,
+    kit: &Bound<'py, PyTuple>,
+) -> PyResult<(Bound<'py, PyList>, Bound<'py, PySet>, Bound<'py, PyDict>)> {
     let kit = Kit::of(kit)?;
     let prepared = &batch.get().lines;
     if prepared.len() != lines.len() {
@@ -306,20 +348,18 @@ fn decide_batch<'py>(
         };
         let (outcome, looked_up) = {
             let mut env = route.env(py, native.borrow_mut(), overlay, &kit.record_key);
-            let outcome = guarded(|| {
-                d::decide(
-                    raw,
-                    conv_bytes.as_deref(),
-                    conversation_problem,
-                    line_view,
-                    &mut env,
-                    &policy,
-                    now,
-                    first_seen,
-                    replay,
-                    proof.as_ref(),
-                )
-            })?;
+            let outcome = d::decide(
+                raw,
+                conv_bytes.as_deref(),
+                conversation_problem,
+                line_view,
+                &mut env,
+                &policy,
+                now,
+                first_seen,
+                replay,
+                proof.as_ref(),
+            );
             if let Some(e) = env.error.take() {
                 return Err(e);
             }
