@@ -62,7 +62,7 @@ def account(
     dead-lettered (the breaker's window). The counters are tallied first and added to once per batch."""
     m = metrics
     count = Tally()
-    decided: dict[str, tuple[int, list[str]]] = {}
+    fresh: dict[str, list[Any]] = {}  # per route: [lines decided now, the reasons of those dead-lettered]
     try:
         for s in b.sends or ():
             if s.acked:
@@ -70,42 +70,51 @@ def account(
                 if s.outcome.kind is OutcomeKind.NOTICE:  # a dry-run route's are counted as they are built
                     reason = (s.outcome.header("gk.notice.reason") or b"none").decode("ascii", "replace")
                     count.add(m.refusal_notices, s.route, reason)
+        # per route, read once a batch: its runtime, whether it is a dry run, its latency histogram's child
+        per_route: dict[str, tuple[RouteRuntime, bool, Any]] = {}
         for p, d in b.done:
-            rt = routes[p.route]
             name = p.route
-            typ = d.message.type if d.message is not None else "none"
-            dry = rt.targets.dry_run
+            known = per_route.get(name)
+            if known is None:
+                rt = routes[name]
+                known = per_route[name] = (rt, rt.targets.dry_run, child(m.line_seconds, name))
+            rt, dry, seconds = known
+            msg = d.message
             dead = d.verdict is Verdict.DEAD_LETTER
             verdict = Verdict.FORWARD.value if dead and dry else d.verdict.value
-            count.add(m.lines, name, typ, verdict)
+            count.add(m.lines, name, msg.type if msg is not None else "none", verdict)
             # a histogram has no bulk observe (prometheus_client): each line's latency is observed on its own
-            child(m.line_seconds, name).observe(max(0.0, now - p.first_seen))
+            seconds.observe(max(0.0, now - p.first_seen))
             reason = d.reason.value if d.reason is not None else "none"
+            alerts = d.alerts
             if d.repeated:
                 count.add(m.repeated, name)
             if dead and dry:
                 count.add(m.would_dead_letter, name, reason)
             elif dead:
                 count.add(m.dead_letters, name, reason)
-            if d.alerts:
+            if alerts:
                 count.add(m.alerts, name, reason)
             if not d.repeated:
-                for pr in (*d.problems, *d.notes):
-                    if pr.code in HANDOFF_PROBLEM_CODES:
-                        count.add(m.handoff_problems, name, pr.code)  # labels: route, code
+                if d.problems or d.notes:
+                    for pr in (*d.problems, *d.notes):
+                        if pr.code in HANDOFF_PROBLEM_CODES:
+                            count.add(m.handoff_problems, name, pr.code)  # labels: route, code
                 if d.reason is Reason.INTERNAL_ERROR:
                     count.add(m.internal_errors, name, "decide")  # labels: route, stage
-                n, reasons = decided.get(name, (0, []))
+                tally = fresh.get(name)
+                if tally is None:
+                    tally = fresh[name] = [0, []]
+                tally[0] += 1
                 if dead:
-                    reasons.append(reason)
-                decided[name] = (n + 1, reasons)
+                    tally[1].append(reason)
             if p.forced is not None:
                 count.add(m.holds_forced, name, p.forced)  # labels: route, bound
-            if dead or d.alerts:
+            if dead or alerts:
                 log_decision(p, d, rt, dry)
     finally:  # what was counted before a line that raised is added all the same, as when each line added its own
         count.flush(child)
-    return decided
+    return {name: (n, reasons) for name, (n, reasons) in fresh.items()}
 
 
 def log_decision(p: Pending, d: Decision, rt: RouteRuntime, dry: bool) -> None:
