@@ -62,7 +62,7 @@ def account(
     dead-lettered (the breaker's window). The counters are tallied first and added to once per batch."""
     m = metrics
     count = Tally()
-    fresh: dict[str, list[Any]] = {}  # per route: [lines decided now, the reasons of those dead-lettered]
+    decided: dict[str, tuple[int, list[str]]] = {}
     try:
         for s in b.sends or ():
             if s.acked:
@@ -102,19 +102,17 @@ def account(
                             count.add(m.handoff_problems, name, pr.code)  # labels: route, code
                 if d.reason is Reason.INTERNAL_ERROR:
                     count.add(m.internal_errors, name, "decide")  # labels: route, stage
-                tally = fresh.get(name)
-                if tally is None:
-                    tally = fresh[name] = [0, []]
-                tally[0] += 1
+                n, reasons = decided.get(name, (0, []))
                 if dead:
-                    tally[1].append(reason)
+                    reasons.append(reason)
+                decided[name] = (n + 1, reasons)
             if p.forced is not None:
                 count.add(m.holds_forced, name, p.forced)  # labels: route, bound
             if dead or alerts:
                 log_decision(p, d, rt, dry)
     finally:  # what was counted before a line that raised is added all the same, as when each line added its own
         count.flush(child)
-    return {name: (n, reasons) for name, (n, reasons) in fresh.items()}
+    return decided
 
 
 def log_decision(p: Pending, d: Decision, rt: RouteRuntime, dry: bool) -> None:

@@ -475,57 +475,33 @@ fn decision_py<'py>(
     };
     let clears = clears_py(py, &dec.clears)?;
     let with_message = if dec.message { message } else { None };
-    let (raise_alert, effects) = (dec.raise_alert, dec.effects);
-    if effects.is_empty() {
-        let decision = kit.decision.call1((
-            verdict,
-            reason,
-            &problems,
-            notes,
-            with_message,
-            now,
-            false,
-            raise_alert,
-            PyTuple::empty(py),
-            clears,
-        ))?;
-        return Ok((decision, None));
-    }
-    let fed = effects.iter().any(|e| matches!(e, d::Effect::FeedThread));
-    let looked_up_kept = effects.iter().any(|e| {
-        matches!(
-            e,
-            d::Effect::OpenHandoff {
-                record: d::RecordOf::Lookup,
-                ..
-            }
-        )
-    });
-    let record = match (&looked_up, looked_up_kept) {
-        (Some(r), true) => Some(crate::state::record_of(r)?),
-        _ => None,
+    let (native, effects_py) = if dec.effects.is_empty() {
+        (None, PyTuple::empty(py).into_any())
+    } else {
+        let twin = match prep {
+            Prep::Parsed(t, _) => Some(t),
+            _ => None,
+        };
+        let native = Bound::new(
+            py,
+            Effects::of(
+                dec.effects,
+                dec.problems,
+                looked_up.as_ref(),
+                text.map(<[u8]>::to_vec),
+                twin,
+                now,
+            )?,
+        )?;
+        let text_py = match text {
+            Some(t) => string(py, t)?,
+            None => py.None().into_bound(py),
+        };
+        let effects_py = kit
+            .engine_effects
+            .call1((&native, &problems, message, text_py, now, state, overlay))?;
+        (Some(native), effects_py)
     };
-    let native = Bound::new(
-        py,
-        Effects {
-            effects,
-            problems: dec.problems,
-            record,
-            text: text.map(<[u8]>::to_vec),
-            twin: match prep {
-                Prep::Parsed(t, _) if fed => Some(t.clone()),
-                _ => None,
-            },
-            now,
-        },
-    )?;
-    let text_py = match text {
-        Some(t) => string(py, t)?,
-        None => py.None().into_bound(py),
-    };
-    let effects_py = kit
-        .engine_effects
-        .call1((&native, &problems, message, text_py, now, state, overlay))?;
     let decision = kit.decision.call1((
         verdict,
         reason,
@@ -534,11 +510,11 @@ fn decision_py<'py>(
         with_message,
         now,
         false,
-        raise_alert,
+        dec.raise_alert,
         effects_py,
         clears,
     ))?;
-    Ok((decision, Some(native)))
+    Ok((decision, native))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {

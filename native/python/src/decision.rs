@@ -637,42 +637,18 @@ fn decide_line<'py>(
                 d::Problems::Gate => crate::string(py, b"gate")?,
                 d::Problems::Parse => crate::string(py, b"parse")?,
             };
-            let looked_up = if dec.effects.iter().any(|e| {
-                matches!(
-                    e,
-                    d::Effect::OpenHandoff {
-                        record: d::RecordOf::Lookup,
-                        ..
-                    }
-                )
-            }) {
-                env.looked_up
-                    .as_ref()
-                    .map(crate::state::record_of)
-                    .transpose()?
-            } else {
-                None
-            };
-            let fed = dec
-                .effects
-                .iter()
-                .any(|e| matches!(e, d::Effect::FeedThread));
-            let effects = crate::state::Effects {
-                effects: dec.effects.clone(),
-                problems: dec.problems.clone(),
-                record: looked_up,
-                text: line_text
+            let effects = crate::state::Effects::of(
+                dec.effects.clone(),
+                dec.problems.clone(),
+                env.looked_up.as_ref(),
+                line_text
                     .as_ref()
                     .map(text)
                     .transpose()?
                     .map(std::borrow::Cow::into_owned),
-                twin: if fed {
-                    twin.clone().map(d::owned_twin)
-                } else {
-                    None
-                },
+                twin.as_ref(),
                 now,
-            };
+            )?;
             let effects = Bound::new(py, effects)?;
             PyTuple::new(
                 py,

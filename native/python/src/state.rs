@@ -775,6 +775,41 @@ pub struct Effects {
     pub(crate) now: f64,
 }
 
+impl Effects {
+    /// A decision's effects with what applying them needs: the record the decision looked up (kept when a handoff
+    /// opens with it), the line's text, and its twin (kept when the thread is fed it).
+    pub(crate) fn of(
+        effects: Vec<d::Effect>,
+        problems: d::Problems,
+        looked_up: Option<&Bound<'_, PyAny>>,
+        text: Option<Vec<u8>>,
+        twin: Option<&rw1::Twin<'_>>,
+        now: f64,
+    ) -> PyResult<Effects> {
+        let opens_with_lookup = effects.iter().any(|e| {
+            matches!(
+                e,
+                d::Effect::OpenHandoff {
+                    record: d::RecordOf::Lookup,
+                    ..
+                }
+            )
+        });
+        let fed = effects.iter().any(|e| matches!(e, d::Effect::FeedThread));
+        Ok(Effects {
+            record: match looked_up {
+                Some(r) if opens_with_lookup => Some(record_of(r)?),
+                _ => None,
+            },
+            twin: twin.filter(|_| fed).map(|t| d::owned_twin(t.clone())),
+            effects,
+            problems,
+            text,
+            now,
+        })
+    }
+}
+
 #[pymethods]
 impl Effects {
     fn __len__(&self) -> usize {
