@@ -4,8 +4,8 @@ The offset committed for a partition is its read watermark (one past the last re
 open offset when that is lower: a line in flight (in the batch being decided, or sent and not acknowledged), or
 held for a handoff not known yet (the hold buffer). Offsets are committed at most every
 ``kafka.commit_interval_ms`` unless forced (a revocation, the shutdown), and only for partitions still assigned. In
-exactly-once mode the offsets go into each partition's transaction instead (``OutcomeSender.produce_transactions``
-with ``Checkpoint.offsets``) and ``commit`` does nothing.
+exactly-once mode the offsets go into each partition's transaction instead (``delivery.ExactlyOnce`` with
+``Checkpoint.offsets``), and ``commit`` is never called.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class Checkpoint:
         """Commit what moved, none past a held line or a line ``in_flight``, at most every
         ``kafka.commit_interval_ms`` unless ``force``. False when the commit failed (it is tried again: the
         watermarks stay where they were)."""
-        if self.settings.transactional or consumer is None:
+        if consumer is None:
             return True
         now = self._clock()
         if not force and now - self._last < self.settings.commit_interval_ms / 1000:

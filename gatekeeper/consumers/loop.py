@@ -88,6 +88,8 @@ The worker's parts, each in a module of its own:
 ``holds``                  replies held for a handoff not known yet; the watermarks
 ``deciding``               a batch decided per route (``Processor``), and the records each decision produces
 ``sending``                the one outcome sender (also the sweeper's and replay's): trimming, retries, transactions
+``delivery``               the sink of a mode: at-least-once (acknowledged while the next batch is decided) or
+                           exactly-once (a transaction per input partition, its offset included)
 ``checkpoint``             the watermarks and the offsets committed, never past an open line
 ``assignment``             the partitions held, their owner epochs and (exactly-once) open-generations
 ``accounting``             a finished batch counted and logged
@@ -107,7 +109,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Protocol
 
 from aiokafka import TopicPartition
@@ -123,6 +125,7 @@ from gatekeeper.consumers.breaker import Change
 from gatekeeper.consumers.checkpoint import Checkpoint
 from gatekeeper.consumers.client import AioKafka, Consumer, Kafka
 from gatekeeper.consumers.deciding import Batch, RouteRuntime, build_sends, decide, route_policy
+from gatekeeper.consumers.delivery import sink_for
 from gatekeeper.consumers.health import (
     KAFKA_PROBE_TIMEOUT,
     PROBE_INTERVAL,
@@ -232,10 +235,9 @@ class Gatekeeper:
         self._sender = OutcomeSender(self._kafka, settings.kafka, self.metrics)
         self._checkpoint = Checkpoint(settings.kafka, self.metrics, self._holds, self._kafka_failed)
         self._watermarks = self._checkpoint.watermarks
+        self._sink = sink_for(settings.kafka, self._sender, self._checkpoint)  # at-least-once, or exactly-once
         self._lock = asyncio.Lock()
-        self._batch: Batch | None = None
-        # at-least-once: the batch before, its records sent and not all acknowledged yet (see ``_settle``)
-        self._unacked: Batch | None = None
+        self._batch: Batch | None = None  # decided, not delivered yet (a retry waits here)
         self._consumer: Consumer | None = None
         self._work: asyncio.Task[None] | None = None
         self._failures = 0
@@ -461,35 +463,39 @@ class Gatekeeper:
     async def _work_loop(self) -> None:
         try:
             while not self._stop.is_set():
-                self._health.turn()
-                if self._batch is not None:
-                    await self._backoff_wait()
-                    if self._stop.is_set():
-                        break
-                    await self._alerts.publish()  # e.g. redis-data-lost: raised while the batch waits
-                    await self._attempt()
-                    continue
-                await self._housekeeping()
-                now = self._clock()
-                # records already read go first, the batch before settles while they are decided; none: it settles
-                # now (its accounting and commit never wait for a fetch's timeout)
-                records = await self._fetch(0) if self._unacked is not None else {}
-                if not records:
-                    await self._settle_between()
-                    records = await self._fetch(self._fetch_timeout(now))
-                records = self._assigned.only_held(records)
-                now = self._clock()
-                lines = self._holds.plan(take_in(records, self._conversation_headers, self._watermarks, now), now)
-                if lines:
-                    self._batch = Batch(lines, generation=self._assigned.generation)
-                    await self._attempt()
-                elif records or self._holds:
-                    self._gauge_held()
+                await self._run_once()
         except (asyncio.CancelledError, FatalError):
             raise
         except Exception as exc:  # a service error the loop should have handled is a bug here too
             log.exception("the worker failed")
             raise FatalError(f"the worker failed: {describe(exc)}") from exc
+
+    async def _run_once(self) -> None:
+        """One turn: a batch waiting for its retry is tried again after the backoff; else the housekeeping, a
+        fetch (the batch before settles meanwhile), the held lines due, and the new batch decided and delivered."""
+        self._health.turn()
+        if self._batch is not None:
+            await self._backoff_wait()
+            if not self._stop.is_set():
+                await self._alerts.publish()  # e.g. redis-data-lost: raised while the batch waits
+                await self._attempt()
+            return
+        await self._housekeeping()
+        now = self._clock()
+        # records already read go first, the batch before settles while they are decided; none: it settles now
+        # (its accounting and commit never wait for a fetch's timeout)
+        records = await self._fetch(0) if self._sink.waiting else {}
+        if not records:
+            await self._settle_between()
+            records = await self._fetch(self._fetch_timeout(now))
+        records = self._assigned.only_held(records)
+        now = self._clock()
+        lines = self._holds.plan(take_in(records, self._conversation_headers, self._watermarks, now), now)
+        if lines:
+            self._batch = Batch(lines, generation=self._assigned.generation)
+            await self._attempt()
+        elif records or self._holds:
+            self._gauge_held()
 
     def _fetch_timeout(self, now: float) -> int:
         timeout = self.settings.kafka.batch_timeout_ms
@@ -532,13 +538,8 @@ class Gatekeeper:
                 self._health.redis_error = None
                 if b.sends is None:
                     build_sends(b, self._routes, now, self.metrics, self._sender.fit)
-                assert b.sends is not None
-                if self.settings.kafka.transactional:
-                    done, rest, error = await self._transact(b)
-                else:
-                    await self._settle()  # the batch before first: its records are on their way before these
-                    await self._sender.send(b.sends)
-                    done, rest, error = b, None, None
+                await self._settle()  # at-least-once: the batch before first, its records go out before these
+                d = await self._sink.deliver(b, self._consumer_assignment)
                 self._health.kafka_error = None
             except DataLost as exc:
                 self._data_lost(exc)
@@ -558,32 +559,29 @@ class Gatekeeper:
                 self._kafka_failed("produce", exc)
                 self._failed("kafka", exc)
                 return
-            if not self.settings.kafka.transactional:
-                # sent, not acknowledged: its held lines are held now (later lines queue behind them), its accounting
-                # and commit wait for its acknowledgements (``_settle``), while the next batch is decided
-                self._hold(b)
-                self._unacked, self._batch = b, None
-                return
-            self._hold(done)
-            self._account(done)
-            self._batch = rest
-            if error is not None:  # exactly-once: the partitions whose transaction was aborted are retried
+            # its held lines are held now (later lines queue behind them); at-least-once its accounting and commit
+            # wait for its acknowledgements (``_settle``) while the next batch is decided
+            if d.broken:
+                self._broken(d.broken)
+            self._hold(d.sent)
+            self._batch = d.rest
+            if d.finished is not None:
+                self._account(d.finished)
+            if d.error is not None:  # exactly-once: the partitions whose transaction was aborted are retried
                 self.metrics.kafka_errors.labels(operation="transaction").inc()
-                self._kafka_failed("transaction", error)
-                self._failed("kafka", error)
+                self._kafka_failed("transaction", d.error)
+                self._failed("kafka", d.error)
                 return
-            self._recovered()
+            if d.finished is not None:
+                self._recovered()
 
     async def _settle(self) -> None:
-        """At-least-once: wait for the acknowledgements of the batch sent last (sending again what failed, as
-        ``OutcomeSender.produce`` does), then count it and commit. Raises ``KafkaError`` or ``ProduceTimeout``: it
-        stays unacknowledged, and the batch after it waits too (its records never overtake these)."""
-        b = self._unacked
+        """At-least-once: wait for the acknowledgements of the batch sent last (``AtLeastOnce.settle``), then count
+        it and commit. Raises ``KafkaError`` or ``ProduceTimeout``: it stays unacknowledged, and the batch after it
+        waits too (its records never overtake these). Exactly-once: nothing waits."""
+        b = await self._sink.settle()
         if b is None:
             return
-        assert b.sends is not None
-        await self._sender.produce(b.sends)
-        self._unacked = None
         if self._batch is None:  # a batch still waiting (decided, not sent: it may have failed) recovers itself
             self._recovered()
         self._account(b)
@@ -592,7 +590,7 @@ class Gatekeeper:
     async def _settle_between(self) -> None:
         """``_settle`` between batches, under the batch lock; a failure is a produce failure like any other (the
         batch waits for the next attempt, after the backoff)."""
-        if self._unacked is None:
+        if not self._sink.waiting:
             return
         async with self._lock:
             try:
@@ -603,29 +601,7 @@ class Gatekeeper:
                 self._kafka_failed("produce", exc)
                 self._failed("kafka", exc)
                 # the next turn of the loop retries it: as the current batch, with nothing new behind it
-                self._batch, self._unacked = self._unacked, None
-
-    async def _transact(self, b: Batch) -> tuple[Batch, Batch | None, BaseException | None]:
-        """Exactly-once: each input partition's outcomes and offset in a transaction of its own. Returns the part
-        of the batch that is done, the part to retry (None: nothing), and the error to retry it for. A partition
-        whose producer broke (fenced: another instance owns it now) has its work dropped and the group rejoined."""
-        assert b.sends is not None
-
-        def offsets() -> dict[TP, int]:  # the watermarks, none past a line held now or still held
-            return self._checkpoint.offsets((p for p, _ in b.held), self._consumer_assignment())
-
-        result = await self._sender.produce_transactions(b.sends, offsets, self.settings.kafka.group_id)
-        if result.committed:
-            self._checkpoint.committed(result.committed)
-        if result.broken:
-            self._broken(result.broken)
-        unfinished = result.unfinished
-        if not unfinished:
-            return b, None, None
-        finished = {p.tp for p in b.lines} - unfinished
-        rest = b.only(set(result.failed))
-        error = next(iter(result.failed.values()), None)
-        return b.only(finished), (rest if rest.lines else None), error
+                self._batch = self._sink.take()
 
     def _consumer_assignment(self) -> set[TP]:
         if self._consumer is None:
@@ -648,9 +624,9 @@ class Gatekeeper:
             self._breaker_changed(name, self._routes[name].breaker.record(now, n, dead_reasons), now)
 
     async def _commit(self, tps: Iterable[TP] | None = None, *, force: bool = False) -> bool:
-        """Commit the watermarks that moved (see ``committing``); the in-flight batch and the held lines are open."""
-        in_flight = [p for b in (self._batch, self._unacked) if b is not None for p in b.lines]
-        return await self._checkpoint.commit(self._consumer, in_flight, tps, force=force)
+        """Commit the watermarks that moved (``Sink.commit``); the lines in flight and the held lines are open."""
+        in_flight = self._batch.lines if self._batch is not None else []
+        return await self._sink.commit(self._consumer, in_flight, tps, force=force)
 
     # ------------------------------------------------------------------------------------------------ rebalance
 
@@ -671,16 +647,13 @@ class Gatekeeper:
                 except (KafkaError, ProduceTimeout) as exc:
                     self._kafka_failed("produce", exc)
                 await self._commit(tps, force=True)
-                waiting = self._batch is not None or self._unacked is not None
-                u = self._unacked  # not acknowledged: the new owner reads those lines again
-                if u is not None and any(p.tp in tps for p in u.lines):
-                    part = u.only({p.tp for p in u.lines} - tps)
-                    self._unacked = part if part.lines else None
+                waiting = self._batch is not None or self._sink.waiting
+                self._sink.drop(tps)  # not acknowledged: the new owner reads those lines again
                 b = self._batch  # a batch waiting for its retry: the revoked partitions' lines are not ours now
                 if b is not None and any(p.tp in tps for p in b.lines):
                     keep = [p for p in b.lines if p.tp not in tps]
                     self._batch = Batch(keep) if keep else None
-                if waiting and self._batch is None and self._unacked is None:
+                if waiting and self._batch is None and not self._sink.waiting:
                     # nothing left to retry (a fenced batch ends here: the revocation it waited for came), so
                     # nothing may stay paused for it; a service still down is found by the next batch
                     self._failures = 0
@@ -689,7 +662,7 @@ class Gatekeeper:
             dropped = self._holds.drop(tps)
             self._watermarks.forget(tps)
             self._assigned.revoke(tps)
-            await self._sender.release(tps)
+            await self._sink.release(tps)
             self._pauses.unopened -= tps
             self._pauses.broken -= tps
             for topic, partition in tps:
@@ -720,7 +693,7 @@ class Gatekeeper:
                 await asyncio.wait_for(self._take_epochs(), timeout=2.0)
         except (StoreError, TimeoutError) as exc:  # taken before the first batch of those partitions instead
             log.warning("owner epochs not taken at assignment; retried", extra={"error": describe(exc)})
-        if self.settings.kafka.transactional:
+        if self._sink.opens_partitions:
             self._pauses.broken -= held
             self._pauses.unopened = held - self._sender.opened
             self._apply_pauses()  # none read before its producer fenced the old owner and its offset was read again
@@ -750,7 +723,7 @@ class Gatekeeper:
         if not todo or self._consumer is None:
             return
         try:
-            opened = await asyncio.wait_for(self._sender.open(todo), timeout=timeout)
+            opened = await asyncio.wait_for(self._sink.open(todo), timeout=timeout)
             ready = sorted(opened & set(todo))
             if ready:
                 await asyncio.wait_for(
@@ -765,7 +738,7 @@ class Gatekeeper:
             log.warning("transactional producers not started; tried again", extra={"error": describe(exc)})
         self._apply_pauses()
 
-    def _broken(self, broken: dict[TP, str]) -> None:
+    def _broken(self, broken: Mapping[TP, str]) -> None:
         """Exactly-once: these partitions' producers are gone (fenced: another instance was assigned them while
         this one was not looking, or stuck). Their work is dropped (their offsets are not committed, so their
         owner reads them again), they stay paused, and the group is rejoined: the next assignment says whose they
