@@ -97,6 +97,7 @@ The worker's parts, each in a module of its own:
 ``breaker``                the dead-letter flood breaker
 ``alerting``               the worker's own alerts (a dead-letter flood, Redis's lost data), published at least once
 ``pausing``                which partitions are read, and why the others wait
+``periodic``               the background work beside the loop (the readiness probe, the sweeper), stopped in two stages
 ``loop`` (this module)     the ``Gatekeeper``: startup, the work loop, rebalances, backoff, the sweeper, shutdown
 =========================  ==========================================================================================
 """
@@ -138,6 +139,7 @@ from gatekeeper.consumers.health import (
 from gatekeeper.consumers.holds import TP, HoldBuffer, HoldLimits
 from gatekeeper.consumers.intake import conversation_of, take_in
 from gatekeeper.consumers.pausing import Pauses
+from gatekeeper.consumers.periodic import Every
 from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, describe
 from gatekeeper.errors import ConfigError, FatalError, GatekeeperError, Unavailable
 from gatekeeper.generation import lost_message, worked_before
@@ -250,12 +252,14 @@ class Gatekeeper:
         self._publish_task: asyncio.Task[None] | None = None
         self._http_died: str | None = None
         self.http = HttpProcess(settings, self.metrics) if http else None
-        self._sweep_task: asyncio.Task[None] | None = None
-        self._probe_task: asyncio.Task[None] | None = None
         # the records the gatekeeper writes in its own name: the sweeper's cancels and alerts, the breaker's alerts
         self._publisher = KafkaPublisher(self.settings.kafka, self._sender)
         self._alerts = Alerts(self._publisher, self.metrics)  # the breaker's, a data loss's: between batches
         self._sweeper = self._make_sweeper()
+        # the background work, each in a task of its own: the readiness probe of Redis and Kafka (so that readiness
+        # follows them even while a batch is stuck on one), and the sweeper (every sweeper.interval_seconds)
+        self._probes = Every("the readiness probe", PROBE_INTERVAL, self._probe, self._stop)
+        self._sweeps = Every("the sweeper", settings.sweeper.interval_seconds, self.sweep_now, self._stop)
 
     # ------------------------------------------------------------------------------------------------ public
 
@@ -273,8 +277,7 @@ class Gatekeeper:
             if self._work is not None and not self._work.done():
                 log.warning("second stop request: cancelling the in-flight batch")
                 self._work.cancel()
-            if self._sweep_task is not None and not self._sweep_task.done():
-                self._sweep_task.cancel()
+            self._sweeps.cancel()
             return
         log.info("stopping: intake stopped, draining", extra={"grace_seconds": self.settings.grace_seconds})
         self._stop.set()
@@ -333,8 +336,8 @@ class Gatekeeper:
             self._health.running = True
             self._work = asyncio.create_task(self._work_loop(), name="gatekeeper-work")
             if self._sweeper is not None:
-                self._sweep_task = asyncio.create_task(self._sweep_loop(), name="gatekeeper-sweeper")
-            self._probe_task = asyncio.create_task(self._probe_loop(), name="gatekeeper-probe")
+                self._sweeps.start()
+            self._probes.start()
             stopped = asyncio.create_task(self._stop.wait())
             try:
                 await asyncio.wait({self._work, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -352,8 +355,10 @@ class Gatekeeper:
                     self._work.cancel()
                     with contextlib.suppress(asyncio.CancelledError, Exception):
                         await self._work
-                await self._stop_probe()
-                await self._stop_sweeper()
+                await self._probes.stop()
+                # the sweeper's two-stage stop: the stop event ends its loop between sweeps; a sweep in progress
+                # drains up to grace_seconds, then is cancelled (safe at any point: gatekeeper.sweeper's cancel intents)
+                await self._sweeps.stop(grace=self.settings.grace_seconds)
         finally:
             self._update_ready()
             self._publish_task.cancel()
@@ -897,26 +902,8 @@ class Gatekeeper:
             self._next_lag = now + LAG_INTERVAL
             gauge_lag(self._consumer, self._watermarks, self.metrics)
 
-    async def _probe_loop(self) -> None:
-        """Every ``PROBE_INTERVAL``: probe Redis and Kafka, each bounded, in a task of its own, so that readiness
-        follows the services even while a batch is stuck on one of them (a paused Redis, a broker gone)."""
-        while not self._stop.is_set():
-            await self._sleep(PROBE_INTERVAL)
-            if self._stop.is_set():
-                return
-            try:
-                await self._probe()
-            except Exception:  # the probe must never end: readiness depends on it
-                log.exception("the readiness probe failed")
-
-    async def _stop_probe(self) -> None:
-        task, self._probe_task = self._probe_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-
     async def _probe(self) -> None:
+        """Probe Redis and Kafka, each bounded (``health.probe``), every ``PROBE_INTERVAL``."""
         lost = await probe(
             self._health,
             self.store.ping,
@@ -998,15 +985,6 @@ class Gatekeeper:
             open_retention_seconds=self.settings.redis.open_retention_seconds,
         )
 
-    async def _sweep_loop(self) -> None:
-        """Every ``sweeper.interval_seconds``: one sweep of the partitions this instance holds."""
-        interval = self.settings.sweeper.interval_seconds
-        while not self._stop.is_set():
-            await self._sleep(interval)
-            if self._stop.is_set():
-                return
-            await self.sweep_now()
-
     async def sweep_now(self) -> SweepReport | None:
         """One sweep now, between batches (under the batch lock: a conversation's state has one writer at a time).
         None when there is no sweeper, the instance is not consuming yet, or the sweep failed (logged, counted, and
@@ -1034,20 +1012,6 @@ class Gatekeeper:
             except Exception:
                 log.exception("the sweep failed; tried again later")
         return None
-
-    async def _stop_sweeper(self) -> None:
-        """The sweeper's two-stage stop: the stop event ends its loop between sweeps; a sweep in progress drains up
-        to ``grace_seconds``, then is cancelled (safe at any point: the cancel intents of ``gatekeeper.sweeper``)."""
-        task, self._sweep_task = self._sweep_task, None
-        if task is None:
-            return
-        if not task.done():
-            done, _ = await asyncio.wait({task}, timeout=self.settings.grace_seconds)
-            if not done:
-                log.warning("grace period over: cancelling the sweep in progress")
-                task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
 
     # ------------------------------------------------------------------------------------------------ shutdown
 
