@@ -66,7 +66,7 @@ def account(
     try:
         for s in b.sends or ():
             if s.acked:
-                count.add(m.outcomes, s.route, s.outcome.kind.value)
+                count.add(m.outcomes, s.route, s.outcome.kind)
                 if s.outcome.kind is OutcomeKind.NOTICE:  # a dry-run route's are counted as they are built
                     reason = (s.outcome.header("gk.notice.reason") or b"none").decode("ascii", "replace")
                     count.add(m.refusal_notices, s.route, reason)
@@ -81,11 +81,12 @@ def account(
             rt, dry, seconds = known
             msg = d.message
             dead = d.verdict is Verdict.DEAD_LETTER
-            verdict = Verdict.FORWARD.value if dead and dry else d.verdict.value
+            # the members themselves as label values: a StrEnum is its value (``.value`` is a Python-level call)
+            verdict = Verdict.FORWARD if dead and dry else d.verdict
             count.add(m.lines, name, msg.type if msg is not None else "none", verdict)
             # a histogram has no bulk observe (prometheus_client): each line's latency is observed on its own
             seconds.observe(max(0.0, now - p.first_seen))
-            reason = d.reason.value if d.reason is not None else "none"
+            reason = d.reason if d.reason is not None else "none"
             alerts = d.alerts
             if d.repeated:
                 count.add(m.repeated, name)
@@ -104,7 +105,7 @@ def account(
                     count.add(m.internal_errors, name, "decide")  # labels: route, stage
                 n, reasons = decided.get(name, (0, []))
                 if dead:
-                    reasons.append(reason)
+                    reasons.append(str(reason))  # a plain str: the breaker keeps and reports them
                 decided[name] = (n + 1, reasons)
             if p.forced is not None:
                 count.add(m.holds_forced, name, p.forced)  # labels: route, bound

@@ -42,9 +42,11 @@ def take_in(
     route's ``conversation_header``."""
     out: list[Pending] = []
     for tp, recs in records.items():
+        if not recs:
+            continue
         header = conversation_headers[tp.topic]
+        watermarks.consumed((tp.topic, tp.partition), max(r.offset for r in recs))
         for r in recs:
-            watermarks.consumed((tp.topic, tp.partition), r.offset)
             headers = tuple((str(k), bytes(v) if v is not None else b"") for k, v in (r.headers or ()))
             source = Source(
                 topic=tp.topic,
