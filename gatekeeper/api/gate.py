@@ -586,7 +586,7 @@ class Gate:
         store = await self._dry_store()
         processor = self._processors.get(route.input)
         if processor is None:
-            from gatekeeper.consumers.loop import route_policy
+            from gatekeeper.consumers.deciding import route_policy
 
             policy = route_policy(route, self.settings)
             processor = self._processors[route.input] = Processor(ReadOnlyStore(store), policy)

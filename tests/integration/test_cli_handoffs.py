@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from gatekeeper.config import load_settings
-from gatekeeper.consumers.loop import route_policy
+from gatekeeper.consumers.deciding import route_policy
 from gatekeeper.processor import Line, Processor
 from gatekeeper.redis_store import RedisStore
 from gatekeeper.sweeper import Sweeper, SweepRoute
