@@ -392,12 +392,27 @@ pub fn owned_twin(t: Twin<'_>) -> Twin<'static> {
 
 /// A line's identity within its conversation, with its message id: SHA-256 of the bytes, 16 hex.
 pub fn line_digest(raw: &[u8]) -> Vec<u8> {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let hash = Sha256::digest(raw);
     let mut out = Vec::with_capacity(16);
     for b in hash.iter().take(8) {
-        out.extend_from_slice(format!("{b:02x}").as_bytes());
+        out.push(HEX[usize::from(b >> 4)]);
+        out.push(HEX[usize::from(b & 0x0f)]);
     }
     out
+}
+
+/// `v` in decimal, zero-padded to `width` digits (`format!("{v:0width$}")` for `v` of at most `width` digits,
+/// without the formatter: every line's times are written with it).
+pub(crate) fn push_padded(out: &mut Vec<u8>, v: u32, width: usize) {
+    let start = out.len();
+    let mut v = v;
+    for _ in 0..width {
+        out.push(b'0' + (v % 10) as u8);
+        v /= 10;
+    }
+    debug_assert_eq!(v, 0, "a value wider than its field");
+    out[start..].reverse();
 }
 
 /// An epoch time as RW1's `YYYYMMDDTHHMMZ` (UTC; `time.gmtime` floors the seconds).
@@ -406,12 +421,29 @@ pub fn rw_time(epoch: f64) -> Vec<u8> {
     let days = secs.div_euclid(86_400);
     let rem = secs.rem_euclid(86_400);
     let (y, m, d) = civil(days);
-    format!(
-        "{y:04}{m:02}{d:02}T{:02}{:02}Z",
-        rem / 3600,
-        (rem % 3600) / 60
-    )
-    .into_bytes()
+    let (Ok(year @ 0..=9999), Ok(month), Ok(day), Ok(rem)) = (
+        u32::try_from(y),
+        u32::try_from(m),
+        u32::try_from(d),
+        u32::try_from(rem),
+    ) else {
+        // a year of more than four digits, or before year 0: as the formatter writes it
+        return format!(
+            "{y:04}{m:02}{d:02}T{:02}{:02}Z",
+            rem / 3600,
+            (rem % 3600) / 60
+        )
+        .into_bytes();
+    };
+    let mut out = Vec::with_capacity(14);
+    push_padded(&mut out, year, 4);
+    push_padded(&mut out, month, 2);
+    push_padded(&mut out, day, 2);
+    out.push(b'T');
+    push_padded(&mut out, rem / 3600, 2);
+    push_padded(&mut out, rem % 3600 / 60, 2);
+    out.push(b'Z');
+    out
 }
 
 /// The proleptic Gregorian date of a day number (days since 1970-01-01).
@@ -2398,6 +2430,21 @@ mod tests {
         assert_eq!(rw_time(0.0), b"19700101T0000Z");
         assert_eq!(rw_time(1_790_000_019.9), b"20260921T1413Z");
         assert_eq!(rw_time(951_782_400.0), b"20000229T0000Z");
+    }
+
+    proptest! {
+        /// The times and digests written without the formatter are what the formatter writes.
+        #[test]
+        fn times_and_digests_as_the_formatter_writes_them(epoch in -1.0e11f64..1.0e12, raw in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let secs = epoch.floor() as i64;
+            let (y, m, d) = civil(secs.div_euclid(86_400));
+            let rem = secs.rem_euclid(86_400);
+            let want = format!("{y:04}{m:02}{d:02}T{:02}{:02}Z", rem / 3600, (rem % 3600) / 60);
+            prop_assert_eq!(rw_time(epoch), want.into_bytes());
+            let hash = Sha256::digest(&raw);
+            let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            prop_assert_eq!(line_digest(&raw), hex.into_bytes());
+        }
     }
 
     /// The effects a decision changes the map state by, as `policy.apply` does for the fields a decision reads.

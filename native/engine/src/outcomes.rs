@@ -7,7 +7,7 @@
 
 use std::borrow::Cow;
 
-use crate::decide::{civil, Finding};
+use crate::decide::{civil, push_padded, Finding};
 use crate::inert;
 use crate::masking::Masker;
 
@@ -219,13 +219,24 @@ pub fn iso(epoch: f64) -> Option<String> {
         return None;
     }
     let rem = secs.rem_euclid(86_400);
-    Some(format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        micros as i64 / 1000
-    ))
+    // every field in range here (a year of 1-9999, the milliseconds below 1,000): written without the formatter
+    let field = |v: i64| u32::try_from(v).unwrap_or(0);
+    let mut out = Vec::with_capacity(24);
+    push_padded(&mut out, field(y), 4);
+    out.push(b'-');
+    push_padded(&mut out, field(m), 2);
+    out.push(b'-');
+    push_padded(&mut out, field(d), 2);
+    out.push(b'T');
+    push_padded(&mut out, field(rem / 3600), 2);
+    out.push(b':');
+    push_padded(&mut out, field(rem % 3600 / 60), 2);
+    out.push(b':');
+    push_padded(&mut out, field(rem % 60), 2);
+    out.push(b'.');
+    push_padded(&mut out, field(micros as i64 / 1000), 3);
+    out.push(b'Z');
+    String::from_utf8(out).ok()
 }
 
 fn iso_bytes(epoch: f64) -> Result<Vec<u8>, String> {
@@ -871,6 +882,35 @@ mod tests {
             .iter()
             .find(|(k, _)| &**k == name.as_bytes())
             .map(|(_, v)| v.as_slice())
+    }
+
+    proptest::proptest! {
+        /// The ISO time written without the formatter is what the formatter writes.
+        #[test]
+        fn iso_as_the_formatter_writes_it(epoch in -6.2e10f64..2.5e11) {
+            let mut whole = epoch.trunc();
+            let mut micros = ((epoch - whole) * 1e6).round_ties_even();
+            if micros >= 1e6 {
+                micros -= 1e6;
+                whole += 1.0;
+            } else if micros < 0.0 {
+                micros += 1e6;
+                whole -= 1.0;
+            }
+            let secs = whole as i64;
+            let (y, m, d) = civil(secs.div_euclid(86_400));
+            let rem = secs.rem_euclid(86_400);
+            let want = (1..=9999).contains(&y).then(|| {
+                format!(
+                    "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+                    rem / 3600,
+                    rem % 3600 / 60,
+                    rem % 60,
+                    micros as i64 / 1000
+                )
+            });
+            proptest::prop_assert_eq!(iso(epoch), want);
+        }
     }
 
     #[test]
