@@ -198,6 +198,26 @@ fn decimal(n: i64) -> Vec<u8> {
 /// `datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds")` writes it: the fraction rounded half to
 /// even to microseconds, then cut to milliseconds. None for a time Python's `datetime` cannot hold.
 pub fn iso(epoch: f64) -> Option<String> {
+    let [y, m, d, h, min, s, ms] = iso_fields(epoch)?;
+    // written without the formatter (every line's outcome carries a time): each field is within its width here
+    let mut out = Vec::with_capacity(24);
+    for (v, width, after) in [
+        (y, 4, b'-'),
+        (m, 2, b'-'),
+        (d, 2, b'T'),
+        (h, 2, b':'),
+        (min, 2, b':'),
+        (s, 2, b'.'),
+        (ms, 3, b'Z'),
+    ] {
+        push_padded(&mut out, v, width);
+        out.push(after);
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The year (1-9999), month, day, hour, minute, second and millisecond `iso` writes, or None.
+fn iso_fields(epoch: f64) -> Option<[u32; 7]> {
     if !epoch.is_finite() {
         return None;
     }
@@ -219,24 +239,16 @@ pub fn iso(epoch: f64) -> Option<String> {
         return None;
     }
     let rem = secs.rem_euclid(86_400);
-    // every field in range here (a year of 1-9999, the milliseconds below 1,000): written without the formatter
-    let field = |v: i64| u32::try_from(v).unwrap_or(0);
-    let mut out = Vec::with_capacity(24);
-    push_padded(&mut out, field(y), 4);
-    out.push(b'-');
-    push_padded(&mut out, field(m), 2);
-    out.push(b'-');
-    push_padded(&mut out, field(d), 2);
-    out.push(b'T');
-    push_padded(&mut out, field(rem / 3600), 2);
-    out.push(b':');
-    push_padded(&mut out, field(rem % 3600 / 60), 2);
-    out.push(b':');
-    push_padded(&mut out, field(rem % 60), 2);
-    out.push(b'.');
-    push_padded(&mut out, field(micros as i64 / 1000), 3);
-    out.push(b'Z');
-    String::from_utf8(out).ok()
+    let fields = [
+        y,
+        m,
+        d,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        micros as i64 / 1000,
+    ];
+    Some(fields.map(|v| u32::try_from(v).unwrap_or(0))) // all within 0..=9999 here
 }
 
 fn iso_bytes(epoch: f64) -> Result<Vec<u8>, String> {
@@ -885,30 +897,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The ISO time written without the formatter is what the formatter writes.
+        /// The ISO time written without the formatter is what the formatter writes of the same fields.
         #[test]
         fn iso_as_the_formatter_writes_it(epoch in -6.2e10f64..2.5e11) {
-            let mut whole = epoch.trunc();
-            let mut micros = ((epoch - whole) * 1e6).round_ties_even();
-            if micros >= 1e6 {
-                micros -= 1e6;
-                whole += 1.0;
-            } else if micros < 0.0 {
-                micros += 1e6;
-                whole -= 1.0;
-            }
-            let secs = whole as i64;
-            let (y, m, d) = civil(secs.div_euclid(86_400));
-            let rem = secs.rem_euclid(86_400);
-            let want = (1..=9999).contains(&y).then(|| {
-                format!(
-                    "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-                    rem / 3600,
-                    rem % 3600 / 60,
-                    rem % 60,
-                    micros as i64 / 1000
-                )
-            });
+            let want = iso_fields(epoch)
+                .map(|[y, m, d, h, min, s, ms]| format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{ms:03}Z"));
             proptest::prop_assert_eq!(iso(epoch), want);
         }
     }
