@@ -11,7 +11,7 @@ from typing import Any
 
 from aiokafka import TopicPartition
 
-from gatekeeper.consumers.holds import Pending, Watermarks
+from gatekeeper.consumers.holds import TP, Pending, Watermarks
 from gatekeeper.consumers.outcomes import Source
 
 
@@ -41,11 +41,11 @@ def take_in(
     """The pending lines of a fetch, in partition order; ``conversation_headers`` maps each input topic to its
     route's ``conversation_header``."""
     out: list[Pending] = []
+    last: dict[TP, int] = {}
     for tp, recs in records.items():
         if not recs:
             continue
         header = conversation_headers[tp.topic]
-        watermarks.consumed((tp.topic, tp.partition), max(r.offset for r in recs))
         for r in recs:
             headers = tuple((str(k), bytes(v) if v is not None else b"") for k, v in (r.headers or ()))
             source = Source(
@@ -58,6 +58,10 @@ def take_in(
                 headers=headers,
             )
             out.append(Pending.of(source, tp.topic, conversation_of(r.key, headers, header), now))
+        last[(tp.topic, tp.partition)] = max(r.offset for r in recs)
+    # once a fetch, and only once every record of it is a pending line: none is passed before it is taken in
+    for partition, offset in last.items():
+        watermarks.consumed(partition, offset)
     return out
 
 
