@@ -304,20 +304,21 @@ _LOAD = _LOAD_FN + "return load_one(KEYS[1], KEYS[2], ARGV, 1, #ARGV)"
 _SAVE = _SAVE_FN + "return save_one(KEYS[1], KEYS[2], KEYS[3], ARGV, 1, #ARGV)"
 _INDEX = _INDEX_FN + "return index_one(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV, 1, #ARGV)"
 
-#: A batch's load on a single Redis, in one call. KEYS: per conversation its hash and its document, then the
-#: bindings. ARGV: how many conversations, how many bindings; then per conversation the count of its arguments and
-#: those (as ``load_one``'s). Returns one list per conversation (as ``load_one``), then the bindings' values (nil
-#: where none). The records are not among its keys: Redis's ACLs take every key of an ``EVALSHA`` as read and
-#: written, and the daemon's user may only read them (an ``MGET`` in the same pipeline reads them; see ``load``).
+#: A batch's load on a single Redis, in one call. KEYS: per conversation its hash and its document, then the bindings.
+#: ARGV[1]: JSON, per conversation the list of its arguments (as ``load_one``'s: the ids it needs, or ``*``): one
+#: argument to pack instead of one per id, decoded by Redis's cjson; ARGV[2]: how many bindings. Returns one list per
+#: conversation (as ``load_one``), then the bindings' values (nil where none). The records are not among its keys:
+#: Redis's ACLs take every key of an ``EVALSHA`` as read and written, and the daemon's user may only read them (an
+#: ``MGET`` in the same pipeline reads them; see ``load``).
 _LOAD_BATCH = (
     _LOAD_FN
     + """
-local n, m = tonumber(ARGV[1]), tonumber(ARGV[2])
-local out, a = {}, 3
+local segments = cjson.decode(ARGV[1])
+local n, m = #segments, tonumber(ARGV[2])
+local out = {}
 for c = 1, n do
-  local count = tonumber(ARGV[a])
-  out[c] = load_one(KEYS[2 * c - 1], KEYS[2 * c], ARGV, a + 1, a + count)
-  a = a + count + 1
+  local A = segments[c]
+  out[c] = load_one(KEYS[2 * c - 1], KEYS[2 * c], A, 1, #A)
 end
 for r = 1, m do out[n + r] = redis.call('GET', KEYS[2 * n + r]) end
 return out
@@ -825,9 +826,7 @@ class RedisStore:
         def batch(pipe: Any) -> None:
             kv: list[Any] = [k for pair in states for k in pair]
             kv += [self.keys.binding(k) for k in rkeys]
-            kv += [len(convs), len(rkeys)]
-            for args in segments:
-                kv += [len(args), *args]
+            kv += [orjson.dumps(segments), len(rkeys)]
             _evalsha(pipe, self._load_batch.sha, 2 * len(convs) + len(rkeys), *kv)
             if rkeys:
                 pipe.mget([self.keys.record(k) for k in rkeys])
