@@ -50,6 +50,9 @@ def canonical(msg: Any) -> str:
 def message_digest(msg: Any) -> str:
     """A message's digest (``h=``)."""
 
+def h_of_line(line: str, grammar: Grammar, switch: Callable[[str], Any]) -> tuple[str | None, list[_Finding]]:
+    """A line's digest (``h=``) and ``[]``, or ``None`` and its errors: no message made."""
+
 def ho_check(ho: Any, record: Any, grammar: Grammar) -> _Findings:
     """Check 1: (problems, notes)."""
 

@@ -521,6 +521,25 @@ fn message_digest(msg: &Bound<'_, PyAny>) -> PyResult<String> {
     guarded(|| rw1::canon::digest(&t))
 }
 
+/// The digest (`h=`) of a line parsed under a grammar (`switch` as for [`parse`]): `(digest, [])`, or
+/// `(None, errors)` when the line is not valid. What `message_digest` gives of the line's parsed message, without
+/// making the message: the digest is taken over the parser's own twin.
+#[pyfunction]
+fn h_of_line<'py>(
+    py: Python<'py>,
+    line: &Bound<'py, PyString>,
+    grammar: &Bound<'py, Grammar>,
+    switch: &Bound<'py, PyAny>,
+) -> PyResult<(Option<String>, Bound<'py, PyList>)> {
+    let bytes = text(line)?;
+    let (parsed, _) = run(py, &bytes, &grammar.get().inner, switch)?;
+    if !parsed.errors.is_empty() {
+        return Ok((None, problems(py, &parsed.errors)?));
+    }
+    let digest = guarded(|| rw1::canon::digest(&parsed.twin))?;
+    Ok((Some(digest), PyList::empty(py)))
+}
+
 /// Check 1: an HO against its record (a mapping of slots to values; a value other than text is compared as the
 /// line writes it): (problems, notes).
 #[pyfunction]
@@ -1091,6 +1110,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse, m)?)?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(message_digest, m)?)?;
+    m.add_function(wrap_pyfunction!(h_of_line, m)?)?;
     m.add_function(wrap_pyfunction!(canonical, m)?)?;
     m.add_function(wrap_pyfunction!(ho_check, m)?)?;
     m.add_function(wrap_pyfunction!(rb_check, m)?)?;
