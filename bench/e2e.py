@@ -262,19 +262,23 @@ async def produce(topic: str, lines: Sequence[tuple[bytes, bytes]]) -> None:
 
 async def outcome_count(consumer: AIOKafkaConsumer, tps: list[TopicPartition]) -> int:
     """The records on the outcome partitions, as their end offsets (exactly-once, each transaction's commit marker
-    takes an offset too: ``committed_outcomes`` counts the records)."""
+    takes an offset too: ``read_outcomes`` reads the records)."""
     ends = await consumer.end_offsets(tps)
     return sum(ends.values())
 
 
-async def committed_outcomes(topics: dict[str, str], timeout: float = 120.0) -> int:
-    """The outcome records a ``read_committed`` consumer reads: what downstream sees of an exactly-once run."""
-    reader = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level="read_committed", enable_auto_commit=False)
+async def read_outcomes(
+    topics: dict[str, str], *, committed: bool = False, timeout: float = 120.0
+) -> list[tuple[str, Any]]:
+    """Every record on the outcome topics, as (topic, record), read from the beginning to the end offsets (with
+    ``committed``, as a ``read_committed`` consumer reads them: what downstream sees of an exactly-once run)."""
+    isolation = "read_committed" if committed else "read_uncommitted"
+    reader = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, isolation_level=isolation, enable_auto_commit=False)
     await reader.start()
     tps = [TopicPartition(topics["out"], 0), TopicPartition(topics["dlq"], 0)]
     reader.assign(tps)
     await reader.seek_to_beginning(*tps)
-    n = 0
+    out: list[tuple[str, Any]] = []
     try:
         ends = await reader.end_offsets(tps)  # read_committed: the last stable offsets
         deadline = time.monotonic() + timeout
@@ -282,43 +286,26 @@ async def committed_outcomes(topics: dict[str, str], timeout: float = 120.0) -> 
             positions = [await reader.position(tp) for tp in tps]
             if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
                 break
-            batch = await reader.getmany(timeout_ms=500)
-            n += sum(len(recs) for recs in batch.values())
-    finally:
-        await reader.stop()
-    return n
-
-
-async def outcomes_twice(topics: dict[str, str], timeout: float = 120.0) -> tuple[int, int]:
-    """(records, records that repeat one already on the same topic): an outcome is the same as another when it
-    answers for the same input record (``gk.original.partition``, ``gk.original.offset``), a refusal notice (which
-    names no input record) when its line is the same. Outcomes minus lines is not the measure: a dead-lettered
-    line's refusal notice is a second record for one line, by design."""
-    reader = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP, enable_auto_commit=False)
-    await reader.start()
-    tps = [TopicPartition(topics["out"], 0), TopicPartition(topics["dlq"], 0)]
-    reader.assign(tps)
-    await reader.seek_to_beginning(*tps)
-    seen: set[tuple[str, bytes | None, bytes | None]] = set()
-    n = 0
-    try:
-        ends = await reader.end_offsets(tps)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            positions = [await reader.position(tp) for tp in tps]
-            if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
-                break
             for tp, recs in (await reader.getmany(timeout_ms=500)).items():
-                for r in recs:
-                    h = dict(r.headers or ())
-                    n += 1
-                    if "gk.notice.refused" in h:
-                        seen.add((tp.topic, b"notice", r.value))
-                    else:
-                        seen.add((tp.topic, h.get("gk.original.partition"), h.get("gk.original.offset")))
+                out.extend((tp.topic, r) for r in recs)
     finally:
         await reader.stop()
-    return n, n - len(seen)
+    return out
+
+
+def twice(outcomes: list[tuple[str, Any]]) -> int:
+    """The records that repeat one already on the same topic: an outcome is the same as another when it answers
+    for the same input record (``gk.original.partition``, ``gk.original.offset``), a refusal notice (which names no
+    input record) when its line is the same. Outcomes minus lines is not the measure: a dead-lettered line's
+    refusal notice is a second record for one line, by design."""
+    seen: set[tuple[str, bytes | None, bytes | None]] = set()
+    for topic, r in outcomes:
+        h = dict(r.headers or ())
+        if "gk.notice.refused" in h:
+            seen.add((topic, b"notice", r.value))
+        else:
+            seen.add((topic, h.get("gk.original.partition"), h.get("gk.original.offset")))
+    return len(outcomes) - len(seen)
 
 
 def gatekeeper_config(
@@ -585,7 +572,7 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
         trips = procs[0].metric("gatekeeper_redis_round_trips_total")
         for p in procs:
             p.stop()
-        eos.outcomes = await committed_outcomes(eos_topics)  # the end offsets also counted the commit markers
+        eos.outcomes = len(await read_outcomes(eos_topics, committed=True))  # end offsets count commit markers too
         rows.append(
             [
                 "gatekeeper, exactly-once",
@@ -808,11 +795,11 @@ async def section_open(env: Env, n: int, sizes: Sequence[int]) -> None:
 async def section_pair(env: Env, n: int) -> None:
     t = traffic(n, seed=17, tag="p")
     res, _, topics, _ = await gatekeeper_run(env, "pair", t.lines, t.records, instances=2)
-    outcomes, twice = await outcomes_twice(topics)
+    outcomes = await read_outcomes(topics)
     table(
         "two gatekeepers in one group, 6 partitions",
         ["instances", "lines/s", "outcomes", "lines", "twice"],
-        [[2, res.rate, outcomes, len(t.lines), twice]],
+        [[2, res.rate, len(outcomes), len(t.lines), twice(outcomes)]],
     )
 
 

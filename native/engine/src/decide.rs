@@ -8,7 +8,6 @@
 use std::borrow::Cow;
 
 use rw1::{Grammar, Twin, Value};
-use sha2::{Digest, Sha256};
 
 use crate::authority::{self, Parties, Target};
 use crate::rules::{is_reserved_id, RESERVED_ID_MAX, RESERVED_ID_MIN};
@@ -392,14 +391,7 @@ pub fn owned_twin(t: Twin<'_>) -> Twin<'static> {
 
 /// A line's identity within its conversation, with its message id: SHA-256 of the bytes, 16 hex.
 pub fn line_digest(raw: &[u8]) -> Vec<u8> {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let hash = Sha256::digest(raw);
-    let mut out = Vec::with_capacity(16);
-    for b in hash.iter().take(8) {
-        out.push(HEX[usize::from(b >> 4)]);
-        out.push(HEX[usize::from(b & 0x0f)]);
-    }
-    out
+    rw1::digest::sha256_hex(raw, 16).into_bytes()
 }
 
 /// `v` in decimal, zero-padded to `width` digits (`format!("{v:0width$}")` for `v` of at most `width` digits,
@@ -2441,7 +2433,7 @@ mod tests {
             let rem = secs.rem_euclid(86_400);
             let want = format!("{y:04}{m:02}{d:02}T{:02}{:02}Z", rem / 3600, (rem % 3600) / 60);
             prop_assert_eq!(rw_time(epoch), want.into_bytes());
-            let hash = Sha256::digest(&raw);
+            let hash = <sha2::Sha256 as sha2::Digest>::digest(&raw);
             let hex: String = hash.iter().take(8).map(|b| format!("{b:02x}")).collect();
             prop_assert_eq!(line_digest(&raw), hex.into_bytes());
         }

@@ -13,9 +13,14 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// The digest of `bytes`: 12 lowercase hex digits.
 pub fn digest(bytes: &[u8]) -> String {
+    sha256_hex(bytes, DIGEST_LEN)
+}
+
+/// The first `digits` lowercase hex digits (an even number, at most 64) of the SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8], digits: usize) -> String {
     let hash = Sha256::digest(bytes);
-    let mut out = String::with_capacity(DIGEST_LEN);
-    for b in hash.iter().take(DIGEST_LEN / 2) {
+    let mut out = String::with_capacity(digits);
+    for b in hash.iter().take(digits / 2) {
         out.push(char::from(HEX[usize::from(b >> 4)]));
         out.push(char::from(HEX[usize::from(b & 0x0f)]));
     }
