@@ -2,8 +2,9 @@
 
 Code written for the reference runs by changing the import (``import rwcore as rw``). The ``*_lines`` variants
 return the same findings as a typed :class:`~rwcore.CheckResult`, with problem codes. Every function here is the
-typed implementation applied to lines: lines are parsed once with the compiled profile, the checks run over the
-decoded messages, and problems and notes are rendered as the reference's strings. Profile names follow the
+typed implementation applied to lines: lines are parsed once with the compiled profile and checked by the same
+native checks (the three checks in one native call each, no ``Message`` made), and problems and notes are rendered
+as the reference's strings. Profile names follow the
 reference's ``load_profile`` (``None`` or ``""`` is the core; ``"core"`` itself is refused).
 """
 
@@ -15,21 +16,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from rwcore import _native
-from rwcore._checks import (
-    acc_compare,
-    dn_check,
-    dn_receipt,
-    encoding_profile,
-    now_utc,
-    rb_problems,
-    readback_twin,
-)
-from rwcore._checks import ho_check as _ho_check
+from rwcore._checks import acc_compare, encoding_profile, now_utc, readback_twin
 from rwcore._codec import (
     VERSION,
+    _switch,
     digest_raw,
     encode_checked,
     line_digest,
+    native_problems,
     parse_message,
     parse_raw,
     twin_json,
@@ -45,7 +39,7 @@ from rwcore._profiles import (
     profile_from_spec,
     reference_profile,
 )
-from rwcore._types import CheckResult, Message, Problem
+from rwcore._types import CheckResult
 
 #: The reference's name for its profile folder; here, rwcore's own.
 PROFILES: Final[Path] = BUILTIN_DIR
@@ -186,46 +180,44 @@ def _criteria_grammar(spec: Mapping[str, Any]) -> _native.Grammar:
     )
 
 
-def _lines(profile: str | None, *pairs: tuple[str, str]) -> tuple[Profile, list[Message | None], list[Problem]]:
-    """Parse each (label, line) with the reference's profile: the messages (None when invalid) and each invalid
-    line's errors as problems (``ho-invalid``, ``rb-invalid``, ``dn-invalid``; ``got`` is the parse code)."""
+def _lines(call: Any, profile: str | None, lines: tuple[Any, ...], *rest: Any) -> tuple[list[Any], list[Any]]:
+    """A check of lines in one native call (native/python/src/lines.rs): each line parsed with the reference's
+    profile (a ``p=`` slot switching the parse) and checked against that profile, no ``Message`` made; an invalid
+    line's errors are the problems (``ho-invalid``, ``rb-invalid``, ``dn-invalid``: "HO: <the parser's message>",
+    the parse code as ``got``). Returns the native findings; a slot value the check cannot read is a FormError."""
+    for line in lines:
+        if not isinstance(line, str):
+            raise FormError(f"a line is a str, not {type(line).__name__}")
     prof = reference_profile(profile)
-    msgs: list[Message | None] = []
-    problems: list[Problem] = []
-    for label, line in pairs:
-        message, _, errors, _, _ = parse_message(line, prof)
-        if errors:
-            problems += [_invalid(label, e) for e in errors]
-        msgs.append(message)
-    return prof, msgs, problems
+    try:
+        return call(*lines, prof.grammar, _switch(prof), *rest)  # type: ignore[no-any-return]
+    except ValueError as e:
+        raise FormError(str(e)) from e
 
 
-def _invalid(label: str, e: Problem) -> Problem:
-    return Problem(f"{label.lower()}-invalid", f"{label}: {e.message}", "form", e.slot, None, e.code)
-
-
-def _texts(found: tuple[list[Problem], list[Problem]]) -> tuple[list[str], list[str]]:
+def _typed(found: tuple[list[Any], list[Any]]) -> CheckResult:
     problems, notes = found
-    if not problems and not notes:
-        return [], []
-    return [p.message for p in problems], [n.message for n in notes]
+    return CheckResult(tuple(native_problems(problems)), tuple(native_problems(notes)))
+
+
+def _texts(found: tuple[list[Any], list[Any]]) -> tuple[list[str], list[str]]:
+    """The reference's shape: each finding's message (a native finding is ``(code, tier, message, ...)``)."""
+    problems, notes = found
+    return [p[2] for p in problems], [n[2] for n in notes]
 
 
 def _rb_lines(
     ho_line: str, rb_line: str, profile: str | None, expect_acc: list[str] | None, now: str | None
-) -> tuple[list[Problem], list[Problem]]:
-    prof, (ho, rb), problems = _lines(profile, ("HO", ho_line), ("RB", rb_line))
-    if problems or ho is None or rb is None:
-        return problems, []
-    return rb_problems(ho, rb, prof, expect_acc, now)
+) -> tuple[list[Any], list[Any]]:
+    expect = None if expect_acc is None else [str(x) for x in expect_acc]
+    return _lines(_native.rb_check_lines, profile, (ho_line, rb_line), expect, now or now_utc())
 
 
 def check_rb_lines(
     ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None, now: str | None = None
 ) -> CheckResult:
     """:func:`check_rb_full` as a typed result (problems with codes)."""
-    problems, notes = _rb_lines(ho_line, rb_line, profile, expect_acc, now)
-    return CheckResult(tuple(problems), tuple(notes))
+    return _typed(_rb_lines(ho_line, rb_line, profile, expect_acc, now))
 
 
 def check_rb_full(
@@ -242,40 +234,23 @@ def check_rb(ho_line: str, rb_line: str, profile: str | None = None, expect_acc:
 
 def check_ho_lines(ho_line: str, record: Mapping[str, Any], profile: str | None = None) -> CheckResult:
     """:func:`check_ho` as a typed result (problems with codes)."""
-    prof, (ho,), problems = _lines(profile, ("HO", ho_line))
-    if problems or ho is None:
-        return CheckResult(tuple(problems))
-    return _ho_check(ho, record, prof)
+    return _typed(_lines(_native.ho_check_line, profile, (ho_line,), record))
 
 
 def check_ho(ho_line: str, record: dict[str, Any], profile: str | None = None) -> tuple[list[str], list[str]]:
     """Check 1, before sending: the HO against the record it was built from; ``(problems, notes)``."""
-    return check_ho_lines(ho_line, record, profile).compat()
+    return _texts(_lines(_native.ho_check_line, profile, (ho_line,), record))
+
+
+def _dn_lines(ho_line: str, dn_line: str, profile: str | None, rb_line: str | None) -> tuple[list[Any], list[Any]]:
+    # the readback that made the plan is checked now (read only when the receipt lets the check go on)
+    now = now_utc() if rb_line else None
+    return _lines(_native.dn_check_lines, profile, (ho_line, dn_line), rb_line, now)
 
 
 def check_dn_lines(ho_line: str, dn_line: str, profile: str | None = None, rb_line: str | None = None) -> CheckResult:
     """:func:`check_dn` as a typed result (problems with codes)."""
-    prof, (ho, dn), problems = _lines(profile, ("HO", ho_line), ("DN", dn_line))
-    if problems or ho is None or dn is None:
-        return CheckResult(tuple(problems))
-    found, go_on = dn_receipt(ho, dn)
-    if not go_on:
-        return CheckResult(tuple(found))
-    plan_rb: Message | None = None
-    if rb_line:
-        rb, _, errors, _, _ = parse_message(rb_line, prof)
-        if rb is None:
-            return CheckResult((*found, *(_invalid("RB", e) for e in errors)))
-        if rb.type != "RB":
-            wrong = Problem("wrong-type", f"third line is {rb.type}, expected RB", "form", None, "RB", rb.type)
-            return CheckResult((*found, wrong))
-        failed, _ = rb_problems(ho, rb, prof, None, None)
-        if failed:
-            first = failed[0]
-            text = "the readback did not pass the sender's check, so it is not the plan: " + first.message
-            return CheckResult((*found, Problem("rb-not-plan", text, "executed", first.slot, None, first.code)))
-        plan_rb = rb
-    return dn_check(ho, dn, prof, plan_rb)
+    return _typed(_dn_lines(ho_line, dn_line, profile, rb_line))
 
 
 def check_dn(
@@ -283,7 +258,7 @@ def check_dn(
 ) -> tuple[list[str], list[str]]:
     """Check 3, after the act: the DN against the plan (the HO, plus ``rb_line`` when it passes
     :func:`check_rb_full` now); ``(problems, notes)``."""
-    return check_dn_lines(ho_line, dn_line, profile, rb_line).compat()
+    return _texts(_dn_lines(ho_line, dn_line, profile, rb_line))
 
 
 def make_rb(

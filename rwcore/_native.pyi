@@ -65,6 +65,29 @@ def dn_receipt(ho: Any, dn: Any) -> tuple[list[_Finding], bool]:
 def dn_check(ho: Any, dn: Any, grammar: Grammar, plan_rb: Any | None) -> _Findings:
     """Check 3: (problems, notes)."""
 
+def ho_check_line(ho_line: str, grammar: Grammar, switch: Callable[[str], Any], record: Any) -> _Findings:
+    """Check 1 of a line, parsed here: (problems, notes); an invalid line's errors are ``ho-invalid`` problems."""
+
+def rb_check_lines(
+    ho_line: str,
+    rb_line: str,
+    grammar: Grammar,
+    switch: Callable[[str], Any],
+    expect_acc: list[str] | None,
+    now: str,
+) -> _Findings:
+    """Check 2 of two lines, parsed here: (problems, notes)."""
+
+def dn_check_lines(
+    ho_line: str,
+    dn_line: str,
+    grammar: Grammar,
+    switch: Callable[[str], Any],
+    rb_line: Any = None,
+    now: str | None = None,
+) -> _Findings:
+    """Check 3 of two lines (or three: the readback that made the plan, checked at ``now``): (problems, notes)."""
+
 def acc_compare(
     expected: list[str], derived: list[str], keys: list[str], derived_not: list[str], grammar: Grammar
 ) -> _Findings:

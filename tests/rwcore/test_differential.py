@@ -562,6 +562,72 @@ def test_check_dn(hcase: tuple[str | None, dict[str, Any]], data: st.DataObject)
     assert rw.dn_check(ho, dn, prof, plan_rb).compat() == want
 
 
+def _spoiled(draw: st.DrawFn, line: str) -> Any:
+    """A line as a caller may pass it wrongly: itself, one token dropped, a token's value changed, a type changed,
+    the line cut short, or empty (not a str at all is rwcore's FormError, the reference's AttributeError)."""
+    tokens = line.split(" ")
+    how = draw(st.integers(0, 9))
+    if how == 0 and len(tokens) > 2:
+        del tokens[draw(st.integers(1, len(tokens) - 1))]
+    elif how == 1 and len(tokens) > 2:
+        i = draw(st.integers(2, len(tokens) - 1))
+        tokens[i] = tokens[i].split("=", 1)[0] + "=" + draw(st.sampled_from(["", "x y", "@", "é", "5100.00"]))
+    elif how == 2:
+        tokens[1] = draw(st.sampled_from(["HO", "RB", "DN", "QQ", "AN", "XX"]))
+    elif how == 3:
+        return line[: draw(st.integers(0, len(line)))]
+    elif how == 4:
+        return draw(st.sampled_from(["", " ", "RW1", "RW1 HO"]))
+    return " ".join(tokens)
+
+
+@SETTINGS
+@given(handoffs(), st.data())
+def test_the_checks_of_spoiled_lines(hcase: tuple[str | None, dict[str, Any]], data: st.DataObject) -> None:
+    """The checks given lines that are invalid, of the wrong type, in the wrong place or not lines at all: the
+    problems (``ho-invalid``, ``wrong-type``, ``rb-not-plan``...) or the FormError, as the reference gives them,
+    and the typed ``*_lines`` results say the same."""
+    pname, twin = hcase
+    twin["slots"]["exp"] = data.draw(st.sampled_from(["20200101T0000Z", "20991231T2359Z"]))  # clock-independent
+    ho_line = _encode_ho(pname, twin)
+    assume(ho_line is not None)
+    assert ho_line is not None
+    good = {
+        "HO": ho_line,
+        "RB": data.draw(readbacks(twin, pname, ho_line)),
+        "DN": data.draw(done_reports(twin, pname)),
+    }
+    pick = lambda: _spoiled(data.draw, good[data.draw(st.sampled_from(sorted(good)))])  # noqa: E731
+    first, second = _spoiled(data.draw, ho_line), pick()
+    third = data.draw(st.one_of(st.none(), st.just(good["RB"]), st.builds(pick)))
+    if isinstance(third, str):
+        third = " ".join(t for t in third.split(" ") if not t.startswith("exp="))  # clock-independent
+    arg = data.draw(st.sampled_from([pname, pname, None]))
+    record = data.draw(records(twin))
+
+    def same(rw_call: Callable[[], Any], ref_call: Callable[[], Any], typed: Callable[[], Any]) -> None:
+        want = _outcome(ref_call)
+        assert _outcome(rw_call) == want
+        got = _outcome(typed)
+        assert got == want if want[0] == "error" else got == ("ok", want[1])
+
+    same(
+        lambda: rw.check_ho(first, record, arg),
+        lambda: ref.check_ho(first, record, arg),
+        lambda: rw.check_ho_lines(first, record, arg).compat(),
+    )
+    same(
+        lambda: rw.check_rb_full(first, second, arg, None, NOW),
+        lambda: ref.check_rb_full(first, second, arg, None, NOW),
+        lambda: rw.check_rb_lines(first, second, arg, None, NOW).compat(),
+    )
+    same(
+        lambda: rw.check_dn(first, second, arg, third),
+        lambda: ref.check_dn(first, second, arg, third),
+        lambda: rw.check_dn_lines(first, second, arg, third).compat(),
+    )
+
+
 @SETTINGS
 @given(
     loose_criteria,

@@ -21,6 +21,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod batch;
 mod decision;
+mod lines;
 mod outcomes;
 mod state;
 
@@ -1128,6 +1129,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     state::register(m)?;
     outcomes::register(m)?;
     batch::register(m)?;
+    lines::register(m)?;
     Ok(())
 }
 

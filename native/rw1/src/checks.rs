@@ -892,6 +892,81 @@ pub fn dn_check(ho: &Twin<'_>, dn: &Twin<'_>, g: &Grammar, plan_rb: Option<&Twin
     f
 }
 
+// ---------------------------------------------------------------- the checks of lines (the reference's functions)
+
+/// An invalid line's parse errors as a check's problems (the reference's `ho-invalid`, `rb-invalid`,
+/// `dn-invalid`): "<label>: <the parser's message>", the slot, and the parse code as what was got.
+pub fn invalid_line(label: &[u8], code: &'static str, errors: &[Problem]) -> Vec<Problem> {
+    errors
+        .iter()
+        .map(|e| Problem {
+            code,
+            tier: "form",
+            message: cat(&[label, b": ", &e.message]),
+            slot: e.slot.clone(),
+            expected: None,
+            got: Some(e.code.as_bytes().to_vec()),
+        })
+        .collect()
+}
+
+/// Check 3 with the readback that made the plan given as a line, parsed (`check_dn(ho, dn, rb_line=...)`): the
+/// readback joins the plan only if it passes check 2 at `now`. One that is invalid, is not an RB or fails is a
+/// problem of its own after the receipt's (`rb-invalid`, `wrong-type`, `rb-not-plan`: the readback's first
+/// problem), and the plan is not checked.
+pub fn dn_check_planned(
+    ho: &Twin<'_>,
+    dn: &Twin<'_>,
+    g: &Grammar,
+    rb: &crate::Parsed<'_>,
+    now: &[u8],
+) -> Findings {
+    let (receipt, go_on) = dn_receipt(ho, dn);
+    let mut f = Findings {
+        problems: receipt.problems,
+        notes: Vec::new(),
+    };
+    if !go_on {
+        return f;
+    }
+    if !rb.errors.is_empty() {
+        f.problems
+            .extend(invalid_line(b"RB", "rb-invalid", &rb.errors));
+        return f;
+    }
+    let t = &rb.twin;
+    if t.typ.as_deref() != Some(b"RB") {
+        let got = text_of(&t.typ);
+        let msg = cat(&[b"third line is ", got, b", expected RB"]);
+        f.problems.push(Problem::new(
+            "wrong-type",
+            "form",
+            msg,
+            None,
+            Some(b"RB"),
+            Some(got),
+        ));
+        return f;
+    }
+    let failed = rb_check(ho, t, g, None, now);
+    if let Some(first) = failed.problems.first() {
+        let msg = cat(&[
+            b"the readback did not pass the sender's check, so it is not the plan: ",
+            &first.message,
+        ]);
+        f.problems.push(Problem {
+            code: "rb-not-plan",
+            tier: "executed",
+            message: msg,
+            slot: first.slot.clone(),
+            expected: None,
+            got: Some(first.code.as_bytes().to_vec()),
+        });
+        return f;
+    }
+    dn_check(ho, dn, g, Some(t))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -988,6 +1063,64 @@ mod tests {
         assert_eq!(f.problems[0].expected.as_deref(), Some(&b"5.00"[..]));
         let f = ho_check(&ho.twin, &[(b"amt", b"5.00"), (b"to", b"c")], &g);
         assert_eq!(codes(&f), ["record-mismatch", "rb-level"]);
+    }
+
+    #[test]
+    fn a_plan_readback_given_as_a_line_joins_the_plan_only_when_it_passes() {
+        let g = grammar();
+        let none = |_: &[u8]| Err::<Arc<Grammar>, _>(Vec::new());
+        let ho = read(
+            "RW1 HO a-1 from=a to=b item=i:1 ask=PAY amt=5.00 rb=exec",
+            &g,
+        );
+        let dn = read("RW1 DN b-2 re=a-1 from=b to=a item=i:1 out=OK amt=5.00", &g);
+        let h = canon::digest(&ho.twin);
+        let now = b"20261012T1000Z";
+        let good = format!("RW1 RB b-1 re=a-1 from=b to=a item=i:1 ask=PAY amt=5.00 h={h}");
+        let planned = dn_check_planned(&ho.twin, &dn.twin, &g, &read(&good, &g), now);
+        assert_eq!(
+            codes(&planned),
+            codes(&dn_check(
+                &ho.twin,
+                &dn.twin,
+                &g,
+                Some(&read(&good, &g).twin)
+            ))
+        );
+        let wrong = format!("RW1 RB b-1 re=a-1 from=b to=a item=i:1 ask=PAY amt=6.00 h={h}");
+        let f = dn_check_planned(&ho.twin, &dn.twin, &g, &read(&wrong, &g), now);
+        assert_eq!(codes(&f), ["rb-not-plan"]);
+        assert!(f.problems[0]
+            .message
+            .starts_with(b"the readback did not pass the sender's check"));
+        let f = dn_check_planned(
+            &ho.twin,
+            &dn.twin,
+            &g,
+            &read("RW1 DN b-3 re=a-1 from=b to=a out=OK", &g),
+            now,
+        );
+        assert_eq!(codes(&f), ["wrong-type"]);
+        assert_eq!(f.problems[0].message, b"third line is DN, expected RB");
+        let broken = parse(b"RW1 RB b-1 re=a-1 from=b", &g, none);
+        let f = dn_check_planned(&ho.twin, &dn.twin, &g, &broken, now);
+        assert!(!broken.errors.is_empty());
+        assert!(
+            codes(&f).iter().all(|c| *c == "rb-invalid"),
+            "{:?}",
+            codes(&f)
+        );
+        assert!(f.problems[0].message.starts_with(b"RB: "));
+        assert_eq!(
+            f.problems[0].got.as_deref(),
+            Some(broken.errors[0].code.as_bytes())
+        );
+        // a receipt that fails is a problem, and the readback is still read; a line of the wrong type stops it
+        let other = read("RW1 DN b-2 re=a-9 from=b to=a item=i:1 out=OK amt=5.00", &g);
+        let f = dn_check_planned(&ho.twin, &other.twin, &g, &broken, now);
+        assert_eq!(codes(&f)[..2], ["dn-receipt-re", "rb-invalid"]);
+        let f = dn_check_planned(&ho.twin, &ho.twin, &g, &broken, now);
+        assert_eq!(codes(&f), ["wrong-type"]);
     }
 
     proptest! {
