@@ -26,7 +26,7 @@ from gatekeeper.auth import KeyRing
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.breaker import DeadLetterBreaker
 from gatekeeper.consumers.holds import TP, Pending
-from gatekeeper.consumers.outcomes import Outcome, Targets, bare_dead_letter, build
+from gatekeeper.consumers.outcomes import Decided, Outcome, Targets, bare_dead_letter, build_all
 from gatekeeper.consumers.sending import Send
 from gatekeeper.metrics import Metrics
 from gatekeeper.notices import Notice, refusal_notice
@@ -222,7 +222,9 @@ def build_sends(
     metrics: Metrics,
     fit: Callable[[Outcome], Outcome | None],
 ) -> None:
-    """The records of the decided batch (``b.sends``), each fitted to its topic; held lines to ``b.held``."""
+    """The records of the decided batch (``b.sends``), each fitted to its topic, in the order of its lines; held
+    lines to ``b.held``."""
+    built = outcomes(b, routes, now, metrics)
     sends: list[Send] = []
     for i, p in enumerate(b.lines):
         d = b.decisions[i]
@@ -233,21 +235,7 @@ def build_sends(
             if not p.held and not queued:
                 metrics.held.labels(route=p.route).inc()
             continue
-        rt = routes[p.route]
-        notice = notice_for(p, d, rt, b.proofs.get(i), metrics)
-        try:
-            outs = build(
-                d, p.source, rt.targets, conversation=p.conversation, sensitive=rt.sensitive, now=now, notice=notice
-            )
-        except Exception as exc:  # a bug in building the records: the line is held back, never waved through
-            log.error(
-                "building a line's outcome raised: dead-lettered internal-error",
-                exc_info=exc,
-                extra={"route": p.route, "partition": p.source.partition, "offset": p.source.offset},
-            )
-            metrics.internal_errors.labels(route=p.route, stage="outcome").inc()
-            outs = [bare_dead_letter(p.source, rt.targets, error_text(exc), now)]
-        for o in outs:
+        for o in built[i]:
             fitted = fit(o)
             if fitted is not None:
                 sends.append(Send(fitted, p.route))
@@ -255,4 +243,41 @@ def build_sends(
     b.sends = sends
 
 
-__all__ = ["Batch", "RouteRuntime", "build_sends", "decide", "first_seen", "notice_for", "route_policy"]
+def outcomes(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metrics: Metrics) -> dict[int, list[Outcome]]:
+    """The outcomes of each decided line of the batch (by its place), a route's lines built in one call
+    (``outcomes.build_all``). When that call raises (a bug in building the records), the route's lines are built
+    again one by one: a line whose building raises is dead-lettered bare, ``internal-error``, never forwarded."""
+    by_route: dict[str, list[int]] = {}
+    for i, p in enumerate(b.lines):
+        if b.decisions[i].verdict is not Verdict.HOLD:
+            by_route.setdefault(p.route, []).append(i)
+    built: dict[int, list[Outcome]] = {}
+    for name, idxs in by_route.items():
+        rt = routes[name]
+        lines = []
+        for i in idxs:
+            p, d = b.lines[i], b.decisions[i]
+            notice = notice_for(p, d, rt, b.proofs.get(i), metrics) if d.verdict is Verdict.DEAD_LETTER else None
+            lines.append(Decided(d, p.source, p.conversation, notice))
+        try:
+            made = build_all(lines, rt.targets, sensitive=rt.sensitive, now=now)
+        except Exception:  # a bug in building one line's records: each line again, under its own guard
+            made = [_guarded(b.lines[i], line, rt, now, metrics) for i, line in zip(idxs, lines, strict=True)]
+        built.update(zip(idxs, made, strict=True))
+    return built
+
+
+def _guarded(p: Pending, line: Decided, rt: RouteRuntime, now: float, metrics: Metrics) -> list[Outcome]:
+    try:
+        return build_all([line], rt.targets, sensitive=rt.sensitive, now=now)[0]
+    except Exception as exc:  # a bug in building the records: the line is held back, never waved through
+        log.error(
+            "building a line's outcome raised: dead-lettered internal-error",
+            exc_info=exc,
+            extra={"route": p.route, "partition": p.source.partition, "offset": p.source.offset},
+        )
+        metrics.internal_errors.labels(route=p.route, stage="outcome").inc()
+        return [bare_dead_letter(p.source, rt.targets, error_text(exc), now)]
+
+
+__all__ = ["Batch", "RouteRuntime", "build_sends", "decide", "first_seen", "notice_for", "outcomes", "route_policy"]

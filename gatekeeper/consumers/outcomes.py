@@ -90,9 +90,9 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -169,7 +169,7 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     headers: Headers
     source: Source
     level: int = 0
-    #: what the next trim level is made from: ``build``'s arguments to the engine and the outcome's place among them
+    #: what the next trim level is made from: the line's arguments to the engine and the outcome's place among them
     draft: tuple[Any, ...] | None = None
     estimate: int = -1  # ``size``, when the engine computed it with the record
 
@@ -190,7 +190,7 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
         """The same outcome trimmed one level further, or None when nothing is left to trim."""
         if self.draft is None:
             return None
-        route, decision, source, conversation, now, notice, sig, notice_sig, index = self.draft
+        (route, decision, source, conversation, now, notice, sig, notice_sig), index = self.draft
         # built again: trimming is rare, and no record keeps in memory what only a trim needs
         record = _native.build_outcomes(
             route, decision, source, conversation, now, notice, sig, notice_sig, self.level + 1
@@ -213,6 +213,15 @@ def iso(epoch: float) -> str:
 _VERSION = ("gk.version", __version__.encode())
 
 
+class Decided(NamedTuple):
+    """A decided line to build the outcomes of (``build_all``)."""
+
+    decision: Decision
+    source: Source
+    conversation: str | None
+    notice: Notice | None = None
+
+
 def build(
     decision: Decision,
     source: Source,
@@ -223,29 +232,53 @@ def build(
     now: float,
     notice: Notice | None = None,
 ) -> list[Outcome]:
-    """The outcomes of one decided line: one output-or-dead-letter record, plus an alert when the decision
-    raises one, plus ``notice`` (``notices.refusal_notice``) for a dead letter of an enforcing route (its dead letter
-    then names it in ``gk.notice.id``). ``now`` is when the outcome is built (the alert's ``at``); the decision
-    carries when it was made. The records are built by the native engine (``engine::outcomes``); the signatures
-    are the ``Signer``'s, made here with the key it holds."""
-    if decision.verdict is Verdict.HOLD:
-        raise ValueError("a held line has no outcome yet")
-    sig = notice_sig = None
-    if targets.signer is not None:
-        route = targets.name or source.topic
-        dead = decision.verdict is Verdict.DEAD_LETTER
-        if not dead or targets.dry_run:
-            verdict = DRY_RUN if targets.dry_run else "alert" if decision.verdict is Verdict.ALERT else "forward"
-            sig = targets.signer.sign(
-                route, conversation, source.value, verdict, repeat=decision.repeated, clears=decision.clears
-            )
-        elif notice is not None and conversation is not None:
-            notice_sig = targets.signer.sign(
-                route, conversation, notice.line.encode("utf-8"), NOTICE, repeat=decision.repeated
-            )
-    args = (_route(targets, frozenset(sensitive)), decision, source, conversation, now, notice, sig, notice_sig)
-    made = _native.build_outcomes(*args)
-    return [_outcome(record, source, (*args, i)) for i, record in enumerate(made) if record is not None]
+    """The outcomes of one decided line (``build_all`` of one line): one output-or-dead-letter record, plus an
+    alert when the decision raises one, plus ``notice`` (``notices.refusal_notice``) for a dead letter of an
+    enforcing route (its dead letter then names it in ``gk.notice.id``). ``now`` is when the outcome is built (the
+    alert's ``at``); the decision carries when it was made."""
+    return build_all([Decided(decision, source, conversation, notice)], targets, sensitive=sensitive, now=now)[0]
+
+
+def build_all(
+    lines: Sequence[Decided], targets: Targets, *, sensitive: Collection[str] = (), now: float
+) -> list[list[Outcome]]:
+    """The outcomes of a route's decided lines, each line's in a list of its own (see ``build``), in one call to
+    the native engine (``engine::outcomes``), which makes the ``Outcome`` values too: no Python runs per line here
+    but the signatures, made with the ``Signer``'s key when signing is configured. Raises ``ValueError`` for a held
+    line (it has no outcome yet), and whatever a bug raises: the caller then builds the lines one by one."""
+    signer = targets.signer
+    args: list[tuple[Any, ...]] = []
+    for decision, source, conversation, notice in lines:
+        if decision.verdict is Verdict.HOLD:
+            raise ValueError("a held line has no outcome yet")
+        sig = notice_sig = None
+        if signer is not None:
+            sig, notice_sig = _signatures(signer, targets, decision, source, conversation, notice)
+        args.append((decision, source, conversation, notice, sig, notice_sig))
+    made: list[list[Outcome]] = _native.build_outcomes_all(
+        _route(targets, frozenset(sensitive)), args, now, Outcome, _KINDS
+    )
+    return made
+
+
+def _signatures(
+    signer: Signer,
+    targets: Targets,
+    decision: Decision,
+    source: Source,
+    conversation: str | None,
+    notice: Notice | None,
+) -> tuple[bytes | None, bytes | None]:
+    """``gk.sig`` of a line's output record and of its refusal notice (None: not signed; a dead letter never is)."""
+    route = targets.name or source.topic
+    dead = decision.verdict is Verdict.DEAD_LETTER
+    if not dead or targets.dry_run:
+        verdict = DRY_RUN if targets.dry_run else "alert" if decision.verdict is Verdict.ALERT else "forward"
+        sig = signer.sign(route, conversation, source.value, verdict, repeat=decision.repeated, clears=decision.clears)
+        return sig, None
+    if notice is not None and conversation is not None:
+        return None, signer.sign(route, conversation, notice.line.encode("utf-8"), NOTICE, repeat=decision.repeated)
+    return None, None
 
 
 @functools.lru_cache(maxsize=256)
@@ -291,12 +324,14 @@ def fit(outcome: Outcome, limit: int) -> Outcome | None:
 __all__ = [
     "HEADER_PREFIX",
     "OUTCOME_TOO_LARGE",
+    "Decided",
     "Outcome",
     "OutcomeKind",
     "Source",
     "Targets",
     "bare_dead_letter",
     "build",
+    "build_all",
     "fit",
     "iso",
     "next_attempt",

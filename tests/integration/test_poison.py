@@ -20,7 +20,7 @@ import pytest
 
 import gatekeeper.consumers.deciding as deciding_module
 import gatekeeper.processor as processor_module
-from gatekeeper.consumers.outcomes import build as real_build
+from gatekeeper.consumers.outcomes import build_all as real_build_all
 from gatekeeper.policy import decide as real_decide
 from tests.bugs import batch_raising_on
 from tests.integration._pipeline import Collected, Pipeline, TopicFactory, make_route
@@ -103,10 +103,12 @@ def decide_with_a_bug(raw: bytes, *args: Any, **kw: Any) -> Any:
     return real_decide(raw, *args, **kw)
 
 
-def build_with_a_bug(decision: Any, source: Any, *args: Any, **kw: Any) -> Any:
-    if b"BUILD-TRIGGER" in source.value:
+def build_with_a_bug(lines: Any, *args: Any, **kw: Any) -> Any:
+    """A route's lines built in one call raise when one of them is the trigger: the others are built again one by
+    one, the trigger's dead-lettered internal-error."""
+    if any(b"BUILD-TRIGGER" in line.source.value for line in lines):
         raise KeyError("a header the outcome needs")
-    return real_build(decision, source, *args, **kw)
+    return real_build_all(lines, *args, **kw)
 
 
 def outcomes_by_offset(got: Collected) -> dict[tuple[int, int], list[tuple[str, str | None]]]:
@@ -122,7 +124,7 @@ async def test_poison_lines_never_stop_the_daemon_and_every_offset_gets_one_outc
 ) -> None:
     monkeypatch.setattr(processor_module, "decide_batch", batch_raising_on(b"BUG-TRIGGER"))
     monkeypatch.setattr(processor_module, "decide", decide_with_a_bug)
-    monkeypatch.setattr(deciding_module, "build", build_with_a_bug)
+    monkeypatch.setattr(deciding_module, "build_all", build_with_a_bug)
     route = await make_route(topic_factory, partitions=3, hold_seconds=1.0)
     async with Pipeline.create(topic_factory, kafka_bootstrap, redis_url, [route]) as p:
         sent = 0

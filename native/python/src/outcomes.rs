@@ -2,6 +2,8 @@
 //! and the masking of sensitive values (`gatekeeper.masking`). Attributes are read off the Python values once; the
 //! records come back as plain tuples for the producer.
 
+use std::sync::Mutex;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
@@ -40,19 +42,36 @@ fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
     Ok(out)
 }
 
+/// The Python strings of the gatekeeper's own header names, made once each: a name the engine writes is a
+/// `'static` constant, known here by where it lives (interning it again for every header of every record was
+/// about a twentieth of a line's instructions).
+static NAMES: Mutex<Vec<(usize, usize, Py<PyString>)>> = Mutex::new(Vec::new());
+
+fn name_py<'py>(py: Python<'py>, k: &'static [u8]) -> PyResult<Bound<'py, PyAny>> {
+    let at = (k.as_ptr() as usize, k.len());
+    let mut names = NAMES
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some((_, _, s)) = names.iter().find(|(p, n, _)| (*p, *n) == at) {
+        return Ok(s.bind(py).clone().into_any());
+    }
+    let made = match std::str::from_utf8(k) {
+        Ok(text) => PyString::intern(py, text),
+        Err(_) => string(py, k)?.cast_into::<PyString>()?,
+    };
+    names.push((at.0, at.1, made.clone().unbind()));
+    Ok(made.into_any())
+}
+
 fn headers_py<'py, 'h>(
     py: Python<'py>,
     hs: impl Iterator<Item = &'h Header>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let items = hs
         .map(|(k, v)| {
-            // the gatekeeper's names repeat on every record: the interned string, not a new one each time
             let name = match k {
-                std::borrow::Cow::Borrowed(k) => match std::str::from_utf8(k) {
-                    Ok(k) => PyString::intern(py, k).into_any(),
-                    Err(_) => string(py, k)?,
-                },
-                std::borrow::Cow::Owned(k) => string(py, k)?,
+                std::borrow::Cow::Borrowed(k) => name_py(py, k)?,
+                std::borrow::Cow::Owned(k) => string(py, k)?, // the consumed record's own headers
             };
             PyTuple::new(py, [name, PyBytes::new(py, v).into_any()])
         })
@@ -274,6 +293,109 @@ fn build_outcomes<'py>(
     Ok(out)
 }
 
+/// The outcomes of a route's decided lines in one call (`gatekeeper.consumers.outcomes.build_all`): for each line
+/// `(decision, source, conversation, notice, sig, notice_sig)`, its records at level 0, each made an `outcome`
+/// (`Outcome(kind, topic, key, value, headers, source, level, draft, size)`, `kinds` mapping a kind's name to
+/// its member) whose draft is `(the line's build_outcomes arguments, its place among them)`: what a further trim
+/// level is built again from. A line whose records cannot be built fails the call (the caller builds the lines
+/// again one by one, each under its own guard).
+#[pyfunction]
+fn build_outcomes_all<'py>(
+    py: Python<'py>,
+    route: &Bound<'py, OutcomeRoute>,
+    lines: &Bound<'py, PyList>,
+    now: f64,
+    outcome: &Bound<'py, PyAny>,
+    kinds: &Bound<'py, pyo3::types::PyDict>,
+) -> PyResult<Bound<'py, PyList>> {
+    let r = route.get();
+    let now_py = now.into_pyobject(py)?;
+    let zero = 0u8.into_pyobject(py)?;
+    let all = PyList::empty(py);
+    for item in lines.iter() {
+        let item = item.cast_into::<PyTuple>()?;
+        let [decision, source, conversation, notice, sig, notice_sig]: [Bound<'py, PyAny>; 6] =
+            item.iter().collect::<Vec<_>>().try_into().map_err(|_| {
+                pyo3::exceptions::PyValueError::new_err("a line to build is 6 values")
+            })?;
+        let decided = decided_of(&decision)?;
+        let src = source_of(&source)?;
+        let conv = if conversation.is_none() {
+            None
+        } else {
+            Some(text(conversation.cast::<PyString>()?)?.into_owned())
+        };
+        let notice_sig_bytes = if notice_sig.is_none() {
+            None
+        } else {
+            Some(notice_sig.cast::<PyBytes>()?.as_bytes().to_vec())
+        };
+        let made_notice = if notice.is_none() {
+            None
+        } else {
+            Some(notice_of(&notice, &r.author, notice_sig_bytes)?)
+        };
+        let sig_bytes = if sig.is_none() {
+            None
+        } else {
+            Some(sig.cast::<PyBytes>()?.as_bytes())
+        };
+        let line = o::Line {
+            decided: &decided,
+            source: &src,
+            targets: &r.targets,
+            conversation: conv.as_deref(),
+            masker: &r.masker,
+            now,
+            notice: made_notice.as_ref(),
+            sig: sig_bytes,
+            version: &r.version,
+        };
+        let drafts =
+            crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
+        let args = PyTuple::new(
+            py,
+            [
+                route.clone().into_any(),
+                decision.clone(),
+                source.clone(),
+                conversation,
+                now_py.clone().into_any(),
+                notice,
+                sig,
+                notice_sig,
+            ],
+        )?;
+        let out = PyList::empty(py);
+        for (i, draft) in drafts.iter().enumerate() {
+            let Some(view) = crate::guarded(|| draft.view(0))? else {
+                continue;
+            };
+            let kind = kinds
+                .get_item(view.kind.name())?
+                .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(view.kind.name()))?;
+            let key = match view.key {
+                Some(k) => PyBytes::new(py, k).into_any(),
+                None => py.None().into_bound(py),
+            };
+            let made = outcome.call1((
+                kind,
+                string(py, view.topic)?,
+                key,
+                PyBytes::new(py, &view.value),
+                headers_py(py, view.headers())?,
+                &source,
+                &zero,
+                (&args, i),
+                view.size(),
+            ))?;
+            out.append(made)?;
+        }
+        all.append(out)?;
+    }
+    Ok(all)
+}
+
 /// An upper estimate of a record's size in a batch (what `max.message.bytes` limits).
 #[pyfunction]
 fn record_size(
@@ -389,6 +511,7 @@ fn json_inert<'py>(py: Python<'py>, doc: &Bound<'py, PyString>) -> PyResult<Boun
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<OutcomeRoute>()?;
     m.add_function(wrap_pyfunction!(build_outcomes, m)?)?;
+    m.add_function(wrap_pyfunction!(build_outcomes_all, m)?)?;
     m.add_function(wrap_pyfunction!(record_size, m)?)?;
     m.add_function(wrap_pyfunction!(iso_time, m)?)?;
     m.add_function(wrap_pyfunction!(mask_value, m)?)?;
