@@ -896,25 +896,19 @@ class RedisStore:
         fences = fences or {}
         at = time.time() if now is None else now
         convs = list(states)
-        writes: list[tuple[tuple[str, str, str], list[Any]]] = []
+        # each conversation's arguments made by the engine (``ConversationState.save_args``): on a single Redis as
+        # JSON, one element of the script's one argument; on a cluster as the list of its own script call's
+        scored = (_score(at), _score(at - self.settings.retention_seconds))
+        ttls = (self.settings.open_retention_seconds, self.settings.retention_seconds)
+        json = not self._cluster
+        writes: list[tuple[tuple[str, str, str], Any]] = []
         for conv in convs:
-            state = states[conv]
-            epoch = fences.get(conv)
-            queued = state.collection()
-            args: list[Any] = [
-                "" if epoch is None else epoch,
-                self.ttl_for(state),
-                "1" if state.legacy else "0",
-                _score(at),
-                _score(at - self.settings.retention_seconds),
-                COLLECT_PER_SAVE + 2 * len(queued),
-                len(queued),
-                *queued,
-            ]
-            for name, value in state.changed_fields().items():
-                args += (name, value)
+            args = states[conv].save_args(fences.get(conv), *ttls, *scored, COLLECT_PER_SAVE, json=json)
             writes.append(
-                ((self.keys.state(route, conv), self.keys.conv(route, conv), self.keys.queue(route, conv)), args)
+                (
+                    (self.keys.state(route, conv), self.keys.conv(route, conv), self.keys.queue(route, conv)),
+                    orjson.Fragment(args) if json else args,
+                )
             )
         buckets = self._index_buckets(route, deadlines, fences)
 
@@ -1097,11 +1091,6 @@ class RedisStore:
             return CancelIntent.from_fields({_text(k): _text(v) for k, v in raw.items()})
         except (ValueError, KeyError, TypeError) as exc:
             raise StoreError(f"redis {self._where}: the cancel intent at {key} cannot be read: {exc}") from exc
-
-    def ttl_for(self, state: ConversationState) -> int:
-        if state.has_open_handoffs():
-            return self.settings.open_retention_seconds
-        return self.settings.retention_seconds
 
     async def claim(self, changes: Sequence[BindingChange]) -> list[BindingChange]:
         """Compare-and-set each change in one pipeline of EVALSHA. Returns the conflicts."""

@@ -490,6 +490,14 @@ class ConversationState:
         """What a save writes: every field ``apply`` marked, and the header."""
         return self._s.changed_fields()
 
+    def save_args(
+        self, epoch: int | None, ttl_open: int, ttl: int, now: str, oldest: str, collect_per_save: int, *, json: bool
+    ) -> Any:
+        """What the Redis save sends of this conversation after its keys, in the save script's order (the epoch,
+        the TTL: ``ttl_open`` while a handoff is open, the legacy flag, the scores ``now`` and ``oldest``, how many
+        entries to collect, the ids queued, the changed fields): JSON bytes (``json``) or a list."""
+        return self._s.save_args(epoch, ttl_open, ttl, now, oldest, collect_per_save, json)
+
     def collection(self) -> list[str]:
         """The ids a save puts in the collection queue: the lines it decided (not handoffs: those once closed), and
         the handoffs that are closed now among those it changed."""

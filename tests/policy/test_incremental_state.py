@@ -212,3 +212,39 @@ def test_the_native_entries_are_written_as_orjson_wrote_them(values: dict[str, o
     line = {"d": "ab", "t": "HO", "v": "forward", "at": round(at, 3), "x": text}
     raw = orjson.dumps(line).decode()
     assert ConversationState.from_fields({"l:x": raw}).field("l:x") == raw
+
+
+class _Saving(MemoryStore):
+    """The in-memory store, keeping every state a batch saved (before the save: what the Redis store encodes)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saved: list[ConversationState] = []
+
+    async def save(self, route, states, *args, **kw):  # type: ignore[no-untyped-def]
+        self.saved += states.values()
+        return await super().save(route, states, *args, **kw)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=conversations_, epoch=st.one_of(st.none(), st.integers(0, 2**40)), now=st.floats(0, 2e9))
+def test_a_save_s_arguments_are_what_the_state_s_changes_say_in_either_form(
+    lines: list[tuple[str, str]], epoch: int | None, now: float
+) -> None:
+    """``save_args``, the Redis save's arguments of a conversation the engine writes: the JSON (a single Redis's
+    batch) is byte for byte what orjson writes for the list (a cluster's call), and the list is what the state's
+    own readers say (its epoch, TTL, legacy flag, scores, collection and changed fields, in the script's order)."""
+    store = _Saving()
+    asyncio.run(store.put_record(RECORD))
+    asyncio.run(incremental(store, lines, list(range(0, 25, 3))))
+    assert store.saved  # every batch saves its conversations
+    scores = (repr(now), repr(now - 86400.0))
+    for state in store.saved:
+        queued = state.collection()
+        fields = [x for kv in state.changed_fields().items() for x in kv]
+        ttl = 700 if state.has_open_handoffs() else 300
+        want = ["" if epoch is None else epoch, ttl, "1" if state.legacy else "0", *scores, 10 + 2 * len(queued)]
+        want += [len(queued), *queued, *fields]
+        listed = state.save_args(epoch, 700, 300, *scores, 10, json=False)
+        assert listed == want
+        assert state.save_args(epoch, 700, 300, *scores, 10, json=True) == orjson.dumps(want)

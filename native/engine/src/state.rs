@@ -109,6 +109,59 @@ type Bad = String;
 /// Fields as written: (name, value).
 pub type Fields = Vec<(Vec<u8>, Vec<u8>)>;
 
+/// A conversation's save, as the Redis save script reads it (see [`State::save_args`]).
+pub struct SaveArgs {
+    pub epoch: Option<i64>,
+    pub ttl: i64,
+    pub legacy: bool,
+    pub collect: i64,
+    pub queued: Vec<Vec<u8>>,
+    pub fields: Fields,
+}
+
+impl SaveArgs {
+    /// The arguments as a JSON array, the scores (`now`, `oldest`) given as the text Redis reads: what orjson
+    /// writes for the same list (only `"`, `\` and control characters escaped), one element of the batch save's
+    /// one JSON argument.
+    pub fn json(&self, now: &[u8], oldest: &[u8]) -> Vec<u8> {
+        let text = |out: &mut Vec<u8>, s: &[u8]| rw1::canon::string(out, s);
+        let mut out = Vec::with_capacity(
+            64 + self
+                .fields
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 8)
+                .sum::<usize>(),
+        );
+        out.push(b'[');
+        match self.epoch {
+            Some(e) => out.extend_from_slice(e.to_string().as_bytes()),
+            None => out.extend_from_slice(b"\"\""),
+        }
+        out.push(b',');
+        out.extend_from_slice(self.ttl.to_string().as_bytes());
+        out.extend_from_slice(if self.legacy { b",\"1\"," } else { b",\"0\"," });
+        text(&mut out, now);
+        out.push(b',');
+        text(&mut out, oldest);
+        out.push(b',');
+        out.extend_from_slice(self.collect.to_string().as_bytes());
+        out.push(b',');
+        out.extend_from_slice(self.queued.len().to_string().as_bytes());
+        for id in &self.queued {
+            out.push(b',');
+            text(&mut out, id);
+        }
+        for (k, v) in &self.fields {
+            out.push(b',');
+            text(&mut out, k);
+            out.push(b',');
+            text(&mut out, v);
+        }
+        out.push(b']');
+        out
+    }
+}
+
 fn parse(raw: &[u8], name: &[u8]) -> Result<Json, Bad> {
     serde_json::from_slice(raw)
         .map_err(|e| format!("{}: not JSON: {e}", String::from_utf8_lossy(name)))
@@ -848,6 +901,30 @@ impl State {
             }
         }
         out.into_iter().collect()
+    }
+
+    /// What the Redis save script reads of this conversation after its keys (`RedisStore.save`), in its order:
+    /// the writer's epoch (`""`: unfenced), the TTL (`ttl_open` while a handoff is open, else `ttl`), `"1"` for
+    /// a state converted from a version-1 document, the scores of now and of the oldest entry kept, how many
+    /// entries the collection may take (`collect_per_save` more than twice the ids queued), how many are queued,
+    /// the ids queued ([`State::collection`]), then each changed field's name and value
+    /// ([`State::changed_fields`]).
+    pub fn save_args(
+        &self,
+        epoch: Option<i64>,
+        ttl_open: i64,
+        ttl: i64,
+        collect_per_save: i64,
+    ) -> Result<SaveArgs, Bad> {
+        let queued = self.collection();
+        Ok(SaveArgs {
+            epoch,
+            ttl: if self.open_count() > 0 { ttl_open } else { ttl },
+            legacy: self.legacy,
+            collect: collect_per_save + 2 * queued.len() as i64,
+            queued,
+            fields: self.changed_fields()?,
+        })
     }
 
     // ------------------------------------------------------------ what the decision reads

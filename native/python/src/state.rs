@@ -7,7 +7,9 @@ use engine::decide::{self as d, Finding};
 use engine::state::{self as s, StoredHandoff, StoredLine, StoredReadback, StoredRecord};
 use pyo3::exceptions::{PyKeyError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyBytes, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple,
+};
 use serde_json::{Map, Value as Json};
 
 use crate::{opt_string, string, text};
@@ -334,6 +336,49 @@ impl State {
             py,
             &crate::guarded(|| inner.changed_fields())?.map_err(error)?,
         )
+    }
+
+    /// What the Redis save sends of this conversation after its keys (`engine::state::State::save_args`): a JSON
+    /// array as bytes (`json`: an element of the batch save's one argument), or the list of arguments (a
+    /// cluster's per-conversation script call). `now` and `oldest` are the scores as Redis reads them.
+    #[pyo3(signature = (epoch, ttl_open, ttl, now, oldest, collect_per_save, json))]
+    #[allow(clippy::too_many_arguments)]
+    fn save_args<'py>(
+        &self,
+        py: Python<'py>,
+        epoch: Option<i64>,
+        ttl_open: i64,
+        ttl: i64,
+        now: &Bound<'py, PyString>,
+        oldest: &Bound<'py, PyString>,
+        collect_per_save: i64,
+        json: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let inner = &self.inner;
+        let a = crate::guarded(|| inner.save_args(epoch, ttl_open, ttl, collect_per_save))?
+            .map_err(error)?;
+        if json {
+            return Ok(PyBytes::new(py, &a.json(&text(now)?, &text(oldest)?)).into_any());
+        }
+        let out = PyList::empty(py);
+        match a.epoch {
+            Some(e) => out.append(e)?,
+            None => out.append("")?,
+        }
+        out.append(a.ttl)?;
+        out.append(if a.legacy { "1" } else { "0" })?;
+        out.append(now)?;
+        out.append(oldest)?;
+        out.append(a.collect)?;
+        out.append(a.queued.len())?;
+        for id in &a.queued {
+            out.append(string(py, id)?)?;
+        }
+        for (k, v) in &a.fields {
+            out.append(string(py, k)?)?;
+            out.append(string(py, v)?)?;
+        }
+        Ok(out.into_any())
     }
 
     fn all_fields<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
