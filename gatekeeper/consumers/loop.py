@@ -31,7 +31,7 @@ moves on. Only infrastructure errors pause it.
 (``settings.holds``, see ``holds.py``): past a bound the oldest holds are decided at once, as their window would have
 ended; intake is never paused for holds. A route whose dead-letter share passes its breaker's ratio
 (``routes[].dead_letter_breaker``, ``breaker.py``) raises a ``dead-letter-flood`` alert and, if configured, pauses
-that route alone for a while.
+that route alone for a while (``floods.py``).
 
 **Infrastructure trouble is not a bad line.** Redis unavailable (``StoreError``), the broker refusing or timing out a
 produce or a commit: the partitions are paused, the same batch is retried with exponential backoff (capped), and
@@ -94,7 +94,8 @@ The worker's parts, each in a module of its own:
 ``assignment``             the partitions held, their owner epochs and (exactly-once) open-generations
 ``accounting``             a finished batch counted and logged
 ``health``                 readiness, liveness, the lag gauges
-``breaker``                the dead-letter flood breaker
+``breaker``                the dead-letter flood breaker (pure: a window per route)
+``floods``                 what the worker does when a breaker trips or closes: count, log, alert, pause the route
 ``alerting``               the worker's own alerts (a dead-letter flood, Redis's lost data), published at least once
 ``pausing``                which partitions are read, and why the others wait
 ``periodic``               the background work beside the loop (the readiness probe, the sweeper), stopped in two stages
@@ -120,13 +121,13 @@ from aiokafka.errors import KafkaError
 from gatekeeper.approvals import check_key_settings
 from gatekeeper.config import Settings
 from gatekeeper.consumers.accounting import Children, account
-from gatekeeper.consumers.alerting import Alerts, data_lost_alert, flood_alert
+from gatekeeper.consumers.alerting import Alerts, data_lost_alert
 from gatekeeper.consumers.assignment import Assignment
-from gatekeeper.consumers.breaker import Change
 from gatekeeper.consumers.checkpoint import Checkpoint
 from gatekeeper.consumers.client import AioKafka, Consumer, Kafka
 from gatekeeper.consumers.deciding import Batch, RouteRuntime, build_sends, decide, route_policy
 from gatekeeper.consumers.delivery import sink_for
+from gatekeeper.consumers.floods import Floods
 from gatekeeper.consumers.health import (
     KAFKA_PROBE_TIMEOUT,
     PROBE_INTERVAL,
@@ -255,6 +256,7 @@ class Gatekeeper:
         # the records the gatekeeper writes in its own name: the sweeper's cancels and alerts, the breaker's alerts
         self._publisher = KafkaPublisher(self.settings.kafka, self._sender)
         self._alerts = Alerts(self._publisher, self.metrics)  # the breaker's, a data loss's: between batches
+        self._floods = Floods(self._routes, self.metrics, self._pauses, self._alerts, self._apply_pauses)
         self._sweeper = self._make_sweeper()
         # the background work, each in a task of its own: the readiness probe of Redis and Kafka (so that readiness
         # follows them even while a batch is stuck on one), and the sweeper (every sweeper.interval_seconds)
@@ -625,8 +627,8 @@ class Gatekeeper:
     def _account(self, b: Batch) -> None:
         """Count and log the finished batch; the dead-letter breaker hears of it."""
         now = self._clock()
-        for name, (n, dead_reasons) in account(b, self._routes, self.metrics, self._child, now).items():
-            self._breaker_changed(name, self._routes[name].breaker.record(now, n, dead_reasons), now)
+        if self._floods.heard(account(b, self._routes, self.metrics, self._child, now), now):
+            self._update_ready()
 
     async def _commit(self, tps: Iterable[TP] | None = None, *, force: bool = False) -> bool:
         """Commit the watermarks that moved (``Sink.commit``); the lines in flight and the held lines are open."""
@@ -852,37 +854,6 @@ class Gatekeeper:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop.wait(), timeout=max(0.0, seconds))
 
-    # ------------------------------------------------------------------------------------------------ the breaker
-
-    def _breaker_changed(self, name: str, change: Change | None, now: float) -> None:
-        rt = self._routes[name]
-        w = rt.breaker.window(now)
-        self.metrics.dead_letter_ratio.labels(route=name).set(w.ratio)
-        if change is None:
-            return
-        s = rt.config.dead_letter_breaker
-        if change is Change.TRIPPED:
-            self.metrics.breaker_trips.labels(route=name).inc()
-            self.metrics.breaker_open.labels(route=name).set(1)
-            # a dry-run route is a shadow: its lines are forwarded anyway, so it is alerted, never paused
-            pause = s.action == "pause" and not rt.targets.dry_run
-            action = "paused" if pause else "alerted"
-            log.error(
-                "dead-letter flood: the breaker tripped",
-                extra={"route": name, "ratio": round(w.ratio, 3), "lines": w.lines, "action": action},
-            )
-            if pause:
-                self._pauses.routes.add(name)
-                self._apply_pauses()
-            self._alerts.queue(rt.config, flood_alert(name, w, s, action=action, dry_run=rt.targets.dry_run, now=now))
-        else:
-            self.metrics.breaker_open.labels(route=name).set(0)
-            log.warning("dead-letter flood over: the breaker closed", extra={"route": name, "ratio": w.ratio})
-            if name in self._pauses.routes:
-                self._pauses.routes.discard(name)
-                self._apply_pauses()
-        self._update_ready()
-
     # ------------------------------------------------------------------------------------------------ housekeeping
 
     async def _housekeeping(self) -> None:
@@ -892,10 +863,8 @@ class Gatekeeper:
         if self._pauses.unopened:
             async with self._lock:
                 await self._open_partitions(timeout=KAFKA_PROBE_TIMEOUT)
-        wall = self._clock()
-        for name, rt in self._routes.items():
-            if rt.breaker.open:
-                self._breaker_changed(name, rt.breaker.evaluate(wall), wall)
+        if self._floods.evaluate(self._clock()):
+            self._update_ready()
         await self._alerts.publish()
         now = time.monotonic()
         if now >= self._next_lag:
