@@ -897,7 +897,7 @@ class RedisStore:
         at = time.time() if now is None else now
         convs = list(states)
         # each conversation's arguments made by the engine (``ConversationState.save_args``): on a single Redis as
-        # JSON, one element of the script's one argument; on a cluster as the list of its own script call's
+        # JSON, one element of the script's one argument; on a cluster as the arguments of its own script call
         scored = (_score(at), _score(at - self.settings.retention_seconds))
         ttls = (self.settings.open_retention_seconds, self.settings.retention_seconds)
         json = not self._cluster

@@ -1,11 +1,11 @@
-"""Deciding a batch: per route, the ``Processor`` decides the lines in order (one store load, one save), then each
-decision becomes the records to produce.
+"""Deciding a batch: per route, the ``Processor`` decides the lines in order (one store load, one save), then the
+decisions become the records to produce (a route's lines in one native call, ``outcomes.build_all``).
 
 A batch is decided once per route, even when its sending is retried: ``Batch.decided_routes`` remembers which
 routes are done, and ``Batch.sends`` is built once (a retried batch gets the same verdicts and the same records).
 A held line (a reply whose handoff is not known yet) produces nothing now: it goes back to the hold buffer.
-A line whose records cannot be built (a bug in ``outcomes.build``) goes to the dead-letter topic bare, with
-``internal-error``: it is never forwarded.
+A line whose records cannot be built (a bug in ``outcomes.build_all``: the route's lines are then built again one
+by one) goes to the dead-letter topic bare, with ``internal-error``: it is never forwarded.
 
 A dead-lettered line whose sender is known gets a refusal notice (``gatekeeper.notices``) among its records, on a
 route with ``refusal_notices`` (the default); on a dry-run route the notice is only counted. The sender is known
