@@ -1,7 +1,8 @@
 """Accounting for a finished batch: every line decided is counted once (verdict, reason, latency, alerts, the
 thread audit's problems, internal errors, forced holds), every acknowledged record by kind (and every refusal notice
 by its line's reason), and every dead letter or alert is logged with its line masked. What the dead-letter breaker
-needs is returned to the worker. The counters are added to once per batch (``Tally``), the latency once per line.
+needs is returned to the worker. The counters are added to once per batch (``Tally``), and so are the lines'
+latencies (``metrics.BatchHistogram``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,8 @@ def account(
     m = metrics
     count = Tally()
     decided: dict[str, tuple[int, list[str]]] = {}
+    # per route, read once a batch: its runtime, whether it is a dry run, its lines' latencies
+    per_route: dict[str, tuple[RouteRuntime, bool, list[float]]] = {}
     try:
         for s in b.sends or ():
             if s.acked:
@@ -70,22 +73,19 @@ def account(
                 if s.outcome.kind is OutcomeKind.NOTICE:  # a dry-run route's are counted as they are built
                     reason = (s.outcome.header("gk.notice.reason") or b"none").decode("ascii", "replace")
                     count.add(m.refusal_notices, s.route, reason)
-        # per route, read once a batch: its runtime, whether it is a dry run, its latency histogram's child
-        per_route: dict[str, tuple[RouteRuntime, bool, Any]] = {}
         for p, d in b.done:
             name = p.route
             known = per_route.get(name)
             if known is None:
                 rt = routes[name]
-                known = per_route[name] = (rt, rt.targets.dry_run, child(m.line_seconds, name))
+                known = per_route[name] = (rt, rt.targets.dry_run, [])
             rt, dry, seconds = known
             msg = d.message
             dead = d.verdict is Verdict.DEAD_LETTER
             # the members themselves as label values: a StrEnum is its value (``.value`` is a Python-level call)
             verdict = Verdict.FORWARD if dead and dry else d.verdict
             count.add(m.lines, name, msg.type if msg is not None else "none", verdict)
-            # a histogram has no bulk observe (prometheus_client): each line's latency is observed on its own
-            seconds.observe(max(0.0, now - p.first_seen))
+            seconds.append(max(0.0, now - p.first_seen))  # observed once a batch (``BatchHistogram``)
             reason = d.reason if d.reason is not None else "none"
             alerts = d.alerts
             if d.repeated:
@@ -113,6 +113,8 @@ def account(
                 log_decision(p, d, rt, dry)
     finally:  # what was counted before a line that raised is added all the same, as when each line added its own
         count.flush(child)
+        for name, (_, _, seconds) in per_route.items():
+            m.line_seconds.observe_all(name, seconds)
     return decided
 
 
