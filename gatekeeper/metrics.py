@@ -135,7 +135,8 @@ class BatchHistogram(Collector):
     every line's latency: the batch's values are placed with ``bisect`` and added under one lock."""
 
     def __init__(self, name: str, documentation: str, buckets: Iterable[float], registry: CollectorRegistry) -> None:
-        self._name, self._doc = name, documentation
+        self.name, self._doc = name, documentation
+        self.labelnames = ("route",)
         self._bounds = (*sorted(buckets), float("inf"))
         self._les = [floatToGoString(b) for b in self._bounds]  # type: ignore[no-untyped-call]  # untyped upstream
         self._series: dict[str, tuple[list[int], list[float]]] = {}  # route -> (count per bucket, [sum])
@@ -161,7 +162,7 @@ class BatchHistogram(Collector):
             sums[0] += total
 
     def collect(self) -> Iterator[HistogramMetricFamily]:
-        family = HistogramMetricFamily(self._name, self._doc, labels=["route"])
+        family = HistogramMetricFamily(self.name, self._doc, labels=list(self.labelnames))
         with self._lock:
             series = {route: (list(counts), sums[0]) for route, (counts, sums) in self._series.items()}
         for route, (counts, total) in series.items():  # in the order first observed, as prometheus_client
