@@ -40,12 +40,13 @@ def _seq(v: Any) -> Sequence[Any]:
     return (v,)
 
 
-def _result(found: tuple[list[Any], list[Any]]) -> CheckResult:
+def check_result(found: tuple[list[Any], list[Any]]) -> CheckResult:
+    """A native check's findings, ``(problems, notes)`` as tuples, as a :class:`~rwcore.CheckResult`."""
     problems, notes = found
     return CheckResult(tuple(native_problems(problems)), tuple(native_problems(notes)))
 
 
-def _checked(call: Any, *args: Any) -> tuple[list[Any], list[Any]]:
+def checked(call: Any, *args: Any) -> tuple[list[Any], list[Any]]:
     """A native check's findings; a slot value it cannot read is a FormError."""
     try:
         return call(*args)  # type: ignore[no-any-return]
@@ -60,7 +61,7 @@ def ho_check(ho: Message, record: Mapping[str, Any], profile: Profile) -> CheckR
     """Check 1, before sending: every value the record holds is on the HO unchanged, and an exec ask asks
     ``rb=exec``. ``record`` maps slot names (and ``to``, ``item``, ``ask``) to values as written on the line."""
     profile = profile if isinstance(profile, Profile) else resolve_profile(profile)
-    return _result(_checked(_native.ho_check, ho, record, profile.grammar))
+    return check_result(checked(_native.ho_check, ho, record, profile.grammar))
 
 
 # ---------------------------------------------------------------- check 2: the readback, five tiers
@@ -71,7 +72,7 @@ def rb_problems(
 ) -> tuple[list[Problem], list[Problem]]:
     """check_rb_full over decoded messages: (problems, notes)."""
     expect = None if expect_acc is None else [str(x) for x in expect_acc]
-    problems, notes = _checked(_native.rb_check, ho, rb, profile.grammar, expect, now or now_utc())
+    problems, notes = checked(_native.rb_check, ho, rb, profile.grammar, expect, now or now_utc())
     return native_problems(problems), native_problems(notes)
 
 
@@ -109,7 +110,7 @@ def acc_compare(
 ) -> CheckResult:
     """Tier 4 under a grammar's constraint keys and aliases (each criterion as ``str`` writes it)."""
     e, d, k, n = ([str(x) for x in v or ()] for v in (expected, derived, keys, derived_not))
-    return _result(_native.acc_compare(e, d, k, n, grammar))
+    return check_result(_native.acc_compare(e, d, k, n, grammar))
 
 
 # ---------------------------------------------------------------- check 3: the done report
@@ -129,7 +130,7 @@ def dn_check(ho: Message, dn: Message, profile: Profile, plan_rb: Message | None
     held. ``plan_rb`` is a readback the caller vouches passed (it is not re-checked here, and no clock is read);
     its slots, less the RB's own (``h eta acc do not asm p exp``), join the plan."""
     profile = profile if isinstance(profile, Profile) else resolve_profile(profile)
-    return _result(_checked(_native.dn_check, ho, dn, profile.grammar, plan_rb))
+    return check_result(checked(_native.dn_check, ho, dn, profile.grammar, plan_rb))
 
 
 # ---------------------------------------------------------------- the readback a code-side receiver sends

@@ -125,11 +125,16 @@ def _switch(prof: Profile) -> Callable[[str], Profile]:
     return hit
 
 
+def must_be_line(line: Any) -> None:
+    """A line is a ``str``: anything else is a :class:`FormError` (the reference fails on it with an AttributeError)."""
+    if not isinstance(line, str):
+        raise FormError(f"a line is a str, not {type(line).__name__}")
+
+
 def _native_parse(line: str, prof: Profile) -> tuple[tuple[Any, ...], list[Problem], list[Problem], Profile]:
     """The parser (native/rw1) on one line: (its twin as a tuple, errors, warnings, the profile that validated).
     The twin is ``(v, type, id, re, from, to, item, slots, tail)``, its slots read-only, list values as tuples."""
-    if not isinstance(line, str):
-        raise FormError(f"a line is a str, not {type(line).__name__}")
+    must_be_line(line)
     twin, errors, warnings, switched = _native.parse(line, prof.grammar, _switch(prof), Slots)
     return (
         twin,
@@ -356,8 +361,7 @@ def message_digest(msg: Message) -> str:
 def line_digest(line: str, prof: Profile) -> str:
     """``h=`` of a line parsed under ``prof`` (raises :class:`FormError` with the parser's errors when it is not
     valid). Native in one call: the digest of the parser's twin, no ``Message`` made on the way."""
-    if not isinstance(line, str):
-        raise FormError(f"a line is a str, not {type(line).__name__}")
+    must_be_line(line)
     digest, errors = _native.h_of_line(line, prof.grammar, _switch(prof))
     if digest is None:
         raise FormError("; ".join(e.message for e in native_problems(errors)))

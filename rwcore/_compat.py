@@ -16,14 +16,14 @@ from pathlib import Path
 from typing import Any, Final
 
 from rwcore import _native
-from rwcore._checks import acc_compare, encoding_profile, now_utc, readback_twin
+from rwcore._checks import acc_compare, check_result, checked, encoding_profile, now_utc, readback_twin
 from rwcore._codec import (
     VERSION,
     _switch,
     digest_raw,
     encode_checked,
     line_digest,
-    native_problems,
+    must_be_line,
     parse_message,
     parse_raw,
     twin_json,
@@ -186,18 +186,9 @@ def _lines(call: Any, profile: str | None, lines: tuple[Any, ...], *rest: Any) -
     line's errors are the problems (``ho-invalid``, ``rb-invalid``, ``dn-invalid``: "HO: <the parser's message>",
     the parse code as ``got``). Returns the native findings; a slot value the check cannot read is a FormError."""
     for line in lines:
-        if not isinstance(line, str):
-            raise FormError(f"a line is a str, not {type(line).__name__}")
+        must_be_line(line)
     prof = reference_profile(profile)
-    try:
-        return call(*lines, prof.grammar, _switch(prof), *rest)  # type: ignore[no-any-return]
-    except ValueError as e:
-        raise FormError(str(e)) from e
-
-
-def _typed(found: tuple[list[Any], list[Any]]) -> CheckResult:
-    problems, notes = found
-    return CheckResult(tuple(native_problems(problems)), tuple(native_problems(notes)))
+    return checked(call, *lines, prof.grammar, _switch(prof), *rest)
 
 
 def _texts(found: tuple[list[Any], list[Any]]) -> tuple[list[str], list[str]]:
@@ -217,7 +208,7 @@ def check_rb_lines(
     ho_line: str, rb_line: str, profile: str | None = None, expect_acc: list[str] | None = None, now: str | None = None
 ) -> CheckResult:
     """:func:`check_rb_full` as a typed result (problems with codes)."""
-    return _typed(_rb_lines(ho_line, rb_line, profile, expect_acc, now))
+    return check_result(_rb_lines(ho_line, rb_line, profile, expect_acc, now))
 
 
 def check_rb_full(
@@ -234,7 +225,7 @@ def check_rb(ho_line: str, rb_line: str, profile: str | None = None, expect_acc:
 
 def check_ho_lines(ho_line: str, record: Mapping[str, Any], profile: str | None = None) -> CheckResult:
     """:func:`check_ho` as a typed result (problems with codes)."""
-    return _typed(_lines(_native.ho_check_line, profile, (ho_line,), record))
+    return check_result(_lines(_native.ho_check_line, profile, (ho_line,), record))
 
 
 def check_ho(ho_line: str, record: dict[str, Any], profile: str | None = None) -> tuple[list[str], list[str]]:
@@ -250,7 +241,7 @@ def _dn_lines(ho_line: str, dn_line: str, profile: str | None, rb_line: str | No
 
 def check_dn_lines(ho_line: str, dn_line: str, profile: str | None = None, rb_line: str | None = None) -> CheckResult:
     """:func:`check_dn` as a typed result (problems with codes)."""
-    return _typed(_dn_lines(ho_line, dn_line, profile, rb_line))
+    return check_result(_dn_lines(ho_line, dn_line, profile, rb_line))
 
 
 def check_dn(

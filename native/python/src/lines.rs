@@ -11,7 +11,7 @@ use pyo3::types::{PyList, PyString};
 
 use rw1::checks::{self, Findings};
 
-use crate::{findings, guarded, owned_texts, run, shown_pairs, text, Grammar, Names};
+use crate::{findings, guarded, owned_texts, refs, run, shown_pairs, text, Grammar, Names};
 
 type Found<'py> = (Bound<'py, PyList>, Bound<'py, PyList>);
 
@@ -67,7 +67,7 @@ fn rb_check_lines<'py>(
         return findings(py, &f);
     }
     let expect = expect_acc.as_deref().map(owned_texts).transpose()?;
-    let expect: Option<Vec<&[u8]>> = expect.as_ref().map(|e| e.iter().map(|x| &x[..]).collect());
+    let expect = expect.as_deref().map(refs);
     let now = text(now)?;
     let f = guarded(|| checks::rb_check(&ho.twin, &rb.twin, g, expect.as_deref(), &now))?;
     findings(py, &f)

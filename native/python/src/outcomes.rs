@@ -244,6 +244,46 @@ impl OutcomeRoute {
     }
 }
 
+/// The drafts of one decided line's records: `decision`, `source` and the notice read off their Python values;
+/// `conversation`, `notice`, `sig` and `notice_sig` may be None. Both bindings below build through it.
+#[allow(clippy::too_many_arguments)]
+fn drafts_of(
+    route: &OutcomeRoute,
+    decision: &Bound<'_, PyAny>,
+    source: &Bound<'_, PyAny>,
+    conversation: &Bound<'_, PyAny>,
+    now: f64,
+    notice: &Bound<'_, PyAny>,
+    sig: &Bound<'_, PyAny>,
+    notice_sig: &Bound<'_, PyAny>,
+) -> PyResult<Vec<o::Draft>> {
+    let decided = decided_of(decision)?;
+    let source = source_of(source)?;
+    let conversation = if conversation.is_none() {
+        None
+    } else {
+        Some(text(conversation.cast::<PyString>()?)?.into_owned())
+    };
+    let notice = if notice.is_none() {
+        None
+    } else {
+        Some(notice_of(notice, &route.author, opt_bytes(notice_sig)?)?)
+    };
+    let sig = opt_bytes(sig)?;
+    let line = o::Line {
+        decided: &decided,
+        source: &source,
+        targets: &route.targets,
+        conversation: conversation.as_deref(),
+        masker: &route.masker,
+        now,
+        notice: notice.as_ref(),
+        sig: sig.as_deref(),
+        version: &route.version,
+    };
+    crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)
+}
+
 /// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them) at trim level `level`,
 /// as tuples (kind, topic, key, value, headers, level, size), None for one past its last level. `sig` and the
 /// notice's `notice_sig` are the `gk.sig` values the caller signed, with signing configured. Nothing is kept: a
@@ -256,33 +296,23 @@ fn build_outcomes<'py>(
     route: &Bound<'py, OutcomeRoute>,
     decision: &Bound<'py, PyAny>,
     source: &Bound<'py, PyAny>,
-    conversation: Option<Bound<'py, PyString>>,
+    conversation: &Bound<'py, PyAny>,
     now: f64,
-    notice: Option<Bound<'py, PyAny>>,
-    sig: Option<Bound<'py, PyBytes>>,
-    notice_sig: Option<Bound<'py, PyBytes>>,
+    notice: &Bound<'py, PyAny>,
+    sig: &Bound<'py, PyAny>,
+    notice_sig: &Bound<'py, PyAny>,
     level: u8,
 ) -> PyResult<Bound<'py, PyList>> {
-    let route = route.get();
-    let decided = decided_of(decision)?;
-    let source = source_of(source)?;
-    let conversation = conversation.as_ref().map(text).transpose()?;
-    let notice = notice
-        .map(|n| notice_of(&n, &route.author, notice_sig.map(|s| s.as_bytes().to_vec())))
-        .transpose()?;
-    let line = o::Line {
-        decided: &decided,
-        source: &source,
-        targets: &route.targets,
-        conversation: conversation.as_deref(),
-        masker: &route.masker,
+    let drafts = drafts_of(
+        route.get(),
+        decision,
+        source,
+        conversation,
         now,
-        notice: notice.as_ref(),
-        sig: sig.as_ref().map(|s| s.as_bytes()),
-        version: &route.version,
-    };
-    let drafts =
-        crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
+        notice,
+        sig,
+        notice_sig,
+    )?;
     let out = PyList::empty(py);
     for draft in &drafts {
         match crate::guarded(|| draft.view(level))? {
@@ -308,7 +338,6 @@ fn build_outcomes_all<'py>(
     outcome: &Bound<'py, PyAny>,
     kinds: &Bound<'py, pyo3::types::PyDict>,
 ) -> PyResult<Bound<'py, PyList>> {
-    let r = route.get();
     let now_py = now.into_pyobject(py)?;
     let zero = 0u8.into_pyobject(py)?;
     let all = PyList::empty(py);
@@ -318,46 +347,21 @@ fn build_outcomes_all<'py>(
             item.iter().collect::<Vec<_>>().try_into().map_err(|_| {
                 pyo3::exceptions::PyValueError::new_err("a line to build is 6 values")
             })?;
-        let decided = decided_of(&decision)?;
-        let src = source_of(&source)?;
-        let conv = if conversation.is_none() {
-            None
-        } else {
-            Some(text(conversation.cast::<PyString>()?)?.into_owned())
-        };
-        let notice_sig_bytes = if notice_sig.is_none() {
-            None
-        } else {
-            Some(notice_sig.cast::<PyBytes>()?.as_bytes().to_vec())
-        };
-        let made_notice = if notice.is_none() {
-            None
-        } else {
-            Some(notice_of(&notice, &r.author, notice_sig_bytes)?)
-        };
-        let sig_bytes = if sig.is_none() {
-            None
-        } else {
-            Some(sig.cast::<PyBytes>()?.as_bytes())
-        };
-        let line = o::Line {
-            decided: &decided,
-            source: &src,
-            targets: &r.targets,
-            conversation: conv.as_deref(),
-            masker: &r.masker,
+        let drafts = drafts_of(
+            route.get(),
+            &decision,
+            &source,
+            &conversation,
             now,
-            notice: made_notice.as_ref(),
-            sig: sig_bytes,
-            version: &r.version,
-        };
-        let drafts =
-            crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
+            &notice,
+            &sig,
+            &notice_sig,
+        )?;
         let args = PyTuple::new(
             py,
             [
                 route.clone().into_any(),
-                decision.clone(),
+                decision,
                 source.clone(),
                 conversation,
                 now_py.clone().into_any(),
