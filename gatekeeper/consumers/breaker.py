@@ -55,6 +55,11 @@ class DeadLetterBreaker:
     def __init__(self, settings: BreakerSettings) -> None:
         self.settings = settings
         self._buckets: deque[_Bucket] = deque()
+        # the window's totals, kept as buckets come and go: a batch reads the window twice (its verdict, the ratio
+        # gauge), and summing the buckets each time cost a merge of every second's reasons
+        self._lines = 0
+        self._dead = 0
+        self._reasons: Counter[str] = Counter()
         self.tripped_at: float | None = None
 
     @property
@@ -68,10 +73,7 @@ class DeadLetterBreaker:
 
     def window(self, now: float) -> Window:
         self._expire(now)
-        reasons: Counter[str] = Counter()
-        for b in self._buckets:
-            reasons.update(b.reasons)
-        return Window(sum(b.lines for b in self._buckets), sum(b.dead for b in self._buckets), dict(reasons))
+        return Window(self._lines, self._dead, dict(self._reasons))
 
     def record(self, now: float, lines: int, dead_reasons: list[str]) -> Change | None:
         """Count ``lines`` decided at ``now``, of which the ones in ``dead_reasons`` (their reason codes) were
@@ -85,7 +87,11 @@ class DeadLetterBreaker:
             b = self._buckets[-1]
             b.lines += lines
             b.dead += len(dead_reasons)
-            b.reasons.update(dead_reasons)
+            self._lines += lines
+            self._dead += len(dead_reasons)
+            if dead_reasons:
+                b.reasons.update(dead_reasons)
+                self._reasons.update(dead_reasons)
         return self.evaluate(now)
 
     def evaluate(self, now: float) -> Change | None:
@@ -107,7 +113,12 @@ class DeadLetterBreaker:
     def _expire(self, now: float) -> None:
         oldest = int(now - self.settings.window_seconds)
         while self._buckets and self._buckets[0].second <= oldest:
-            self._buckets.popleft()
+            b = self._buckets.popleft()
+            self._lines -= b.lines
+            self._dead -= b.dead
+            if b.reasons:
+                self._reasons.subtract(b.reasons)
+                self._reasons = +self._reasons  # the reasons no bucket holds any more are gone
 
 
 __all__ = ["Change", "DeadLetterBreaker", "Window"]

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from gatekeeper.config import BreakerSettings
 from gatekeeper.consumers.breaker import Change, DeadLetterBreaker
 
@@ -47,3 +52,33 @@ def test_action_pause_pauses_for_its_time_then_lets_the_route_try_again() -> Non
 def test_a_disabled_breaker_counts_nothing() -> None:
     b = breaker(enabled=False)
     assert b.record(0.0, 1000, ["invalid"] * 1000) is None and not b.open
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(0.0, 3.0),  # seconds since the last call
+            st.integers(0, 30),  # lines decided
+            st.lists(st.sampled_from(["invalid", "check-ho", "check-rb", "gk.unauthorised"]), max_size=30),
+        ),
+        max_size=60,
+    )
+)
+def test_the_window_is_what_its_buckets_hold(calls: list[tuple[float, int, list[str]]]) -> None:
+    """The window's totals are kept as buckets come and go: at every step they are the sums of the lines and dead
+    letters decided in the last ``window_seconds`` (counted here from scratch)."""
+    b = breaker(window_seconds=5.0, min_lines=10**9)  # never trips: only the counting is under test
+    seen: list[tuple[int, int, list[str]]] = []  # (second, lines, reasons)
+    now = 0.0
+    for step, lines, reasons in calls:
+        now += step
+        dead = reasons[:lines]
+        b.record(now, lines, dead)
+        if lines:
+            seen.append((int(now), lines, dead))
+        oldest = int(now - 5.0)
+        live = [(n, r) for second, n, r in seen if second > oldest]
+        w = b.window(now)
+        assert (w.lines, w.dead) == (sum(n for n, _ in live), sum(len(r) for _, r in live))
+        assert w.reasons == dict(Counter(x for _, r in live for x in r))
