@@ -22,14 +22,27 @@ use crate::decision::{proof_of, DecideRoute};
 use crate::state::{Effects, State};
 use crate::{guarded, opt_string, opt_value, string, value};
 
+use rw1::Twin;
+
+self_cell::self_cell!(
+    /// A line's value and the twin the parser made of it, the twin borrowing its text from the value (a Python
+    /// `bytes`, immutable, kept alive here) instead of a copy of each of its fields: a line's twin was about thirty
+    /// allocations. A self-referential value, which `self_cell` makes without unsafe code of ours.
+    struct Kept {
+        owner: Py<PyBytes>,
+        #[covariant]
+        dependent: Twin,
+    }
+);
+
 /// One line as the gate and the parser left it.
 enum Prep {
     /// refused by the gate's input rules: their findings
     Refused(Vec<Finding>),
     /// not parsed: its twin (the raw fields a tombstone reads) and the parser's errors
-    Invalid(rw1::Twin<'static>, Vec<Finding>),
+    Invalid(Kept, Vec<Finding>),
     /// a message: its twin and the `rwcore.Message` made of it
-    Parsed(rw1::Twin<'static>, Py<PyAny>),
+    Parsed(Kept, Py<PyAny>),
 }
 
 /// A route's lines screened and parsed (see [`prepare_batch`]).
@@ -147,9 +160,14 @@ fn prepare_all<'py>(
             ));
             continue;
         }
-        let (parsed, _) = crate::run(py, bytes, &route.grammar, switch)?;
-        let twin = d::owned_twin(parsed.twin);
-        if !parsed.errors.is_empty() {
+        let mut errors: Vec<Finding> = Vec::new();
+        let kept = Kept::try_new(raw.clone().unbind(), |value| {
+            let (parsed, _) = crate::run(py, value.as_bytes(py), &route.grammar, switch)?;
+            errors = parsed.errors.into_iter().map(Finding::from).collect();
+            Ok::<_, PyErr>(parsed.twin)
+        })?;
+        let twin = kept.borrow_dependent();
+        if !errors.is_empty() {
             if let Some(named) = &named {
                 for id in [twin.id.as_deref(), raw_text(&twin.re)]
                     .into_iter()
@@ -158,11 +176,10 @@ fn prepare_all<'py>(
                     named.add(string(py, id)?)?;
                 }
             }
-            let errors = parsed.errors.into_iter().map(Finding::from).collect();
-            lines.push(Prep::Invalid(twin, errors));
+            lines.push(Prep::Invalid(kept, errors));
             continue;
         }
-        let (message, re, slots) = message_of(py, &twin, slots_type, new_message)?;
+        let (message, re, slots) = message_of(py, twin, slots_type, new_message)?;
         if let Some(named) = &named {
             named.add(opt_string(py, twin.id.as_deref())?)?;
             if re.is_truthy()? {
@@ -185,7 +202,7 @@ fn prepare_all<'py>(
             };
             keys.add(record_key.call1((opt_value(py, &twin.item)?, ask))?)?;
         }
-        lines.push(Prep::Parsed(twin, message.unbind()));
+        lines.push(Prep::Parsed(kept, message.unbind()));
     }
     Ok((PreparedBatch { lines }, wants, keys))
 }
@@ -330,13 +347,16 @@ fn decide_all<'py>(
         };
         let line_view = match prep {
             Prep::Refused(_) => d::Line::Refused,
-            Prep::Invalid(t, _) => d::Line::Invalid(d::RawFields {
-                id: t.id.as_deref(),
-                from: raw_text(&t.from),
-                typ: t.typ.as_deref(),
-                re: raw_text(&t.re),
-            }),
-            Prep::Parsed(t, _) => d::Line::Parsed(t),
+            Prep::Invalid(kept, _) => {
+                let t = kept.borrow_dependent();
+                d::Line::Invalid(d::RawFields {
+                    id: t.id.as_deref(),
+                    from: raw_text(&t.from),
+                    typ: t.typ.as_deref(),
+                    re: raw_text(&t.re),
+                })
+            }
+            Prep::Parsed(kept, _) => d::Line::Parsed(kept.borrow_dependent()),
         };
         let proof = proof_of(Some(&sender))?;
         let value = line.get_item(0)?.cast_into::<PyBytes>()?;
@@ -479,7 +499,7 @@ fn decision_py<'py>(
         (None, PyTuple::empty(py).into_any())
     } else {
         let twin = match prep {
-            Prep::Parsed(t, _) => Some(t),
+            Prep::Parsed(kept, _) => Some(kept.borrow_dependent()),
             _ => None,
         };
         let native = Bound::new(
