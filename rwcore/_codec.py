@@ -110,6 +110,8 @@ _P_PROFILE = Parsed.__dict__["profile"].__set__
 
 def native_problems(found: list[tuple[str, str, str, str | None, str | None, str | None]]) -> list[Problem]:
     """Findings as the native code gives them, ``(code, tier, message, slot, expected, got)``, as Problems."""
+    if not found:  # most checks pass: no comprehension's frame for nothing
+        return []
     return [problem(code, message, tier, slot, expected, got) for code, tier, message, slot, expected, got in found]
 
 

@@ -65,8 +65,11 @@ def dn_receipt(ho: Any, dn: Any) -> tuple[list[_Finding], bool]:
 def dn_check(ho: Any, dn: Any, grammar: Grammar, plan_rb: Any | None) -> _Findings:
     """Check 3: (problems, notes)."""
 
-def ho_check_line(ho_line: str, grammar: Grammar, switch: Callable[[str], Any], record: Any) -> _Findings:
-    """Check 1 of a line, parsed here: (problems, notes); an invalid line's errors are ``ho-invalid`` problems."""
+def ho_check_line(
+    ho_line: str, grammar: Grammar, switch: Callable[[str], Any], record: Any, *, texts: bool = False
+) -> tuple[list[Any], list[Any]]:  # with texts: list[str] each
+    """Check 1 of a line, parsed here: (problems, notes); an invalid line's errors are ``ho-invalid`` problems.
+    With ``texts``, each finding is its message only (the reference's shape)."""
 
 def rb_check_lines(
     ho_line: str,
@@ -75,8 +78,10 @@ def rb_check_lines(
     switch: Callable[[str], Any],
     expect_acc: list[str] | None,
     now: str,
-) -> _Findings:
-    """Check 2 of two lines, parsed here: (problems, notes)."""
+    *,
+    texts: bool = False,
+) -> tuple[list[Any], list[Any]]:  # with texts: list[str] each
+    """Check 2 of two lines, parsed here: (problems, notes); with ``texts``, the findings' messages only."""
 
 def dn_check_lines(
     ho_line: str,
@@ -85,8 +90,11 @@ def dn_check_lines(
     switch: Callable[[str], Any],
     rb_line: Any = None,
     now: str | None = None,
-) -> _Findings:
-    """Check 3 of two lines (or three: the readback that made the plan, checked at ``now``): (problems, notes)."""
+    *,
+    texts: bool = False,
+) -> tuple[list[Any], list[Any]]:  # with texts: list[str] each
+    """Check 3 of two lines (or three: the readback that made the plan, checked at ``now``): (problems, notes);
+    with ``texts``, the findings' messages only."""
 
 def acc_compare(
     expected: list[str], derived: list[str], keys: list[str], derived_not: list[str], grammar: Grammar
