@@ -170,12 +170,13 @@ fn opt_py<'py>(py: Python<'py>, b: &Option<Vec<u8>>) -> PyResult<Bound<'py, PyAn
     crate::opt_string(py, b.as_deref())
 }
 
-/// The lines the state kept (forwarded HOs, checked RBs, questions), parsed, by (profile, text): replies mostly
-/// follow their handoff within moments, so a small bounded map (oldest out first) spares parsing them again.
+/// The lines the state kept (forwarded HOs, checked RBs, questions), parsed, by profile then text: replies mostly
+/// follow their handoff within moments, so a small bounded map (oldest out first) spares parsing them again. Two
+/// levels, so that a lookup borrows its key (a `(profile, text)` key was two copies made for every lookup).
 type StoredKey = (Vec<u8>, Vec<u8>);
 /// The map, and its keys oldest first.
 type Stored = (
-    HashMap<StoredKey, Arc<rw1::Twin<'static>>>,
+    HashMap<Vec<u8>, HashMap<Vec<u8>, Arc<rw1::Twin<'static>>>>,
     VecDeque<StoredKey>,
 );
 static STORED: Mutex<Option<Stored>> = Mutex::new(None);
@@ -296,12 +297,11 @@ impl Env for PyEnv<'_> {
     }
 
     fn stored(&mut self, text: &[u8]) -> Option<Arc<rw1::Twin<'static>>> {
-        let key = (self.profile.clone(), text.to_vec());
         let mut guard = STORED
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (map, order) = guard.get_or_insert_with(Default::default);
-        if let Some(hit) = map.get(&key) {
+        if let Some(hit) = map.get(&self.profile[..]).and_then(|m| m.get(text)) {
             return Some(hit.clone());
         }
         let grammar = self.grammar.clone();
@@ -318,12 +318,19 @@ impl Env for PyEnv<'_> {
         }
         let twin = Arc::new(d::owned_twin(parsed.twin));
         if order.len() >= STORED_MAX {
-            if let Some(old) = order.pop_front() {
-                map.remove(&old);
+            if let Some((profile, text)) = order.pop_front() {
+                if let Some(texts) = map.get_mut(&profile) {
+                    texts.remove(&text);
+                    if texts.is_empty() {
+                        map.remove(&profile);
+                    }
+                }
             }
         }
-        order.push_back(key.clone());
-        map.insert(key, twin.clone());
+        order.push_back((self.profile.clone(), text.to_vec()));
+        map.entry(self.profile.clone())
+            .or_default()
+            .insert(text.to_vec(), twin.clone());
         Some(twin)
     }
 }
