@@ -420,7 +420,13 @@ fn decide_all<'py>(
         decisions.append(decision)?;
         if let (Some(effects), Some(c)) = (effects, &conv) {
             state_py.call_method0(changing)?;
-            let (ops, touched) = native.borrow_mut().apply_effects(effects.get(), theirs)?;
+            let twin = match prep {
+                Prep::Parsed(kept, _) => Some(kept.borrow_dependent()),
+                _ => None,
+            };
+            let (ops, touched) = native
+                .borrow_mut()
+                .apply_effects(effects.get(), theirs, twin)?;
             for op in ops {
                 let key = kit
                     .record_key
@@ -498,10 +504,7 @@ fn decision_py<'py>(
     let (native, effects_py) = if dec.effects.is_empty() {
         (None, PyTuple::empty(py).into_any())
     } else {
-        let twin = match prep {
-            Prep::Parsed(kept, _) => Some(kept.borrow_dependent()),
-            _ => None,
-        };
+        // no copy of the twin: `decide_all` applies the effects at once, with the line's own
         let native = Bound::new(
             py,
             Effects::of(
@@ -509,7 +512,7 @@ fn decision_py<'py>(
                 dec.problems,
                 looked_up.as_ref(),
                 text.map(<[u8]>::to_vec),
-                twin,
+                None,
                 now,
             )?,
         )?;

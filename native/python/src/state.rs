@@ -809,7 +809,8 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// A decision's effects as the engine made them, with what applying them needs besides the state: the decision's
 /// own problems (a line's entry keeps them), the record the decision looked up (a handoff keeps it), the line's
 /// text and its parsed twin (the thread is fed it), and the time. `policy.apply` applies them natively
-/// ([`State::apply_engine`]); the policy's Python effects are made from [`Effects::tuples`] only when read.
+/// ([`State::apply_engine`]); the policy's Python effects are made from [`Effects::tuples`] only when read. A batch
+/// (`decide_batch`) applies a line's effects at once, with the line's own twin: its effects keep no copy of it.
 #[pyclass(module = "rwcore._native", frozen)]
 pub struct Effects {
     pub(crate) effects: Vec<d::Effect>,
@@ -895,7 +896,7 @@ impl State {
                 .map(|p| finding_of(&p?))
                 .collect::<PyResult<_>>()?,
         };
-        let (ops, touched) = self.apply_effects(fx, &theirs)?;
+        let (ops, touched) = self.apply_effects(fx, &theirs, None)?;
         let bindings = PyList::empty(py);
         for op in ops {
             bindings.append((
@@ -918,6 +919,7 @@ impl State {
         &mut self,
         fx: &Effects,
         theirs: &[Finding],
+        twin: Option<&rw1::Twin<'_>>,
     ) -> PyResult<(Vec<BindingOp>, Vec<Vec<u8>>)> {
         let mut bindings = Vec::new();
         let mut touched: Vec<Vec<u8>> = Vec::new();
@@ -1014,7 +1016,7 @@ impl State {
                     touched.push(ho.clone());
                 }
                 d::Effect::FeedThread => {
-                    let Some(twin) = &fx.twin else {
+                    let Some(twin) = twin.or(fx.twin.as_ref()) else {
                         return Err(PyValueError::new_err(
                             "a line fed to the thread without its message",
                         ));
