@@ -424,9 +424,10 @@ fn decide_all<'py>(
                 Prep::Parsed(kept, _) => Some(kept.borrow_dependent()),
                 _ => None,
             };
+            let line = text.map(|t| (t, twin));
             let (ops, touched) = native
                 .borrow_mut()
-                .apply_effects(effects.get(), theirs, twin)?;
+                .apply_effects(effects.get(), theirs, line)?;
             for op in ops {
                 let key = kit
                     .record_key
@@ -504,14 +505,14 @@ fn decision_py<'py>(
     let (native, effects_py) = if dec.effects.is_empty() {
         (None, PyTuple::empty(py).into_any())
     } else {
-        // no copy of the twin: `decide_all` applies the effects at once, with the line's own
+        // no copy of the text or the twin: `decide_all` applies the effects at once, with the line's own
         let native = Bound::new(
             py,
             Effects::of(
                 dec.effects,
                 dec.problems,
                 looked_up.as_ref(),
-                text.map(<[u8]>::to_vec),
+                None,
                 None,
                 now,
             )?,

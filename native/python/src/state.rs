@@ -810,7 +810,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 /// own problems (a line's entry keeps them), the record the decision looked up (a handoff keeps it), the line's
 /// text and its parsed twin (the thread is fed it), and the time. `policy.apply` applies them natively
 /// ([`State::apply_engine`]); the policy's Python effects are made from [`Effects::tuples`] only when read. A batch
-/// (`decide_batch`) applies a line's effects at once, with the line's own twin: its effects keep no copy of it.
+/// (`decide_batch`) applies a line's effects at once, with the line's own text and twin: its effects keep no copy.
 #[pyclass(module = "rwcore._native", frozen)]
 pub struct Effects {
     pub(crate) effects: Vec<d::Effect>,
@@ -919,8 +919,13 @@ impl State {
         &mut self,
         fx: &Effects,
         theirs: &[Finding],
-        twin: Option<&rw1::Twin<'_>>,
+        line: Option<(&[u8], Option<&rw1::Twin<'_>>)>,
     ) -> PyResult<(Vec<BindingOp>, Vec<Vec<u8>>)> {
+        // the line's text and twin: the caller's when it applies the effects at once (a batch), else kept in them
+        let (text, twin) = match line {
+            Some((text, twin)) => (Some(text), twin),
+            None => (fx.text.as_deref(), fx.twin.as_ref()),
+        };
         let mut bindings = Vec::new();
         let mut touched: Vec<Vec<u8>> = Vec::new();
         for e in &fx.effects {
@@ -942,7 +947,7 @@ impl State {
                         re: entry.re.clone(),
                         problems,
                         text: if entry.keep_text {
-                            fx.text.clone()
+                            text.map(<[u8]>::to_vec)
                         } else {
                             None
                         },
@@ -1016,7 +1021,7 @@ impl State {
                     touched.push(ho.clone());
                 }
                 d::Effect::FeedThread => {
-                    let Some(twin) = twin.or(fx.twin.as_ref()) else {
+                    let Some(twin) = twin else {
                         return Err(PyValueError::new_err(
                             "a line fed to the thread without its message",
                         ));
