@@ -138,19 +138,22 @@ pub fn value(out: &mut Vec<u8>, v: &Json) {
             }
             out.push(b']');
         }
-        Json::Object(map) => {
-            out.push(b'{');
-            for (i, (k, x)) in map.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                string(out, k.as_bytes());
-                out.push(b':');
-                value(out, x);
-            }
-            out.push(b'}');
-        }
+        Json::Object(map) => object(out, map),
     }
+}
+
+/// A JSON object as [`value`] writes it, from the map itself (no `Json::Object` made around a copy of it).
+pub fn object(out: &mut Vec<u8>, map: &serde_json::Map<String, Json>) {
+    out.push(b'{');
+    for (i, (k, x)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        string(out, k.as_bytes());
+        out.push(b':');
+        value(out, x);
+    }
+    out.push(b'}');
 }
 
 /// Python's `str()` of a JSON value as `orjson.loads` gives it: `True`, `None`, `1.5`, `['a', 1]`, `{'k': 'v'}`.

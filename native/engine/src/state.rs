@@ -566,7 +566,7 @@ fn write_handoff(h: &StoredHandoff) -> Vec<u8> {
             json::string(&mut out, &r.ask);
         }
         key(&mut out, &mut rf, "values");
-        json::value(&mut out, &Json::Object(r.values.clone()));
+        json::object(&mut out, &r.values);
         if !r.resolved.is_empty() {
             key(&mut out, &mut rf, "resolved");
             out.push(b'{');
