@@ -190,7 +190,7 @@ pub(crate) struct PyEnv<'py> {
     pub(crate) record_key: Bound<'py, PyAny>,
     pub(crate) record_check: Option<Bound<'py, PyAny>>,
     pub(crate) grammar: Arc<rw1::Grammar>,
-    pub(crate) profile: Vec<u8>,
+    pub(crate) profile: Arc<[u8]>,
     /// the record a lookup found, for the record check
     pub(crate) looked_up: Option<Bound<'py, PyAny>>,
     /// the first Python error met reading the state or the records: raised once the decision is made
@@ -327,8 +327,8 @@ impl Env for PyEnv<'_> {
                 }
             }
         }
-        order.push_back((self.profile.clone(), text.to_vec()));
-        map.entry(self.profile.clone())
+        order.push_back((self.profile.to_vec(), text.to_vec()));
+        map.entry(self.profile.to_vec())
             .or_default()
             .insert(text.to_vec(), twin.clone());
         Some(twin)
@@ -439,7 +439,7 @@ pub(crate) fn effect_py<'py>(py: Python<'py>, e: &d::Effect) -> PyResult<Bound<'
 #[pyclass(module = "rwcore._native", frozen)]
 pub struct DecideRoute {
     name: Vec<u8>,
-    profile: Vec<u8>,
+    profile: Arc<[u8]>, // shared with every line's `PyEnv`, not copied for each
     pub(crate) grammar: Arc<rw1::Grammar>,
     senders: Option<Vec<Vec<u8>>>,
     hold_seconds: f64,
@@ -456,7 +456,7 @@ impl DecideRoute {
     pub(crate) fn policy(&self) -> d::Route<'_> {
         d::Route {
             name: &self.name,
-            profile: &self.profile,
+            profile: &self.profile[..],
             grammar: &self.grammar,
             senders: self.senders.clone(),
             hold_seconds: self.hold_seconds,
@@ -521,7 +521,9 @@ impl DecideRoute {
         let check = route.getattr(pyo3::intern!(py, "record_check"))?;
         Ok(DecideRoute {
             name: attr_bytes(route, pyo3::intern!(py, "name"))?.unwrap_or_default(),
-            profile: attr_bytes(&profile, pyo3::intern!(py, "name"))?.unwrap_or_default(),
+            profile: attr_bytes(&profile, pyo3::intern!(py, "name"))?
+                .unwrap_or_default()
+                .into(),
             grammar: profile
                 .getattr(pyo3::intern!(py, "grammar"))?
                 .cast_into::<Grammar>()?
