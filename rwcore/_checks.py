@@ -61,11 +61,7 @@ def ho_check(ho: Message, record: Mapping[str, Any], profile: Profile) -> CheckR
     """Check 1, before sending: every value the record holds is on the HO unchanged, and an exec ask asks
     ``rb=exec``. ``record`` maps slot names (and ``to``, ``item``, ``ask``) to values as written on the line."""
     profile = profile if isinstance(profile, Profile) else resolve_profile(profile)
-    try:
-        found = _native.ho_check(ho, record, profile.grammar)
-    except ValueError as e:  # as ``checked``, spelled out: a check is about 2.5 µs, a Python call a few per cent
-        raise FormError(str(e)) from e
-    return check_result(found)
+    return check_result(checked(_native.ho_check, ho, record, profile.grammar))
 
 
 # ---------------------------------------------------------------- check 2: the readback, five tiers
@@ -76,10 +72,7 @@ def rb_problems(
 ) -> tuple[list[Problem], list[Problem]]:
     """check_rb_full over decoded messages: (problems, notes)."""
     expect = None if expect_acc is None else [str(x) for x in expect_acc]
-    try:
-        problems, notes = _native.rb_check(ho, rb, profile.grammar, expect, now or now_utc())
-    except ValueError as e:  # as ``checked``, spelled out (see ``ho_check``)
-        raise FormError(str(e)) from e
+    problems, notes = checked(_native.rb_check, ho, rb, profile.grammar, expect, now or now_utc())
     return native_problems(problems), native_problems(notes)
 
 

@@ -189,8 +189,7 @@ def _criteria_grammar(spec: Mapping[str, Any]) -> _native.Grammar:
 
 
 def _ho_lines(ho_line: str, record: Mapping[str, Any], profile: str | None, texts: bool) -> tuple[list[Any], list[Any]]:
-    if not isinstance(ho_line, str):
-        must_be_line(ho_line)
+    must_be_line(ho_line)
     prof = reference_profile(profile)
     try:
         return _native.ho_check_line(ho_line, prof.grammar, _switch(prof), record, texts=texts)
@@ -201,9 +200,8 @@ def _ho_lines(ho_line: str, record: Mapping[str, Any], profile: str | None, text
 def _rb_lines(
     ho_line: str, rb_line: str, profile: str | None, expect_acc: list[str] | None, now: str | None, texts: bool
 ) -> tuple[list[Any], list[Any]]:
-    for line in (ho_line, rb_line):
-        if not isinstance(line, str):
-            must_be_line(line)
+    must_be_line(ho_line)
+    must_be_line(rb_line)
     prof = reference_profile(profile)
     expect = None if expect_acc is None else [str(x) for x in expect_acc]
     try:
@@ -217,9 +215,8 @@ def _rb_lines(
 def _dn_lines(
     ho_line: str, dn_line: str, profile: str | None, rb_line: str | None, texts: bool
 ) -> tuple[list[Any], list[Any]]:
-    for line in (ho_line, dn_line):
-        if not isinstance(line, str):
-            must_be_line(line)
+    must_be_line(ho_line)
+    must_be_line(dn_line)
     prof = reference_profile(profile)
     now = now_utc() if rb_line else None  # the readback that made the plan is checked now (if the receipt lets it)
     try:
