@@ -176,9 +176,9 @@ def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], 
 def _setters() -> tuple[Any, ...] | None:
     """The slot descriptors of Message's fields, for building one without the generic __init__ (None: fall back)."""
     names = ("v", "type", "id", "from_", "to", "re", "item", "slots", "tail")
-    if tuple(f.name for f in fields(Message)) != names:
+    if tuple(f.name for f in fields(Message)) != (*names, "_fields"):
         return None
-    return tuple(Message.__dict__[n].__set__ for n in names)
+    return tuple(Message.__dict__[n].__set__ for n in (*names, "_fields"))
 
 
 _SETTERS = _setters()
@@ -200,7 +200,7 @@ def _new_message(
     if _SETTERS is None:  # pragma: no cover - Message changed shape; the generic constructor still works
         return Message(VERSION, mtype, mid, frm, to, re_, item, slots, tail)  # type: ignore[arg-type]
     m = _new(Message)
-    sv, st, si, sf, sto, sre, sit, ssl, sta = _SETTERS
+    sv, st, si, sf, sto, sre, sit, ssl, sta, s_fields = _SETTERS
     sv(m, VERSION)
     st(m, mtype)
     si(m, mid)
@@ -210,6 +210,7 @@ def _new_message(
     sit(m, item)
     ssl(m, slots)
     sta(m, tail)
+    s_fields(m, None)
     return m
 
 

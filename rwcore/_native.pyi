@@ -152,6 +152,11 @@ class DecideRoute:
 
     def __init__(self, route: Any) -> None: ...
 
+class Fields:
+    """A parsed line's fields held for the ``Message`` a batch made of it, until one is read."""
+
+    def values(self, slots_type: Any) -> tuple[Any, ...]: ...
+
 class PreparedBatch:
     """A route's lines screened and parsed once (``prepare_batch``), for ``decide_batch``."""
 
@@ -162,8 +167,7 @@ def prepare_batch(
     values: list[bytes],
     conversations: list[str | None],
     switch: Callable[[str], Any],
-    slots_type: Any,
-    new_message: Callable[..., Any],
+    message_kit: tuple[Any, Any, Any, str],
     record_key: Any,
 ) -> tuple[PreparedBatch, dict[str, set[str]], set[Any]]: ...
 def decide_batch(

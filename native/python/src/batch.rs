@@ -19,21 +19,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple};
 
 use crate::decision::{proof_of, DecideRoute};
+use crate::fields::{Fields, Kept, MessageKit};
 use crate::state::{Effects, State};
 use crate::{guarded, opt_string, opt_value, string, value};
-
-use rw1::Twin;
-
-self_cell::self_cell!(
-    /// A line's value and the twin the parser made of it, the twin borrowing its text from the value (a Python
-    /// `bytes`, immutable, kept alive here) instead of a copy of each of its fields: a line's twin was about thirty
-    /// allocations. A self-referential value, which `self_cell` makes without unsafe code of ours.
-    struct Kept {
-        owner: Py<PyBytes>,
-        #[covariant]
-        dependent: Twin,
-    }
-);
 
 /// One line as the gate and the parser left it.
 enum Prep {
@@ -41,8 +29,8 @@ enum Prep {
     Refused(Vec<Finding>),
     /// not parsed: its twin (the raw fields a tombstone reads) and the parser's errors
     Invalid(Kept, Vec<Finding>),
-    /// a message: its twin and the `rwcore.Message` made of it
-    Parsed(Kept, Py<PyAny>),
+    /// a message: its twin (held for the `rwcore.Message` made of it) and the message
+    Parsed(Py<Fields>, Py<PyAny>),
 }
 
 /// A route's lines screened and parsed (see [`prepare_batch`]).
@@ -58,31 +46,6 @@ impl PreparedBatch {
     }
 }
 
-/// The `rwcore.Message` of a parsed twin (what `rwcore._codec.parse_message` makes), with its `re` and slots.
-fn message_of<'py>(
-    py: Python<'py>,
-    t: &rw1::Twin<'_>,
-    slots_type: &Bound<'py, PyAny>,
-    new_message: &Bound<'py, PyAny>,
-) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyAny>, Bound<'py, PyDict>)> {
-    let slots = slots_type.call0()?.cast_into::<PyDict>()?;
-    for (k, v) in &t.slots {
-        slots.set_item(string(py, k)?, value(py, v)?)?;
-    }
-    let re = opt_value(py, &t.re)?;
-    let message = new_message.call1((
-        opt_string(py, t.typ.as_deref())?,
-        opt_string(py, t.id.as_deref())?,
-        re.clone(),
-        opt_value(py, &t.from)?,
-        opt_value(py, &t.to)?,
-        opt_value(py, &t.item)?,
-        slots.clone(),
-        opt_string(py, t.tail.as_deref())?,
-    ))?;
-    Ok((message, re, slots))
-}
-
 /// A raw field a tombstone reads: the value when it is text.
 fn raw_text<'a>(v: &'a Option<rw1::Value<'_>>) -> Option<&'a [u8]> {
     match v {
@@ -92,8 +55,8 @@ fn raw_text<'a>(v: &'a Option<rw1::Value<'_>>) -> Option<&'a [u8]> {
 }
 
 /// Screen and parse a route's lines (`values`, each with its `conversations` entry) under the route's profile
-/// (`switch` finds the profile a `p=` slot names; `slots_type` and `new_message` make a parsed line's
-/// `rwcore.Message`; `record_key` is `RecordKey`). Returns the prepared batch, the ids each conversation's lines
+/// (`switch` finds the profile a `p=` slot names; `message_kit` makes a parsed line's `rwcore.Message`, see
+/// `fields::MessageKit`; `record_key` is `RecordKey`). Returns the prepared batch, the ids each conversation's lines
 /// name (`policy.state.line_ids`: what the store loads), and the (item, ask) of every handoff (its record and
 /// binding are loaded with the batch).
 #[pyfunction]
@@ -104,8 +67,7 @@ fn prepare_batch<'py>(
     values: Vec<Bound<'py, PyBytes>>,
     conversations: Vec<Option<Bound<'py, PyString>>>,
     switch: &Bound<'py, PyAny>,
-    slots_type: &Bound<'py, PyAny>,
-    new_message: &Bound<'py, PyAny>,
+    message_kit: &Bound<'py, PyAny>,
     record_key: &Bound<'py, PyAny>,
 ) -> PyResult<(PreparedBatch, Bound<'py, PyDict>, Bound<'py, PySet>)> {
     // a panic is a bug, raised as the Python error the processor decides the batch line by line for
@@ -116,8 +78,7 @@ fn prepare_batch<'py>(
             &values,
             &conversations,
             switch,
-            slots_type,
-            new_message,
+            &MessageKit::of(message_kit)?,
             record_key,
         )
     })?
@@ -130,16 +91,13 @@ fn prepare_all<'py>(
     values: &[Bound<'py, PyBytes>],
     conversations: &[Option<Bound<'py, PyString>>],
     switch: &Bound<'py, PyAny>,
-    slots_type: &Bound<'py, PyAny>,
-    new_message: &Bound<'py, PyAny>,
+    message_kit: &MessageKit<'py>,
     record_key: &Bound<'py, PyAny>,
 ) -> PyResult<(PreparedBatch, Bound<'py, PyDict>, Bound<'py, PySet>)> {
     let route = route.get();
     let wants = PyDict::new(py);
     let keys = PySet::empty(py)?;
     let mut lines = Vec::with_capacity(values.len());
-    let ask_key = pyo3::intern!(py, "ask");
-    let ctx_key = pyo3::intern!(py, "ctx");
     for (raw, conv) in values.iter().zip(conversations.iter()) {
         let named = match conv {
             Some(c) => Some(match wants.get_item(c)? {
@@ -166,8 +124,8 @@ fn prepare_all<'py>(
             errors = parsed.errors.into_iter().map(Finding::from).collect();
             Ok::<_, PyErr>(parsed.twin)
         })?;
-        let twin = kept.borrow_dependent();
         if !errors.is_empty() {
+            let twin = kept.borrow_dependent();
             if let Some(named) = &named {
                 for id in [twin.id.as_deref(), raw_text(&twin.re)]
                     .into_iter()
@@ -179,13 +137,17 @@ fn prepare_all<'py>(
             lines.push(Prep::Invalid(kept, errors));
             continue;
         }
-        let (message, re, slots) = message_of(py, twin, slots_type, new_message)?;
+        let fields = Bound::new(py, Fields::new(kept))?;
+        let message = message_kit.message(&fields)?;
+        let twin = fields.get().twin();
         if let Some(named) = &named {
             named.add(opt_string(py, twin.id.as_deref())?)?;
+            let re = opt_value(py, &twin.re)?;
             if re.is_truthy()? {
                 named.add(&re)?;
             }
-            if let Some(ctx) = slots.get_item(ctx_key)? {
+            if let Some(ctx) = twin.slot(b"ctx") {
+                let ctx = value(py, ctx)?;
                 if ctx.is_instance_of::<PyString>() {
                     named.add(ctx)?;
                 } else if let Ok(many) = ctx.cast::<PyTuple>() {
@@ -196,13 +158,13 @@ fn prepare_all<'py>(
             }
         }
         if twin.typ.as_deref() == Some(b"HO".as_slice()) && twin.item.is_some() {
-            let ask = match slots.get_item(ask_key)? {
-                Some(a) => a.str()?,
+            let ask = match twin.slot(b"ask") {
+                Some(a) => value(py, a)?.str()?,
                 None => PyString::new(py, "None"),
             };
             keys.add(record_key.call1((opt_value(py, &twin.item)?, ask))?)?;
         }
-        lines.push(Prep::Parsed(kept, message.unbind()));
+        lines.push(Prep::Parsed(fields.unbind(), message.unbind()));
     }
     Ok((PreparedBatch { lines }, wants, keys))
 }
@@ -356,7 +318,7 @@ fn decide_all<'py>(
                     re: raw_text(&t.re),
                 })
             }
-            Prep::Parsed(kept, _) => d::Line::Parsed(kept.borrow_dependent()),
+            Prep::Parsed(fields, _) => d::Line::Parsed(fields.get().twin()),
         };
         let proof = proof_of(Some(&sender))?;
         let value = line.get_item(0)?.cast_into::<PyBytes>()?;
@@ -421,7 +383,7 @@ fn decide_all<'py>(
         if let (Some(effects), Some(c)) = (effects, &conv) {
             state_py.call_method0(changing)?;
             let twin = match prep {
-                Prep::Parsed(kept, _) => Some(kept.borrow_dependent()),
+                Prep::Parsed(fields, _) => Some(fields.get().twin()),
                 _ => None,
             };
             let line = text.map(|t| (t, twin));

@@ -21,6 +21,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod batch;
 mod decision;
+mod fields;
 mod lines;
 mod outcomes;
 mod state;
@@ -1129,6 +1130,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     state::register(m)?;
     outcomes::register(m)?;
     batch::register(m)?;
+    fields::register(m)?;
     lines::register(m)?;
     Ok(())
 }
