@@ -341,6 +341,7 @@ fn build_outcomes_all<'py>(
     let now_py = now.into_pyobject(py)?;
     let zero = 0u8.into_pyobject(py)?;
     let all = PyList::empty(py);
+    let mut made_once = MadeOnce::default();
     for item in lines.iter() {
         let item = item.cast_into::<PyTuple>()?;
         let [decision, source, conversation, notice, sig, notice_sig]: [Bound<'py, PyAny>; 6] =
@@ -357,6 +358,8 @@ fn build_outcomes_all<'py>(
             &sig,
             &notice_sig,
         )?;
+        let value = attr(&source, pyo3::intern!(py, "value"))?;
+        let key = attr(&source, pyo3::intern!(py, "key"))?;
         let args = PyTuple::new(
             py,
             [
@@ -378,16 +381,12 @@ fn build_outcomes_all<'py>(
             let kind = kinds
                 .get_item(view.kind.name())?
                 .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(view.kind.name()))?;
-            let key = match view.key {
-                Some(k) => PyBytes::new(py, k).into_any(),
-                None => py.None().into_bound(py),
-            };
             let made = outcome.call1((
                 kind,
-                string(py, view.topic)?,
-                key,
-                PyBytes::new(py, &view.value),
-                headers_py(py, view.headers())?,
+                made_once.topic(py, view.topic)?,
+                same_or_new(py, view.key, &key)?,
+                same_or_new(py, Some(&view.value), &value)?,
+                made_once.headers(py, view.headers())?,
                 &source,
                 &zero,
                 (&args, i),
@@ -398,6 +397,75 @@ fn build_outcomes_all<'py>(
         all.append(out)?;
     }
     Ok(all)
+}
+
+/// A header's last value, and the `(name, value)` pair made of it.
+type LastPair<'py> = (Vec<u8>, Option<Bound<'py, PyTuple>>);
+
+/// `bytes` of a record's key or value: the consumed record's own object when they are its bytes (a forwarded or
+/// dead-lettered record carries them unchanged), a new one otherwise.
+fn same_or_new<'py>(
+    py: Python<'py>,
+    b: Option<&[u8]>,
+    theirs: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match b {
+        None => py.None().into_bound(py),
+        Some(b) => match theirs.cast::<PyBytes>() {
+            Ok(t) if t.as_bytes() == b => t.clone().into_any(),
+            _ => PyBytes::new(py, b).into_any(),
+        },
+    })
+}
+
+/// What a route's batch of records shares, made once per call: its topics' names, and each gatekeeper header's
+/// `(name, value)` pair while its value stays the same (the version, the input topic, the verdict, the decision's
+/// time, a partition's number: most of a record's headers repeat the record's before it). Every pair made was two
+/// Python objects, made and freed for each of the ten headers of every record.
+#[derive(Default)]
+struct MadeOnce<'py> {
+    topics: Vec<(Vec<u8>, Bound<'py, PyAny>)>,
+    /// per header name (a `'static` constant's address and length), its last value and the pair made of it
+    pairs: std::collections::HashMap<(usize, usize), LastPair<'py>>,
+}
+
+impl<'py> MadeOnce<'py> {
+    fn topic(&mut self, py: Python<'py>, t: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        if let Some((_, made)) = self.topics.iter().find(|(name, _)| name == t) {
+            return Ok(made.clone());
+        }
+        let made = string(py, t)?;
+        self.topics.push((t.to_vec(), made.clone()));
+        Ok(made)
+    }
+
+    fn headers<'h>(
+        &mut self,
+        py: Python<'py>,
+        hs: impl Iterator<Item = &'h Header>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        let items = hs
+            .map(|(k, v)| match k {
+                std::borrow::Cow::Borrowed(k) => {
+                    let at = (k.as_ptr() as usize, k.len());
+                    let slot = self.pairs.entry(at).or_default();
+                    if let Some(pair) = slot.1.as_ref().filter(|_| slot.0 == *v) {
+                        return Ok(pair.clone());
+                    }
+                    let pair = PyTuple::new(py, [name_py(py, k)?, PyBytes::new(py, v).into_any()])?;
+                    slot.0.clear(); // its buffer kept: a value that changes every record costs no allocation
+                    slot.0.extend_from_slice(v);
+                    slot.1 = Some(pair.clone());
+                    Ok(pair)
+                }
+                // the consumed record's own headers
+                std::borrow::Cow::Owned(k) => {
+                    PyTuple::new(py, [string(py, k)?, PyBytes::new(py, v).into_any()])
+                }
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        PyTuple::new(py, items)
+    }
 }
 
 /// An upper estimate of a record's size in a batch (what `max.message.bytes` limits).
