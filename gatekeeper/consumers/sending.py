@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +58,6 @@ from typing import Any, NamedTuple, NoReturn, Protocol
 import msgspec
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced, RecordTooLargeError
-from aiokafka.partitioner import DefaultPartitioner
 
 from gatekeeper.config import KafkaSettings
 from gatekeeper.consumers.client import Kafka, Producer, RecordBatch
@@ -67,6 +65,7 @@ from gatekeeper.consumers.holds import TP
 from gatekeeper.consumers.kafka import DEFAULT_MAX_MESSAGE_BYTES, transactional_id
 from gatekeeper.consumers.outcomes import Outcome, fit
 from gatekeeper.metrics import Metrics
+from rwcore import _native
 
 log = logging.getLogger(__name__)
 
@@ -103,15 +102,11 @@ class Written(NamedTuple):
     offset: int
 
 
-@functools.lru_cache(maxsize=65536)
 def partition_of(key: bytes, partitions: tuple[int, ...]) -> int:
     """The partition the producer's default partitioner (murmur2, as Kafka's Java client) gives ``key`` among a
-    topic's ``partitions`` (sorted): remembered, since a conversation's outcomes share its key. The sender places
-    its record batches with it, and the sweeper finds where its cancels went."""
-    return int(_PARTITIONER(key, partitions, partitions))
-
-
-_PARTITIONER = DefaultPartitioner()
+    topic's ``partitions`` (sorted), computed natively (``_native.key_partition``). The sender places its record
+    batches with it, and the sweeper finds where its cancels went."""
+    return partitions[_native.key_partition(key, len(partitions))]
 
 
 class Publishable(Protocol):
