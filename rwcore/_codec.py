@@ -214,11 +214,28 @@ def _new_message(
     return m
 
 
+#: how the native parser makes a valid line's ``Message``: its version and type set, its other fields held natively
+#: until one is read (``rwcore._types.Message``), set as a frozen dataclass's ``__init__`` sets them
+MESSAGE_KIT = (object.__new__, Message, object.__setattr__, VERSION)
+
+
 def parse_message(
     line: str, prof: Profile
 ) -> tuple[Message | None, dict[str, Any], list[Problem], list[Problem], Profile]:
     """A line to (its Message or None, its twin, errors, warnings, the profile that validated). The twin of a
-    valid line is returned empty (build it with ``to_dict``)."""
+    valid line is returned empty (build it with ``to_dict``). A valid line's message holds its fields natively
+    until one is read (``_native.parse_held``); a line with errors is parsed again for its twin."""
+    must_be_line(line)
+    held = _native.parse_held(line, prof.grammar, _switch(prof), MESSAGE_KIT)
+    if held is not None:
+        message, warnings, switched = held
+        return (
+            message,
+            {},
+            [],
+            native_problems(warnings) if warnings else [],
+            prof if switched is None else switched,
+        )
     twin, errors, warnings, used = _native_parse(line, prof)
     if errors:
         return None, _raw(twin), errors, warnings, used
@@ -279,6 +296,12 @@ def encode_message(msg: Message, profile: Profile | str | None = None) -> str:
         prof = resolve_profile(profile)
     if msg.v != VERSION:
         raise FormError(f"version must be {VERSION}")
+    held = msg._fields
+    if held is not None:  # a parsed line's message: written from the parser's twin, its fields not made
+        line, errors = _native.encode_held(held, prof.grammar, _switch(prof))
+        if errors:
+            raise FormError("; ".join(message for _, _, message, _, _, _ in errors))
+        return line
     env = {"type": msg.type, "id": msg.id, "re": msg.re, "from": msg.from_, "to": msg.to, "item": msg.item}
     env["tail"] = msg.tail
     return encode_checked(env, msg.slots, prof)

@@ -157,6 +157,11 @@ class Fields:
 
     def values(self, slots_type: Any) -> tuple[Any, ...]: ...
 
+def encode_held(fields: Fields, grammar: Grammar, switch: Callable[[str], Any]) -> tuple[str, list[Any]]: ...
+def parse_held(
+    line: str, grammar: Grammar, switch: Callable[[str], Any], message_kit: tuple[Any, Any, Any, str]
+) -> tuple[Any, list[Any], Any] | None: ...
+
 class PreparedBatch:
     """A route's lines screened and parsed once (``prepare_batch``), for ``decide_batch``."""
 

@@ -47,7 +47,7 @@ from gatekeeper.policy.state import (
     RecordKey,
 )
 from rwcore import Message, Parsed, Problem, _native, parse_line
-from rwcore._codec import VERSION, _switch, native_problems
+from rwcore._codec import MESSAGE_KIT, _switch, native_problems
 from rwcore._errors import problem
 
 
@@ -295,11 +295,6 @@ def _repeat(state: ConversationState, msg: Message, clears: tuple[str, str] | No
     )
 
 
-#: how ``prepare_batch`` makes a parsed line's ``Message``: its version and type set, its other fields held natively
-#: until one is read (``rwcore._types.Message``), set as a frozen dataclass's ``__init__`` sets them
-_MESSAGE_KIT = (object.__new__, Message, object.__setattr__, VERSION)
-
-
 def prepare_batch(
     values: Sequence[bytes], conversations: Sequence[str | None], route: RoutePolicy
 ) -> tuple[_native.PreparedBatch, dict[str, set[str]], set[RecordKey]]:
@@ -307,7 +302,7 @@ def prepare_batch(
     with the ids each conversation's lines name (``state.line_ids``: what the store loads for them) and the
     (item, ask) of each handoff among them (its record and binding are loaded with the batch)."""
     return _native.prepare_batch(
-        _native_route(route), list(values), list(conversations), _switch(route.profile), _MESSAGE_KIT, RecordKey
+        _native_route(route), list(values), list(conversations), _switch(route.profile), MESSAGE_KIT, RecordKey
     )
 
 

@@ -19,7 +19,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple};
 
 use crate::decision::{proof_of, DecideRoute};
-use crate::fields::{Fields, Kept, MessageKit};
+use crate::fields::{Backed, Fields, Kept, MessageKit};
 use crate::state::{Effects, State};
 use crate::{guarded, opt_string, opt_value, string, value};
 
@@ -119,8 +119,8 @@ fn prepare_all<'py>(
             continue;
         }
         let mut errors: Vec<Finding> = Vec::new();
-        let kept = Kept::try_new(raw.clone().unbind(), |value| {
-            let (parsed, _) = crate::run(py, value.as_bytes(py), &route.grammar, switch)?;
+        let kept = Kept::try_new(Backed::Bytes(raw.clone().into()), |value| {
+            let (parsed, _) = crate::run(py, value.bytes(), &route.grammar, switch)?;
             errors = parsed.errors.into_iter().map(Finding::from).collect();
             Ok::<_, PyErr>(parsed.twin)
         })?;

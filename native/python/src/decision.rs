@@ -655,7 +655,7 @@ fn decide_line<'py>(
                     .map(text)
                     .transpose()?
                     .map(std::borrow::Cow::into_owned),
-                twin.as_ref(),
+                twin.as_deref(),
                 now,
             )?;
             let effects = Bound::new(py, effects)?;

@@ -8,18 +8,35 @@
 //! first read of one (`rwcore._types.Message.__getattr__`), the same values `parse_line` gives.
 
 use pyo3::prelude::*;
+use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyDict, PyTuple};
 
 use rw1::Twin;
 
 use crate::{opt_string, opt_value, string, value};
 
+/// A line's text as Python holds it (immutable, kept alive here): a consumed record's `bytes`, or a `str` handed to
+/// `parse_line` (its UTF-8, which Python keeps with the string).
+pub(crate) enum Backed {
+    Bytes(PyBackedBytes),
+    Str(PyBackedStr),
+}
+
+impl Backed {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Backed::Bytes(b) => b,
+            Backed::Str(s) => s.as_bytes(),
+        }
+    }
+}
+
 self_cell::self_cell!(
-    /// A line's value and the twin the parser made of it, the twin borrowing its text from the value (a Python
-    /// `bytes`, immutable, kept alive here) instead of a copy of each of its fields: a line's twin was about thirty
-    /// allocations. A self-referential value, which `self_cell` makes without unsafe code of ours.
+    /// A line's text and the twin the parser made of it, the twin borrowing its text from the line instead of a
+    /// copy of each of its fields: a line's twin was about thirty allocations. A self-referential value, which
+    /// `self_cell` makes without unsafe code of ours.
     pub(crate) struct Kept {
-        owner: Py<pyo3::types::PyBytes>,
+        owner: Backed,
         #[covariant]
         dependent: Twin,
     }
@@ -103,6 +120,47 @@ impl<'py> MessageKit<'py> {
     }
 }
 
+/// A valid line's `(message, warnings, switched)`.
+type HeldParse<'py> = (
+    Bound<'py, PyAny>,
+    Bound<'py, pyo3::types::PyList>,
+    Bound<'py, PyAny>,
+);
+
+/// Parse a line (`str`) under a grammar (`switch` as for `parse`) into a `rwcore.Message` whose fields are held
+/// (see the module's documentation): `(message, warnings, switched)` for a valid line, None for one with errors
+/// (`rwcore._codec.parse_message` parses it again for its twin and errors) or one Python cannot give as UTF-8 (a
+/// lone surrogate: parsed the same way, from a copy).
+#[pyfunction]
+fn parse_held<'py>(
+    py: Python<'py>,
+    line: Bound<'py, pyo3::types::PyString>,
+    grammar: &Bound<'py, crate::Grammar>,
+    switch: &Bound<'py, PyAny>,
+    message_kit: &Bound<'py, PyAny>,
+) -> PyResult<Option<HeldParse<'py>>> {
+    let Ok(text) = PyBackedStr::try_from(line) else {
+        return Ok(None);
+    };
+    let mut found = None;
+    let kept = Kept::try_new(Backed::Str(text), |text| {
+        let (parsed, switched) = crate::run(py, text.bytes(), &grammar.get().inner, switch)?;
+        found = Some((parsed.errors, parsed.warnings, switched));
+        Ok::<_, PyErr>(parsed.twin)
+    })?;
+    let Some((errors, warnings, switched)) = found else {
+        return Ok(None);
+    };
+    if !errors.is_empty() {
+        return Ok(None);
+    }
+    let fields = Bound::new(py, Fields::new(kept))?;
+    let message = MessageKit::of(message_kit)?.message(&fields)?;
+    let switched = switched.unwrap_or_else(|| py.None().into_bound(py));
+    Ok(Some((message, crate::problems(py, &warnings)?, switched)))
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<Fields>()
+    m.add_class::<Fields>()?;
+    m.add_function(wrap_pyfunction!(parse_held, m)?)
 }

@@ -382,6 +382,45 @@ fn encode<'py>(
     Ok((string(py, &line)?, problems(py, &parsed.errors)?))
 }
 
+/// [`encode`] of a message whose fields are held (`fields::Fields`): the same line and errors, written from the
+/// parser's twin instead of the fields read off the message (each value as the line shows it, `Value::show`).
+#[pyfunction]
+fn encode_held<'py>(
+    py: Python<'py>,
+    fields: &Bound<'py, fields::Fields>,
+    grammar: &Bound<'py, Grammar>,
+    switch: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyList>)> {
+    let t = fields.get().twin();
+    let written = |v: &rw1::Value<'_>| {
+        !matches!(v, rw1::Value::None) && !matches!(v, rw1::Value::Text(t) if t.is_empty())
+    };
+    let env = [&t.re, &t.from, &t.to, &t.item]
+        .map(|v| v.as_ref().filter(|v| written(v)).map(|v| v.py_str()));
+    let shown: Vec<(&[u8], Cow<'_, [u8]>)> = t
+        .slots
+        .iter()
+        .filter(|(_, v)| written(v))
+        .map(|(k, v)| (&k[..], v.show()))
+        .collect();
+    let pairs: Vec<(&[u8], &[u8])> = shown.iter().map(|(k, v)| (*k, &v[..])).collect();
+    let line = rw1::encode::line(
+        t.typ.as_deref().unwrap_or_default(),
+        t.id.as_deref().unwrap_or_default(),
+        [
+            env[0].as_deref(),
+            env[1].as_deref(),
+            env[2].as_deref(),
+            env[3].as_deref(),
+        ],
+        &pairs,
+        t.tail.as_deref().filter(|tail| !tail.is_empty()),
+        &grammar.get().inner,
+    );
+    let (parsed, _) = run(py, &line, &grammar.get().inner, switch)?;
+    Ok((string(py, &line)?, problems(py, &parsed.errors)?))
+}
+
 // ---------------------------------------------------------------- messages and the checks
 
 /// A Python value as a slot value: text, an integer, a boolean, a float, None, or a list or tuple of them. Text
@@ -444,15 +483,26 @@ fn opt_slot_value<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Option<rw1::Value<'a>
     }
 }
 
-/// A `rwcore.Message`'s fields and slots, held while `rw1` reads them (its twin borrows their text).
-struct Held<'py> {
-    /// v, type, id, re, from_, to, item, tail
-    fields: [Bound<'py, PyAny>; 8],
-    slots: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+/// A `rwcore.Message` as `rw1` reads it: the twin its fields are held in (a message a batch or `parse_line` made,
+/// `fields::Fields`), or its fields and slots read off it, held while `rw1` reads them (its twin borrows their
+/// text). It lives on the stack for one call: boxing its larger variant would allocate for every message read back.
+#[allow(clippy::large_enum_variant)]
+enum Held<'py> {
+    Native(Bound<'py, fields::Fields>),
+    Read {
+        /// v, type, id, re, from_, to, item, tail
+        fields: [Bound<'py, PyAny>; 8],
+        slots: Vec<(Bound<'py, PyAny>, Bound<'py, PyAny>)>,
+    },
 }
 
 fn hold<'py>(m: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
     let py = m.py();
+    if let Ok(held) = m.getattr(pyo3::intern!(py, "_fields")) {
+        if let Ok(native) = held.cast_into::<fields::Fields>() {
+            return Ok(Held::Native(native));
+        }
+    }
     let slots = m.getattr(pyo3::intern!(py, "slots"))?;
     let slots = slots.cast::<PyDict>()?.iter().collect();
     let fields = [
@@ -465,21 +515,44 @@ fn hold<'py>(m: &Bound<'py, PyAny>) -> PyResult<Held<'py>> {
         m.getattr(pyo3::intern!(py, "item"))?,
         m.getattr(pyo3::intern!(py, "tail"))?,
     ];
-    Ok(Held { fields, slots })
+    Ok(Held::Read { fields, slots })
+}
+
+/// A held message's twin: the parser's own, or one borrowing the fields read off the message (on the stack for
+/// one call, as [`Held`]).
+#[allow(clippy::large_enum_variant)]
+enum TwinOf<'a> {
+    Parsed(&'a rw1::Twin<'a>),
+    Read(rw1::Twin<'a>),
+}
+
+impl<'a> std::ops::Deref for TwinOf<'a> {
+    type Target = rw1::Twin<'a>;
+
+    fn deref(&self) -> &rw1::Twin<'a> {
+        match self {
+            TwinOf::Parsed(t) => t,
+            TwinOf::Read(t) => t,
+        }
+    }
 }
 
 /// The twin `rw1`'s checks read of a held message.
-fn twin<'a>(h: &'a Held<'_>) -> PyResult<rw1::Twin<'a>> {
-    let mut pairs = Vec::with_capacity(h.slots.len());
-    for (k, v) in &h.slots {
+fn twin<'a>(h: &'a Held<'_>) -> PyResult<TwinOf<'a>> {
+    let (fields, slots) = match h {
+        Held::Native(native) => return Ok(TwinOf::Parsed(native.get().twin())),
+        Held::Read { fields, slots } => (fields, slots),
+    };
+    let mut pairs = Vec::with_capacity(slots.len());
+    for (k, v) in slots {
         let key = match k.cast::<PyString>() {
             Ok(s) => text(s)?,
             Err(_) => Cow::Owned(text(&k.str()?)?.into_owned()),
         };
         pairs.push((key, slot_value(v)?));
     }
-    let [v, typ, id, re, from, to, item, tail] = &h.fields;
-    Ok(rw1::Twin {
+    let [v, typ, id, re, from, to, item, tail] = fields;
+    Ok(TwinOf::Read(rw1::Twin {
         v: opt_text(v, "v")?,
         typ: opt_text(typ, "type")?,
         id: opt_text(id, "id")?,
@@ -489,7 +562,7 @@ fn twin<'a>(h: &'a Held<'_>) -> PyResult<rw1::Twin<'a>> {
         item: opt_slot_value(item)?,
         slots: pairs,
         tail: opt_text(tail, "tail")?,
-    })
+    }))
 }
 
 fn findings<'py>(
@@ -632,7 +705,7 @@ fn dn_check<'py>(
     let plan = plan.as_ref().map(twin).transpose()?;
     findings(
         py,
-        &guarded(|| rw1::checks::dn_check(&ho, &dn, &grammar.get().inner, plan.as_ref()))?,
+        &guarded(|| rw1::checks::dn_check(&ho, &dn, &grammar.get().inner, plan.as_deref()))?,
     )
 }
 
@@ -1111,6 +1184,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_held, m)?)?;
     m.add_function(wrap_pyfunction!(message_digest, m)?)?;
     m.add_function(wrap_pyfunction!(h_of_line, m)?)?;
     m.add_function(wrap_pyfunction!(canonical, m)?)?;
