@@ -58,10 +58,11 @@ class Message:
 
     ``from_`` is the ``from`` field (a Python keyword). ``slots`` is read-only; list slots are tuples.
 
-    A message of the worker's batches (``rwcore._native.prepare_batch``) is made with its ``v`` and ``type`` only,
-    its other fields held natively (``_fields``) and made on the first read of one (``__getattr__``): the same
-    values, equal, hashed, shown and pickled as any other message's. Most of a batch's messages are never read
-    past their type, and making every field was a third of preparing a line.
+    A message parsed from a line (``parse_line``, the worker's batches) is made with its ``v`` and ``type`` only,
+    its other fields held natively in the parser's twin (``_fields``) and made on the first read of one
+    (``__getattr__``): the same values, equal, hashed, shown and pickled as any other message's. Most of the
+    worker's messages are never read past their type, and the typed API (the checks, the digest, ``encode_message``)
+    reads the twin itself rather than the fields: making them and reading them back cost more than the parse.
     """
 
     v: str
@@ -73,7 +74,8 @@ class Message:
     item: str | None = None
     slots: Mapping[str, SlotValue] = field(default_factory=lambda: _EMPTY)
     tail: str | None = None
-    #: the fields not made yet (``rwcore._native.Fields``), or None: every field is set
+    #: the parser's twin the fields are made from (``rwcore._native.Fields``), kept once they are (the typed API
+    #: reads it); None for a message made field by field
     _fields: Any = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -83,7 +85,7 @@ class Message:
     if not TYPE_CHECKING:  # to a type checker every field is set, as it is to a reader
 
         def __getattr__(self, name: str) -> Any:
-            """Reached only when a field is not set: a batch message's held fields, made now (all of them)."""
+            """Reached only when a field is not set: a parsed message's held fields, made now (all of them)."""
             return _held_field(self, name)
 
     def __getstate__(self) -> list[Any]:
@@ -125,7 +127,7 @@ class Message:
 
 
 _FIELD_NAMES = ("v", "type", "id", "from_", "to", "re", "item", "slots", "tail")
-#: the fields a batch message holds natively until one is read, in the order ``Fields.values`` gives them
+#: the fields a parsed message holds natively until one is read, in the order ``Fields.values`` gives them
 _HELD = ("id", "from_", "to", "re", "item", "slots", "tail")
 _HELD_SETTERS = tuple(Message.__dict__[name].__set__ for name in _HELD)
 _HELD_FIELDS = Message.__dict__["_fields"].__get__

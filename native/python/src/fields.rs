@@ -1,11 +1,12 @@
 //! A parsed line's fields held natively until Python reads them.
 //!
-//! `prepare_batch` parses every line of a batch, and every decision carries its line's `rwcore.Message`; but in
-//! the worker Python reads a message's type for nearly every line and its other fields only for a few (a held
-//! reply's `re`, an alert, a refusal notice, a log line). Making every field a Python value was about twenty
-//! objects and a third of `prepare_batch` a line. So the batch's messages are made with their version and type
-//! only, and their other fields held here ([`Fields`], the message's `_fields`); the message makes them on the
-//! first read of one (`rwcore._types.Message.__getattr__`), the same values `parse_line` gives.
+//! Every parsed line becomes an `rwcore.Message` (`parse_line`, and `prepare_batch` for the worker's batches), but
+//! most are never read past their type: in the worker Python reads a message's type for nearly every line and its
+//! other fields only for a few (a held reply's `re`, an alert, a refusal notice, a log line), and the typed API's
+//! checks read the parser's twin here rather than the fields. Making every field a Python value was about twenty
+//! objects and a third of `prepare_batch` a line. So a parsed message is made with its version and type only, and
+//! its other fields held here ([`Fields`], the message's `_fields`); the message makes them on the first read of
+//! one (`rwcore._types.Message.__getattr__`), the same values `Fields::values` gives.
 
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
