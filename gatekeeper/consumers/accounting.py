@@ -8,6 +8,7 @@ latencies (``metrics.BatchHistogram``).
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -49,6 +50,10 @@ class Tally:
         key = (metric, labels)
         self._counts[key] = self._counts.get(key, 0) + 1
 
+    def add_n(self, metric: Any, n: int, *labels: str) -> None:
+        key = (metric, labels)
+        self._counts[key] = self._counts.get(key, 0) + n
+
     def flush(self, child: Children) -> None:
         """Add every count to its child, once, and start again from nothing."""
         for (metric, labels), n in self._counts.items():
@@ -63,14 +68,18 @@ def account(
     dead-lettered (the breaker's window). The counters are tallied first and added to once per batch."""
     m = metrics
     count = Tally()
-    decided: dict[str, tuple[int, list[str]]] = {}
-    # per route, read once a batch: its runtime, whether it is a dry run, its lines' latencies
-    per_route: dict[str, tuple[RouteRuntime, bool, list[float]]] = {}
+    # per route, read once a batch: its runtime, whether it is a dry run, its lines' latencies, and what the
+    # breaker is told (the lines decided now, the reasons of those dead-lettered)
+    per_route: dict[str, tuple[RouteRuntime, bool, list[float], list[Any]]] = {}
+    # the two counts every line and record adds to, kept by label values here and tallied once (a call each cost
+    # more than the rest of its line's counting)
+    lines: Counter[tuple[str, str, str]] = Counter()
+    acked: Counter[tuple[str, OutcomeKind]] = Counter()
     try:
-        for s in b.sends or ():
-            if s.acked:
-                count.add(m.outcomes, s.route, s.outcome.kind)
-                if s.outcome.kind is OutcomeKind.NOTICE:  # a dry-run route's are counted as they are built
+        acked.update((s.route, s.outcome.kind) for s in b.sends or () if s.acked)
+        if any(kind is OutcomeKind.NOTICE for _, kind in acked):  # a dry-run route's are counted as they are built
+            for s in b.sends or ():
+                if s.acked and s.outcome.kind is OutcomeKind.NOTICE:
                     reason = (s.outcome.header("gk.notice.reason") or b"none").decode("ascii", "replace")
                     count.add(m.refusal_notices, s.route, reason)
         for p, d in b.done:
@@ -78,13 +87,12 @@ def account(
             known = per_route.get(name)
             if known is None:
                 rt = routes[name]
-                known = per_route[name] = (rt, rt.targets.dry_run, [])
-            rt, dry, seconds = known
+                known = per_route[name] = (rt, rt.targets.dry_run, [], [0, []])
+            rt, dry, seconds, told = known
             msg = d.message
             dead = d.verdict is Verdict.DEAD_LETTER
             # the members themselves as label values: a StrEnum is its value (``.value`` is a Python-level call)
-            verdict = Verdict.FORWARD if dead and dry else d.verdict
-            count.add(m.lines, name, msg.type if msg is not None else "none", verdict)
+            lines[name, msg.type if msg is not None else "none", Verdict.FORWARD if dead and dry else d.verdict] += 1
             seconds.append(max(0.0, now - p.first_seen))  # observed once a batch (``BatchHistogram``)
             reason = d.reason if d.reason is not None else "none"
             alerts = d.alerts
@@ -103,18 +111,22 @@ def account(
                             count.add(m.handoff_problems, name, pr.code)  # labels: route, code
                 if d.reason is Reason.INTERNAL_ERROR:
                     count.add(m.internal_errors, name, "decide")  # labels: route, stage
-                n, reasons = decided.get(name, (0, []))
+                told[0] += 1
                 if dead:
-                    reasons.append(str(reason))  # a plain str: the breaker keeps and reports them
-                decided[name] = (n + 1, reasons)
+                    told[1].append(str(reason))  # a plain str: the breaker keeps and reports them
             if p.forced is not None:
                 count.add(m.holds_forced, name, p.forced)  # labels: route, bound
             if dead or alerts:
                 log_decision(p, d, rt, dry)
     finally:  # what was counted before a line that raised is added all the same, as when each line added its own
+        for (route, kind), n in acked.items():
+            count.add_n(m.outcomes, n, route, kind)
+        for labels, n in lines.items():
+            count.add_n(m.lines, n, *labels)
         count.flush(child)
-        for name, (_, _, seconds) in per_route.items():
+        for name, (_, _, seconds, _) in per_route.items():
             m.line_seconds.observe_all(name, seconds)
+    decided = {name: (n, reasons) for name, (_, _, _, (n, reasons)) in per_route.items() if n}
     return decided
 
 

@@ -295,7 +295,10 @@ class OutcomeSender:
         """Trim an outcome until it fits its topic's ``max.message.bytes`` (as far as the limit is known), less
         ``headroom`` bytes the caller adds after; None, logged and counted, when it does not fit even trimmed to its
         coordinates."""
-        current = fit(outcome, self.limit(outcome.topic) - headroom)
+        limit = self.limit(outcome.topic) - headroom
+        if outcome.level == 0 and outcome.size <= limit:  # nearly every outcome: it fits as it was built
+            return outcome
+        current = fit(outcome, limit)
         if current is None:
             self._dropped(outcome)
         elif current.level:
