@@ -84,7 +84,7 @@ where
         twin.tail = Some(Cow::Borrowed(b""));
         line = head;
     }
-    let mut toks: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+    let mut toks: Vec<&[u8]> = split_spaces(line);
     if toks.iter().any(|t| t.is_empty()) {
         p.warn(
             "multiple-spaces",
@@ -151,7 +151,7 @@ where
     let two_pass = grammar.declared.is_none() && find(line, b" p=").is_some();
     let mut seen: Vec<(&[u8], &[u8])> = Vec::with_capacity(rest.len());
     for &tok in rest {
-        let Some(eq) = tok.iter().position(|&b| b == b'=') else {
+        let Some(eq) = memchr::memchr(b'=', tok) else {
             let msg = cat(&[
                 &repr(tok),
                 b": expected key=value (positional slots are only RW1, TYPE and id)",
@@ -586,8 +586,21 @@ fn repr(s: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Where `needle` first occurs in `hay` (memchr's SIMD search: a line was scanned a byte at a time for its ` // `).
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(hay, needle)
+}
+
+/// The line's tokens between single spaces, empty ones included (`split(' ')`), found with memchr.
+fn split_spaces(line: &[u8]) -> Vec<&[u8]> {
+    let mut toks = Vec::with_capacity(16);
+    let mut start = 0;
+    for at in memchr::memchr_iter(b' ', line) {
+        toks.push(&line[start..at]);
+        start = at + 1;
+    }
+    toks.push(&line[start..]);
+    toks
 }
 
 /// `s` without the one newline a regex's `$` lets end it.
@@ -714,6 +727,19 @@ mod tests {
     use super::*;
     use crate::grammar::Vocabulary;
     use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn the_tokens_and_the_tail_are_found_as_a_byte_by_byte_scan_finds_them(
+            line in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'/'), Just(b'='), any::<u8>()], 0..200),
+        ) {
+            let by_byte: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+            prop_assert_eq!(split_spaces(&line), by_byte);
+            for needle in [&b" // "[..], b" p="] {
+                prop_assert_eq!(find(&line, needle), line.windows(needle.len()).position(|w| w == needle));
+            }
+        }
+    }
 
     fn b(s: &str) -> Box<[u8]> {
         s.as_bytes().into()
