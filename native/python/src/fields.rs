@@ -143,16 +143,13 @@ fn parse_held<'py>(
     let Ok(text) = PyBackedStr::try_from(line) else {
         return Ok(None);
     };
-    let mut found = None;
+    let (mut valid, mut warnings, mut switched) = (false, Vec::new(), None);
     let kept = Kept::try_new(Backed::Str(text), |text| {
-        let (parsed, switched) = crate::run(py, text.bytes(), &grammar.get().inner, switch)?;
-        found = Some((parsed.errors, parsed.warnings, switched));
+        let (parsed, chosen) = crate::run(py, text.bytes(), &grammar.get().inner, switch)?;
+        (valid, warnings, switched) = (parsed.errors.is_empty(), parsed.warnings, chosen);
         Ok::<_, PyErr>(parsed.twin)
     })?;
-    let Some((errors, warnings, switched)) = found else {
-        return Ok(None);
-    };
-    if !errors.is_empty() {
+    if !valid {
         return Ok(None);
     }
     let fields = Bound::new(py, Fields::new(kept))?;

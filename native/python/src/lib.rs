@@ -365,19 +365,34 @@ fn encode<'py>(
     } else {
         None
     };
-    let line = rw1::encode::line(
-        &formatted(typ)?,
-        &formatted(id)?,
-        [
-            env[0].as_deref(),
-            env[1].as_deref(),
-            env[2].as_deref(),
-            env[3].as_deref(),
-        ],
+    written_line(
+        py,
+        (&formatted(typ)?, &formatted(id)?),
+        &env,
         &pairs,
         tail_text.as_deref(),
-        &grammar.get().inner,
-    );
+        grammar,
+        switch,
+    )
+}
+
+/// The line `rw1` writes of a twin's parts, and the errors the parser finds in it (none: the line is valid).
+fn written_line<'py>(
+    py: Python<'py>,
+    (typ, id): (&[u8], &[u8]),
+    env: &[Option<Cow<'_, [u8]>>; 4],
+    pairs: &[(&[u8], &[u8])],
+    tail: Option<&[u8]>,
+    grammar: &Bound<'py, Grammar>,
+    switch: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyList>)> {
+    let env = [
+        env[0].as_deref(),
+        env[1].as_deref(),
+        env[2].as_deref(),
+        env[3].as_deref(),
+    ];
+    let line = rw1::encode::line(typ, id, env, pairs, tail, &grammar.get().inner);
     let (parsed, _) = run(py, &line, &grammar.get().inner, switch)?;
     Ok((string(py, &line)?, problems(py, &parsed.errors)?))
 }
@@ -404,21 +419,18 @@ fn encode_held<'py>(
         .map(|(k, v)| (&k[..], v.show()))
         .collect();
     let pairs: Vec<(&[u8], &[u8])> = shown.iter().map(|(k, v)| (*k, &v[..])).collect();
-    let line = rw1::encode::line(
-        t.typ.as_deref().unwrap_or_default(),
-        t.id.as_deref().unwrap_or_default(),
-        [
-            env[0].as_deref(),
-            env[1].as_deref(),
-            env[2].as_deref(),
-            env[3].as_deref(),
-        ],
+    written_line(
+        py,
+        (
+            t.typ.as_deref().unwrap_or_default(),
+            t.id.as_deref().unwrap_or_default(),
+        ),
+        &env,
         &pairs,
         t.tail.as_deref().filter(|tail| !tail.is_empty()),
-        &grammar.get().inner,
-    );
-    let (parsed, _) = run(py, &line, &grammar.get().inner, switch)?;
-    Ok((string(py, &line)?, problems(py, &parsed.errors)?))
+        grammar,
+        switch,
+    )
 }
 
 // ---------------------------------------------------------------- messages and the checks

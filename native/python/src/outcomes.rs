@@ -63,22 +63,6 @@ fn name_py<'py>(py: Python<'py>, k: &'static [u8]) -> PyResult<Bound<'py, PyAny>
     Ok(made.into_any())
 }
 
-fn headers_py<'py, 'h>(
-    py: Python<'py>,
-    hs: impl Iterator<Item = &'h Header>,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let items = hs
-        .map(|(k, v)| {
-            let name = match k {
-                std::borrow::Cow::Borrowed(k) => name_py(py, k)?,
-                std::borrow::Cow::Owned(k) => string(py, k)?, // the consumed record's own headers
-            };
-            PyTuple::new(py, [name, PyBytes::new(py, v).into_any()])
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    PyTuple::new(py, items)
-}
-
 fn source_of(s: &Bound<'_, PyAny>) -> PyResult<o::Source> {
     let py = s.py();
     Ok(o::Source {
@@ -209,7 +193,7 @@ fn record_py<'py>(py: Python<'py>, r: &View<'_>) -> PyResult<Bound<'py, PyTuple>
             string(py, r.topic)?,
             key,
             PyBytes::new(py, &r.value).into_any(),
-            headers_py(py, r.headers())?.into_any(),
+            MadeOnce::default().headers(py, r.headers())?.into_any(),
             r.level.into_pyobject(py)?.into_any(),
             r.size().into_pyobject(py)?.into_any(),
         ],
