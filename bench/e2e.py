@@ -136,8 +136,10 @@ def _faulty(i: int) -> list[str]:
     return [bad, lines[1], f"RW1 HO scheduler-3 p=pay from=scheduler to=payer ask=PAYY item=inv:B-{i}"]
 
 
-def traffic(n: int, seed: int = 7, tag: str = "") -> Traffic:
-    """About ``n`` lines of many conversations, interleaved (a conversation's lines stay in order)."""
+def traffic(n: int, seed: int = 7, tag: str = "", faulty: float = 0.05) -> Traffic:
+    """About ``n`` lines of many conversations, interleaved (a conversation's lines stay in order). ``faulty``: the
+    share of conversations that are refused flows (a handoff without its record, its readback, a misspelt ask);
+    the others are payment, drafting and cancel flows in the proportions 10:6:3."""
     rnd = random.Random(seed)
     t = Traffic()
     flows: list[tuple[bytes, list[str]]] = []
@@ -146,6 +148,8 @@ def traffic(n: int, seed: int = 7, tag: str = "") -> Traffic:
     while total < n:
         i += 1
         r = rnd.random()
+        if faulty != 0.05:  # the default keeps the random sequence (and the traffic) of earlier runs
+            r = 0.95 + r * 0.05 if r < faulty else (r - faulty) / (1 - faulty) * 0.95
         if r < 0.5:
             lines, rec = _payment(i)
             t.records.append(rec)

@@ -36,6 +36,15 @@ def main() -> None:
     ap.add_argument(
         "--batch", type=int, default=500, help="kafka.max_batch (default 500, as in a catch-up; live traffic: fewer)"
     )
+    ap.add_argument(
+        "--faulty", type=float, default=0.05, help="the share of refused flows (default 0.05, as in e2e.py's traffic)"
+    )
+    ap.add_argument(
+        "--logs",
+        action="store_true",
+        help="keep the worker's logging (JSON, INFO, as `gatekeeper run`; written to /dev/null): a dead letter's log "
+        "line is part of what it costs",
+    )
     ap.add_argument("--profile", type=int, default=0, metavar="N", help="profile the last round; print the top N")
     ap.add_argument("--code", type=Path, default=ROOT, help="the checkout whose gatekeeper runs (default this one)")
     args = ap.parse_args()
@@ -43,14 +52,19 @@ def main() -> None:
     os.environ.setdefault("GK_LOG_LEVEL", "ERROR")
     import logging
 
-    logging.disable(logging.WARNING)  # dead letters are logged at INFO/WARNING: not what is measured here
+    if args.logs:
+        from gatekeeper.logs import configure_logging
+
+        configure_logging("json", "INFO", open(os.devnull, "w"))  # noqa: SIM115 (open until the process ends)
+    else:
+        logging.disable(logging.WARNING)  # dead letters are logged at INFO/WARNING: not what is measured here
     from gatekeeper.cli.run import tune_gc
 
     tune_gc()  # as ``gatekeeper run`` does
     results = []
     for r in range(args.rounds):
         prof = cProfile.Profile() if args.profile and r == args.rounds - 1 else None
-        results.append(asyncio.run(one_round(args.lines, prof, args.batch)))
+        results.append(asyncio.run(one_round(args.lines, prof, args.batch, args.faulty)))
         print(f"round {r + 1}: {results[-1]:.1f} µs of CPU per line", file=sys.stderr)
         if prof is not None:
             pstats.Stats(prof).sort_stats("tottime").print_stats(args.profile)
@@ -58,7 +72,7 @@ def main() -> None:
     print(f"hot path ({args.code}): {min(results):.1f} µs of CPU per line (best of {args.rounds}; others {others})")
 
 
-async def one_round(n: int, prof: cProfile.Profile | None, batch: int = 500) -> float:
+async def one_round(n: int, prof: cProfile.Profile | None, batch: int = 500, faulty: float = 0.05) -> float:
     from e2e import traffic
 
     from gatekeeper.config import Settings
@@ -66,7 +80,7 @@ async def one_round(n: int, prof: cProfile.Profile | None, batch: int = 500) -> 
     from gatekeeper.store import MemoryStore
     from tests.unit.fake_kafka import Cluster, FakeKafka
 
-    t = traffic(n, seed=7)
+    t = traffic(n, seed=7, faulty=faulty)
     cluster = Cluster()
     cluster.create("in", 6)
     for topic in ("out", "dlq", "alerts"):

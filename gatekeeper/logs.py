@@ -33,7 +33,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+import orjson
+
 from gatekeeper.inert import inert, json_inert
+from rwcore import _native
 
 #: Attributes every LogRecord has; anything else on a record came from ``extra=``.
 _STANDARD = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime", "taskName"}
@@ -43,10 +46,22 @@ def _extras(record: logging.LogRecord) -> dict[str, Any]:
     return {k: v for k, v in vars(record).items() if k not in _STANDARD and not k.startswith("_")}
 
 
+def _ts(created: float) -> str:
+    """A record's time as ISO-8601 UTC with milliseconds and a ``Z`` (the native writer the outcome records use:
+    a dead letter's log line is on the worker's per-line path)."""
+    try:
+        return _native.iso_time(created)
+    except ValueError:  # a clock with no date: what datetime says of it
+        return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 class JsonFormatter(logging.Formatter):
+    """One JSON object per record, written by orjson (anything it cannot write as JSON as its ``str``); a record
+    orjson refuses (a string with a lone surrogate) is written by the standard library's encoder instead."""
+
     def format(self, record: logging.LogRecord) -> str:
         doc: dict[str, Any] = {
-            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "ts": _ts(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "msg": record.getMessage(),
@@ -55,7 +70,11 @@ class JsonFormatter(logging.Formatter):
             doc.setdefault(k, v)
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
-        return json_inert(json.dumps(doc, default=str, ensure_ascii=False))
+        try:
+            text = orjson.dumps(doc, default=str).decode("utf-8")
+        except TypeError:
+            text = json.dumps(doc, default=str, ensure_ascii=False)
+        return json_inert(text)
 
 
 class TextFormatter(logging.Formatter):
@@ -172,6 +191,9 @@ def configure_logging(fmt: str = "auto", level: str = "INFO", stream: TextIO | N
     ``json``, ``text``, or ``auto`` (JSON unless the stream is a terminal), repeated warnings and errors limited
     (``RepeatFilter``). Returns the handler (idempotent: a second call replaces the first handler)."""
     stream = stream if stream is not None else sys.stderr
+    # no formatter here writes a record's thread, process or process name: not looked up for every record (the
+    # standard library's documented switches; a dead letter's log line is on the worker's per-line path)
+    logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
     if fmt == "auto":
         fmt = "text" if getattr(stream, "isatty", lambda: False)() else "json"
     handler = logging.StreamHandler(stream)

@@ -145,7 +145,7 @@ def sensitive_slots(settings: Settings) -> frozenset[str]:
 def mask_line(line: str | bytes, slots: Collection[str] = ()) -> str:
     """A line as it may appear in a log, a header or an alert."""
     text = line.decode("utf-8", errors="replace") if isinstance(line, bytes) else line
-    return masker_for(text, (), slots).text(text)
+    return _native.mask_line(text, slots)
 
 
 __all__ = [

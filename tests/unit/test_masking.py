@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper.masking import Masker, mask_line, mask_value, mask_values, masker_for
 from rwcore import Problem
@@ -97,3 +99,40 @@ def test_mask_values_masks_a_records_sensitive_values_only() -> None:
                       "prev": ["****2938", "****2983"]}  # fmt: skip
     assert values["acct"] == ACCT  # the record itself is left as it is
     assert mask_values({"acct": "a+b12345"}) == {"acct": "****+****45"}  # a +-joined list, part by part
+
+
+_TOKENS = st.sampled_from(
+    [
+        "acct=",
+        "prev=",
+        "addr=",
+        "iban=",
+        "amt=",
+        "ref=",
+        "x_1=",
+        "Acct=",
+        "40-12-88/61102938",
+        "ap@marlow.example",
+        "1111+2222",
+        "+",
+        " ",
+        "  ",
+        "//",
+        "=",
+        "caf\u00e9",
+        "\u202e",
+        "\n",
+        "61102938",
+        "abc",
+        "a=b",
+    ]
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(
+    st.lists(_TOKENS | st.text(max_size=6), max_size=24).map("".join), st.sets(st.sampled_from(["iban", "ref", "x_1"]))
+)
+def test_mask_line_is_the_masker_that_knows_the_line(line: str, slots: set[str]) -> None:
+    """``mask_line`` (one native call) masks as the masker for the slots that learnt the line's own values."""
+    assert mask_line(line, slots) == masker_for(line, (), slots).text(line)

@@ -534,6 +534,21 @@ fn mask_text<'py>(
     string(py, &masker.text(&text(text_)?))
 }
 
+/// A line as a log, a header or an alert shows it: masked by a masker of the default sensitive slots and `slots`
+/// that knows the line's own sensitive values (`gatekeeper.masking.mask_line`, in one call: a dead letter's log
+/// line masks its line).
+#[pyfunction]
+fn mask_line<'py>(
+    py: Python<'py>,
+    line: &Bound<'py, PyString>,
+    slots: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let line = text(line)?;
+    let extra = learnt(slots)?;
+    let masker = Masker::for_slots(extra.iter().map(Vec::as_slice)).knowing(Some(&line), &[]);
+    string(py, &masker.text(&line))
+}
+
 /// The values of `text`'s `key=value` tokens whose key is one of `slots`.
 #[pyfunction]
 fn sensitive_values<'py>(
@@ -587,6 +602,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(iso_time, m)?)?;
     m.add_function(wrap_pyfunction!(mask_value, m)?)?;
     m.add_function(wrap_pyfunction!(mask_text, m)?)?;
+    m.add_function(wrap_pyfunction!(mask_line, m)?)?;
     m.add_function(wrap_pyfunction!(mask_list, m)?)?;
     m.add_function(wrap_pyfunction!(learnable, m)?)?;
     m.add_function(wrap_pyfunction!(problem_values, m)?)?;

@@ -1,0 +1,50 @@
+"""The JSON log format: one object per record, whatever its extras hold."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from datetime import UTC, datetime
+
+import pytest
+
+from gatekeeper.logs import JsonFormatter, configure_logging
+from gatekeeper.policy import Reason
+
+
+def _record(msg: str, **extra: object) -> logging.LogRecord:
+    record = logging.LogRecord("gatekeeper.consumers.loop", logging.INFO, __file__, 1, msg, (), None)
+    record.__dict__.update(extra)
+    return record
+
+
+def test_a_record_is_one_json_object_with_its_extras() -> None:
+    record = _record("line dead-letter", reason=Reason.CHECK_HO, offset=41, problems=["amt-mismatch"], slots={"x"})
+    line = JsonFormatter().format(record)
+    doc = json.loads(line)
+    assert "\n" not in line
+    assert doc["msg"] == "line dead-letter" and doc["level"] == "info" and doc["logger"] == record.name
+    assert doc["reason"] == "check-ho" and doc["offset"] == 41 and doc["problems"] == ["amt-mismatch"]
+    assert doc["slots"] == "{'x'}"  # what JSON cannot hold is written as its str
+    expected = datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    assert doc["ts"] == expected
+
+
+@pytest.mark.parametrize("text", ["a lone surrogate \udc80 here", "\u202e reversed", "bell \x07 and DEL \x7f"])
+def test_a_record_orjson_refuses_or_a_reader_would_act_on_is_still_one_inert_json_line(text: str) -> None:
+    line = JsonFormatter().format(_record("line dead-letter", line=text, big=2**70))
+    doc = json.loads(line)
+    assert doc["line"] == text and doc["big"] == 2**70
+    assert "\u202e" not in line and "\x07" not in line and "\x7f" not in line
+
+
+def test_configure_logging_writes_json_lines_to_the_stream() -> None:
+    stream = io.StringIO()
+    handler = configure_logging("json", "INFO", stream)
+    try:
+        logging.getLogger("gatekeeper.test").info("hello", extra={"route": "agents.pay"})
+    finally:
+        logging.getLogger().removeHandler(handler)
+    (line,) = stream.getvalue().splitlines()
+    assert json.loads(line)["route"] == "agents.pay"
