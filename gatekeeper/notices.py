@@ -30,7 +30,7 @@ to its stored first decision, gets the byte-identical notice; a line decided aga
 gets another id rather than a second meaning for one. Two different notices of one conversation from the same
 addressee share an id with a chance of one in 50 million per pair; the clock is never involved.
 
-**Sender known** (``known_sender``), thinking of an agent that would use the gatekeeper to talk to another:
+**Sender known** (``engine::notices::told``), thinking of an agent that would use the gatekeeper to talk to another:
 
 - the line parses under the route's profile (a line that does not parse has no sender: no notice); its id is not
   in the gatekeeper's range (a notice is never written about a notice, or about a cancel copied back);
@@ -50,28 +50,24 @@ still wants it done.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import msgspec
 
-from gatekeeper.masking import masker_for
 from gatekeeper.policy import Decision, Reason, RoutePolicy, SenderProof, Verdict, prepare
-from gatekeeper.policy.gate import screen
-from gatekeeper.policy.lifecycle import NOTICE_ID_MIN
-from gatekeeper.policy.model import RESERVED_ID_MAX, is_reserved_id
-from rwcore import Message, encode_message
+from gatekeeper.policy.decide import native_route
+from rwcore import Message, _native
+from rwcore._codec import _switch as profile_switch
 
 #: ``gk.author`` of the gatekeeper's own lines.
 AUTHOR = "gatekeeper"
 #: What the tail says after the explanation: whoever reads only the line knows it is not the addressee's word.
-REFUSED_BY = " (refused by the gatekeeper, not delivered)"
-NOTICE_SPAN = RESERVED_ID_MAX - NOTICE_ID_MIN + 1
-_DOMAIN = b"rw1-refusal-notice v1\x00"
-_SHORTEST_DETAIL = 8  # an explanation cut shorter than this says nothing: the row's words stand instead
+REFUSED_BY: str = _native.REFUSED_BY
+#: How many numbers the notices' part of the gatekeeper's range holds (from ``policy.lifecycle.NOTICE_ID_MIN`` to
+#: ``RESERVED_ID_MAX``).
+NOTICE_SPAN: int = _native.NOTICE_SPAN
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,89 +149,35 @@ def refused_line(decision: Decision, raw: bytes, route: RoutePolicy) -> Message 
     return parsed.message
 
 
-def known_sender(decision: Decision, raw: bytes, route: RoutePolicy, proof: SenderProof | None) -> Message | None:
-    """The refused line, when its sender is known and a notice may be written to it (see the module docstring);
-    None otherwise. ``proof``: what verifying the record's signature found (None on a route without
-    ``sender_auth``)."""
-    if decision.verdict is not Verdict.DEAD_LETTER or why_of(decision.reason) is None:
-        return None
-    msg = refused_line(decision, raw, route)
-    if msg is None or not msg.from_ or not msg.to or is_reserved_id(msg.id):
-        return None
-    if route.senders is not None and msg.from_ not in route.senders:
-        return None
-    if route.sender_auth and (proof is None or proof.agent is None or proof.agent != msg.from_):
-        return None
-    return msg
-
-
-def notice_id(addressee: str, raw: bytes, words: str) -> str:
-    """``<addressee>-<n>``: ``n`` from ``NOTICE_ID_MIN`` on, from the refused line's bytes and the notice's words."""
-    digest = hashlib.sha256(_DOMAIN + raw + b"\x00" + words.encode("utf-8")).digest()
-    return f"{addressee}-{NOTICE_ID_MIN + int.from_bytes(digest[:8], 'big') % NOTICE_SPAN}"
-
-
-def _printable(text: str) -> str:
-    """One line of printable ASCII: any space or line break becomes a space (runs of them one), any other character
-    outside printable ASCII ``?``."""
-    return " ".join("".join(c if " " <= c <= "~" or c.isspace() else "?" for c in text).split())
-
-
-def tail_of(reason: str, detail: str, room: int) -> str | None:
-    """``<reason>: <detail> (refused by the gatekeeper, not delivered)`` in at most ``room`` characters, the detail
-    cut (``...``) to fit; None when not even the reason and the attribution fit."""
-    full = f"{reason}: {detail}{REFUSED_BY}"
-    if len(full) <= room:
-        return full
-    keep = room - len(reason) - len(": ...") - len(REFUSED_BY)
-    if keep >= _SHORTEST_DETAIL:
-        return f"{reason}: {detail[:keep].rstrip()}...{REFUSED_BY}"
-    bare = f"{reason}{REFUSED_BY}"
-    return bare if len(bare) <= room else None
-
-
 def refusal_notice(decision: Decision, raw: bytes, route: RoutePolicy, proof: SenderProof | None) -> Notice | None:
     """The notice to the sender of a dead-lettered line, or None when there is none to write (see the module
-    docstring). Pure: a function of the decision, the line's bytes, the route and the signature's proof."""
-    msg = known_sender(decision, raw, route, proof)
-    if msg is None:
+    docstring). Pure: a function of the decision, the line's bytes, the route and the signature's proof. The line is
+    written natively (``engine::notices``: whether its sender is told, the masked and printable explanation, the
+    tail cut to the room the route's limits leave, the id), from the refused line's parsed twin."""
+    if decision.verdict is not Verdict.DEAD_LETTER:
         return None
     reason = decision.reason
-    assert reason is not None  # known_sender: a reason with a row
-    rule = RULES[reason]
-    assert rule.why is not None
-    masker = masker_for(raw, decision.problems, route.profile.sensitive)
-    detail = rule.says
-    if rule.quote and decision.problems:
-        detail = masker.problem(decision.problems[0]).message
-    detail = _printable(masker.text(detail)) or rule.says
-    profile = route.profile
-    slots: dict[str, str] = {"why": rule.why}
-    if profile.declared is not None:
-        slots["p"] = profile.name
-    addressee, sender = msg.to, msg.from_
-    for item in dict.fromkeys((msg.item, None)):  # with the line's item, then, if that is too long, without it
-        head = Message(
-            v="RW1",
-            type="UN",
-            id=f"{addressee}-{NOTICE_ID_MIN}",  # as long as the real one: the head's length, for the tail's room
-            from_=addressee,
-            to=sender,
-            re=msg.id,
-            item=item,
-            slots=slots,
-            tail=None,
-        )
-        room = min(profile.tail_max, route.max_line_bytes - len(encode_message(head, profile).encode()) - len(" // "))
-        tail = tail_of(reason.value, detail, room)
-        if tail is None:
-            continue
-        nid = notice_id(addressee, raw, "\x00".join((reason.value, rule.why, profile.name, tail)))
-        line = encode_message(dataclasses.replace(head, id=nid, tail=tail), profile)
-        if screen(line.encode("utf-8"), route.max_line_bytes)[0] is None:
-            continue
-        return Notice(line, nid, msg.id, sender, addressee, rule.why, reason.value)
-    return None
+    rule = RULES.get(reason) if reason is not None else None
+    if reason is None or rule is None or rule.why is None:
+        return None
+    msg = refused_line(decision, raw, route)
+    if msg is None:
+        return None
+    made = _native.refusal_notice(
+        native_route(route),
+        msg,
+        raw,
+        decision.problems,
+        reason.value,
+        (rule.why, rule.says, rule.quote),
+        route.profile.sensitive,
+        None if proof is None else proof.agent,
+        profile_switch(route.profile),
+    )
+    if made is None:
+        return None
+    line, nid, re, to, addressee = made
+    return Notice(line, nid, re, to, addressee, rule.why, reason.value)
 
 
 __all__ = [
@@ -245,11 +187,8 @@ __all__ = [
     "RULES",
     "Notice",
     "Rule",
-    "known_sender",
-    "notice_id",
     "refusal_notice",
     "refused_line",
     "rules_table",
-    "tail_of",
     "why_of",
 ]

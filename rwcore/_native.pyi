@@ -337,3 +337,20 @@ def json_inert(doc: str) -> str: ...
 
 DEFAULT_SENSITIVE: list[str]
 MASK: str
+
+# refusal notices (native/python/src/notices.rs)
+NOTICE_ID_MIN: int
+NOTICE_SPAN: int
+REFUSED_BY: str
+
+def refusal_notice(
+    route: DecideRoute,
+    message: Any,
+    raw: bytes,
+    problems: Iterable[Any],
+    reason: str,
+    rule: tuple[str, str, bool],
+    sensitive: Iterable[str],
+    proven: str | None,
+    switch: Any,
+) -> tuple[str, str, str, str, str] | None: ...

@@ -193,7 +193,7 @@ def internal_error(
 _ROUTES: dict[int, tuple[RoutePolicy, _native.DecideRoute]] = {}
 
 
-def _native_route(route: RoutePolicy) -> _native.DecideRoute:
+def native_route(route: RoutePolicy) -> _native.DecideRoute:
     found = _ROUTES.get(id(route))
     if found is not None and found[0] is route:
         return found[1]
@@ -245,7 +245,7 @@ def decide(
         raw_fields,
         native,
         records,
-        _native_route(route),
+        native_route(route),
         RecordKey,
         now,
         first_seen,
@@ -302,7 +302,7 @@ def prepare_batch(
     with the ids each conversation's lines name (``state.line_ids``: what the store loads for them) and the
     (item, ask) of each handoff among them (its record and binding are loaded with the batch)."""
     return _native.prepare_batch(
-        _native_route(route), list(values), list(conversations), _switch(route.profile), MESSAGE_KIT, RecordKey
+        native_route(route), list(values), list(conversations), _switch(route.profile), MESSAGE_KIT, RecordKey
     )
 
 
@@ -321,7 +321,7 @@ def decide_batch(
     the handoffs its decisions touched (for the lifecycle index). A line after a held one of its conversation gets
     ``queued(conversation, now)``. Raises on any error deciding a line: the caller decides the batch again from a
     fresh load line by line (``gatekeeper.processor``)."""
-    return _native.decide_batch(prepared, _native_route(route), list(lines), states, overlay, now, (*_KIT, queued))
+    return _native.decide_batch(prepared, native_route(route), list(lines), states, overlay, now, (*_KIT, queued))
 
 
 class EngineEffects(Sequence[Effect]):

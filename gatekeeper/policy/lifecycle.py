@@ -302,8 +302,8 @@ def orphans(state: ConversationState) -> list[str]:
 #: The gatekeeper's reserved range (``RESERVED_ID_MIN``-``RESERVED_ID_MAX``) is shared by its two kinds of line: its
 #: cancels take ``RESERVED_ID_MIN + line number`` up to ``CANCEL_ID_MAX`` (a conversation of 49,999,999 lines), its
 #: refusal notices (``gatekeeper.notices``) the numbers from ``NOTICE_ID_MIN`` on, so the two never share an id.
-CANCEL_ID_MAX = 949_999_999
-NOTICE_ID_MIN = CANCEL_ID_MAX + 1
+NOTICE_ID_MIN: int = _native.NOTICE_ID_MIN  # the notices' line is written natively (``engine::notices``)
+CANCEL_ID_MAX = NOTICE_ID_MIN - 1
 assert RESERVED_ID_MIN < CANCEL_ID_MAX < NOTICE_ID_MIN <= RESERVED_ID_MAX
 
 

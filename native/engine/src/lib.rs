@@ -11,7 +11,8 @@
 //!   effects applied to it;
 //! - [`lifecycle`]: a handoff's deadlines and its place in the lifecycle indexes;
 //! - [`outcomes`]: the records a decided line produces, by trim level, their text masked ([`masking`]) and their
-//!   JSON made inert ([`inert`]).
+//!   JSON made inert ([`inert`]);
+//! - [`notices`]: the refusal notice a dead-lettered line's sender is told.
 
 pub mod authority;
 pub mod decide;
@@ -20,6 +21,7 @@ pub mod inert;
 pub mod json;
 pub mod lifecycle;
 pub mod masking;
+pub mod notices;
 pub mod outcomes;
 pub mod rules;
 pub mod state;

@@ -466,6 +466,17 @@ impl DecideRoute {
         }
     }
 
+    /// The route as a refusal notice reads it (`engine::notices`).
+    pub(crate) fn notice_route(&self) -> engine::notices::Route<'_> {
+        engine::notices::Route {
+            grammar: &self.grammar,
+            profile: &self.profile,
+            senders: self.senders.as_deref(),
+            sender_auth: self.sender_auth,
+            max_line_bytes: self.max_line_bytes,
+        }
+    }
+
     /// What deciding a line reads besides the route: the conversation's state, the records and bindings.
     pub(crate) fn env<'py>(
         &self,

@@ -23,6 +23,7 @@ mod batch;
 mod decision;
 mod fields;
 mod lines;
+mod notices;
 mod outcomes;
 mod state;
 
@@ -1215,6 +1216,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     decision::register_holders(m)?;
     state::register(m)?;
     outcomes::register(m)?;
+    notices::register(m)?;
     batch::register(m)?;
     fields::register(m)?;
     lines::register(m)?;
