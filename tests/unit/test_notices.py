@@ -11,6 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gatekeeper.config import Settings
 from gatekeeper.consumers.deciding import RouteRuntime, notice_for
@@ -389,3 +391,32 @@ def test_the_example_configuration_and_the_chart_schema_name_the_setting() -> No
     assert re.search(r"^\s+refusal_notices: true\s", example, re.M)
     schema = json.loads((ROOT / "deploy/helm/gatekeeper/values.schema.json").read_text())
     assert schema["definitions"]["route"]["properties"]["refusal_notices"]["type"] == "boolean"
+
+
+_WORDS = st.sampled_from([ACCT, LOOKALIKE, "caf\u00e9", "\u202e", " \t\n ", "\x1c", "x" * 90, "amt", "//", "\u3000"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_WORDS | st.text(max_size=12), max_size=8).map(" ".join),
+    st.sampled_from([Reason.CHECK_HO, Reason.NO_RECORD, Reason.CHECK_THREAD, Reason.INTERNAL_ERROR]),
+    st.integers(min_value=150, max_value=600),
+)
+def test_any_notice_is_a_valid_masked_printable_line_within_the_route_s_limit(
+    explanation: str, reason: Reason, limit: int
+) -> None:
+    """Whatever a problem says and however little room the route leaves: a notice, when one is written, parses,
+    passes the gate within the route's limit, says its reason, says it was not delivered, is printable ASCII after
+    its ``//`` and never shows the account."""
+    policy = policy_for("pay", max_line_bytes=limit)
+    problem = Problem(code="c", message=explanation, tier="record", slot="acct", expected=ACCT, got=LOOKALIKE)
+    notice = refusal_notice(dead(BAD, reason, policy, problem), BAD.encode(), policy, None)
+    if notice is None:
+        return
+    assert screen(notice.line.encode(), limit)[0] is not None
+    parsed = parse_line(notice.line, policy.profile)
+    assert not parsed.errors and parsed.message is not None and parsed.message.type == "UN"
+    tail = notice.line.split(" // ", 1)[1]
+    assert tail.startswith(reason.value) and tail.endswith(REFUSED_BY)
+    assert all(" " <= c <= "~" for c in tail) and "  " not in tail
+    assert ACCT not in notice.line and LOOKALIKE not in notice.line
