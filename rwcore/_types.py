@@ -131,12 +131,17 @@ _FIELD_NAMES = ("v", "type", "id", "from_", "to", "re", "item", "slots", "tail")
 _HELD = ("id", "from_", "to", "re", "item", "slots", "tail")
 _HELD_SETTERS = tuple(Message.__dict__[name].__set__ for name in _HELD)
 _HELD_FIELDS = Message.__dict__["_fields"].__get__
+_ID_SETTER = Message.__dict__["id"].__set__
 
 
 def _held_field(m: Message, name: str) -> Any:
     held = _HELD_FIELDS(m) if name in _HELD else None
     if held is None:
         raise AttributeError(f"{type(m).__name__!r} object has no attribute {name!r}")
+    if name == "id":  # read alone more than any other (a dead letter's log line): made alone
+        value = held.id
+        _ID_SETTER(m, value)
+        return value
     for set_field, value in zip(_HELD_SETTERS, held.values(Slots), strict=True):
         set_field(m, value)
     return getattr(m, name)

@@ -86,6 +86,12 @@ impl Fields {
             ],
         )
     }
+
+    /// The message's `id` alone (what `values` gives first): the field a dead letter's log line reads.
+    #[getter]
+    fn id<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        opt_string(py, self.twin().id.as_deref())
+    }
 }
 
 /// What makes a batch's messages, read once per batch: `(object.__new__, Message, object.__setattr__, version)`.

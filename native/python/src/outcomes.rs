@@ -576,7 +576,11 @@ fn problem_values<'py>(
 /// JSON text with every character that could act on a reader escaped (`engine::inert`).
 #[pyfunction]
 fn json_inert<'py>(py: Python<'py>, doc: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
-    string(py, &engine::inert::json_inert(&text(doc)?))
+    let t = text(doc)?;
+    if t.iter().all(|b| (0x20..0x7F).contains(b)) {
+        return Ok(doc.clone().into_any()); // printable ASCII (a log line, nearly always): nothing to escape
+    }
+    string(py, &engine::inert::json_inert(&t))
 }
 
 /// Where the producer's default partitioner puts a record with this key among `count` partitions: Kafka's Java
