@@ -65,6 +65,7 @@ import long_conversation
 ROOT = Path(__file__).resolve().parents[1]
 CODE: str | None = None  # --code: run the gatekeeper from another checkout (the same run measures before and after)
 SPY_NATIVE = False  # --profile-native: py-spy records the native frames too
+FAULTY = 0.05  # --faulty: the throughput section's share of refused flows
 BOOTSTRAP = os.environ.get("GK_KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 REDIS_URL = os.environ.get("GK_REDIS_URL", "redis://127.0.0.1:6379/0")
 
@@ -550,8 +551,8 @@ def _frame(f: str) -> str:
 
 
 async def section_throughput(env: Env, n: int, profile: str | None = None, exactly_once: bool = False) -> float:
-    t = traffic(n, tag="t")
-    say(f"throughput: {len(t.lines):,} lines, {len(t.records):,} records")
+    t = traffic(n, tag="t", faulty=FAULTY)
+    say(f"throughput: {len(t.lines):,} lines, {len(t.records):,} records, {FAULTY:.0%} of the flows refused")
     topics = await env.topics("pass")
     await produce(topics["in"], t.lines)
     base_proc = Process(env, "pass", topics, env.prefix("pass"), group=f"e2e-{env.run}-pass", passthrough=True)
@@ -831,15 +832,23 @@ async def main() -> None:
         help="with --profile: the native frames too (the engine, the allocator, msgspec's deallocations)",
     )
     ap.add_argument(
+        "--faulty",
+        type=float,
+        default=0.05,
+        help="throughput: the share of refused flows (default 0.05; 1.0: an agent flooding refused lines, each "
+        "dead-lettered, logged and answered with a notice)",
+    )
+    ap.add_argument(
         "--exactly-once", action="store_true", help="throughput: also the gatekeeper with kafka.transactional"
     )
     ap.add_argument(
         "--code", metavar="DIR", help="run the gatekeeper from this checkout (PYTHONPATH), e.g. an older one"
     )
     args = ap.parse_args()
-    global CODE, SPY_NATIVE
+    global CODE, SPY_NATIVE, FAULTY
     CODE = args.code
     SPY_NATIVE = args.profile_native
+    FAULTY = args.faulty
     only = set(args.only.split(","))
     if args.smoke:
         args.lines, args.growth_lines, args.open, args.latency_seconds = 3000, 2000, "500", 3.0
