@@ -323,7 +323,11 @@ def _say_log_tail(daemon: faults.Daemon, outcomes: faults.Outcomes, n: int = 40)
     lines: list[str] = []
     for path in sorted(daemon.dir.glob("process-*.log")):
         for line in path.read_text(errors="replace").splitlines():
-            if '"level": "debug"' not in line:
+            try:
+                debug = json.loads(line).get("level") == "debug"
+            except (ValueError, AttributeError):
+                debug = False  # not a JSON record (a traceback's line): shown
+            if not debug:
                 lines.append(line[:300])
     by_partition: dict[int, int] = {}
     for part, offset in outcomes.count:

@@ -194,6 +194,7 @@ _ROUTES: dict[int, tuple[RoutePolicy, _native.DecideRoute]] = {}
 
 
 def native_route(route: RoutePolicy) -> _native.DecideRoute:
+    """What the engine reads of ``route`` (its profile's grammar, senders, limits), read once per policy object."""
     found = _ROUTES.get(id(route))
     if found is not None and found[0] is route:
         return found[1]

@@ -95,8 +95,9 @@ async def test_a_redis_password_is_in_no_log_line_metric_or_error(
             assert_no_secret("the startup error", str(raised.value) + repr(raised.value), WRONG_SECRET, REDIS_SECRET)
             assert_no_secret("/readyz", json.dumps(gk.readiness()[1]), WRONG_SECRET)
     lines = out.getvalue()
-    assert '"level": "debug"' in lines and "redis lost its data" in lines  # the logs were captured, at DEBUG
-    assert '"logger": "aiokafka' in lines
+    records = [json.loads(line) for line in lines.splitlines()]
+    assert any(r["level"] == "debug" for r in records) and "redis lost its data" in lines  # captured, at DEBUG
+    assert any(r["logger"].startswith("aiokafka") for r in records)
     assert_no_secret("the logs", lines, REDIS_SECRET, WRONG_SECRET)
 
 
@@ -121,5 +122,6 @@ async def test_a_sasl_password_is_in_no_log_line_or_error(topic_factory: TopicFa
         assert_no_secret("/metrics", generate_latest(gk.metrics.registry).decode(), KAFKA_SECRET)
         assert_no_secret("the settings' repr", repr(settings) + str(settings.model_dump()), KAFKA_SECRET)
     lines = out.getvalue()
-    assert "kafka unavailable" in lines and '"logger": "aiokafka' in lines
+    records = [json.loads(line) for line in lines.splitlines()]
+    assert "kafka unavailable" in lines and any(r["logger"].startswith("aiokafka") for r in records)
     assert_no_secret("the logs", lines, KAFKA_SECRET)
