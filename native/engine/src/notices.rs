@@ -236,7 +236,58 @@ mod tests {
         assert_eq!(printable(b"   "), b"");
     }
 
+    fn bare_grammar() -> Grammar {
+        Grammar::new(rw1::Vocabulary {
+            declared: None,
+            types: vec![],
+            slots: vec![],
+            enums: vec![],
+            agents: None,
+            tail_max: 300,
+            int_max_digits: 4300,
+            exec: vec![],
+            constraint_keys: vec![],
+            constraint_set_keys: vec![],
+            value_aliases: vec![],
+        })
+        .unwrap()
+    }
+
+    fn finding(message: &str) -> Finding {
+        Finding {
+            code: "amt-mismatch".into(),
+            tier: None,
+            message: message.as_bytes().to_vec(),
+            slot: Some(b"acct".to_vec()),
+            expected: Some(b"40-12-88/61102938".to_vec()),
+            got: Some(b"40-12-88/61102983".to_vec()),
+        }
+    }
+
     proptest! {
+        #[test]
+        fn any_notice_written_fits_its_route_and_never_shows_the_account(
+            message in any::<String>(),
+            item in proptest::option::of("[a-z:0-9-]{0,300}"),
+            limit in 0u64..1200,
+            quote in any::<bool>(),
+        ) {
+            let grammar = bare_grammar();
+            let route = Route { grammar: &grammar, profile: b"pay", senders: None, sender_auth: false, max_line_bytes: limit };
+            let refused = Refused { id: b"scheduler-1", from: b"scheduler", to: b"payer", item: item.as_deref().map(str::as_bytes) };
+            let rule = Rule { reason: b"check-ho", why: b"PERM", says: b"the handoff differs", quote };
+            let raw = format!("RW1 HO scheduler-1 from=scheduler to=payer acct=40-12-88/61102938 // {message}");
+            let problems = [finding(&format!("{message} 40-12-88/61102938"))];
+            let written = write(&refused, &rule, raw.as_bytes(), &problems, &route, &[], |_| Ok::<(), ()>(()));
+            if let Ok(Some(n)) = written {
+                prop_assert!(n.line.len() as u64 <= limit);
+                prop_assert!(n.line.ends_with(REFUSED_BY.as_bytes()) && n.id.starts_with(b"payer-"));
+                let tail = &n.line[n.line.windows(4).position(|w| w == b" // ").unwrap() + 4..];
+                prop_assert!(tail.iter().all(|b| (0x20..=0x7e).contains(b)));
+                prop_assert!(!n.line.windows(8).any(|w| w == b"61102938"));
+            }
+        }
+
         #[test]
         fn printable_is_printable_ascii_without_runs_of_spaces(s in any::<String>()) {
             let out = printable(s.as_bytes());
