@@ -4,7 +4,10 @@ what it logs, and that each counter child is added to once per batch however man
 
 from __future__ import annotations
 
+import io
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +18,7 @@ from gatekeeper.consumers.deciding import Batch, RouteRuntime
 from gatekeeper.consumers.holds import Pending
 from gatekeeper.consumers.outcomes import Outcome, OutcomeKind, Source
 from gatekeeper.consumers.sending import Send
+from gatekeeper.logs import configure_logging
 from gatekeeper.metrics import Metrics
 from gatekeeper.policy import Decision, Reason, Verdict
 from gatekeeper.store import MemoryStore
@@ -226,6 +230,21 @@ def test_dead_letters_and_alerts_are_logged_one_by_one(caplog: pytest.LogCapture
         ("INFO", "line would dead-letter (dry-run)", "dry", 0),
         ("INFO", "line would dead-letter (dry-run)", "dry", 1),
     ]
+
+
+def test_a_dead_letter_s_json_log_record_has_the_fields_the_monitoring_page_shows() -> None:
+    stream = io.StringIO()
+    handler = configure_logging("json", "INFO", stream)
+    try:
+        account(_batch(), _routes(), Metrics(), Children(), NOW)
+    finally:
+        logging.getLogger().removeHandler(handler)
+    logged = json.loads(stream.getvalue().splitlines()[0])
+    page = (Path(__file__).resolve().parents[2] / "docs/monitoring.md").read_text(encoding="utf-8")
+    example = page.split("\n\n    {", 1)[1].split("\n\n", 1)[0]
+    shown = json.loads("{" + " ".join(ln.strip() for ln in example.splitlines()))
+    assert list(logged) == list(shown)  # the same fields, in the same order
+    assert logged["msg"] == "line dead-letter" and logged["level"] == "info"
 
 
 def test_what_was_counted_before_a_line_that_raises_is_added() -> None:
