@@ -280,7 +280,8 @@ fn line_of(v: &Json, name: &[u8]) -> Result<StoredLine, Bad> {
     })
 }
 
-fn record_of(m: &Map<String, Json>) -> StoredRecord {
+/// A record from its stored map, taken whole: its values are moved out, never copied.
+fn record_of(mut m: Map<String, Json>) -> StoredRecord {
     let resolved = match m.get("resolved") {
         Some(Json::Object(r)) => r
             .iter()
@@ -297,8 +298,8 @@ fn record_of(m: &Map<String, Json>) -> StoredRecord {
     StoredRecord {
         item: m.get("item").map(text).unwrap_or_default(),
         ask: m.get("ask").map(text).unwrap_or_default(),
-        values: match m.get("values") {
-            Some(Json::Object(v)) => v.clone(),
+        values: match m.remove("values") {
+            Some(Json::Object(v)) => v,
             _ => Map::new(),
         },
         resolved,
@@ -319,20 +320,25 @@ fn pair_of(v: Option<&Json>, what: &str) -> Result<Option<Vec<Json>>, Bad> {
     }
 }
 
-fn handoff_of(v: &Json, name: &[u8]) -> Result<StoredHandoff, Bad> {
-    let m = obj(v, name)?;
+/// A handoff from its parsed entry, taken whole: its record's values (the largest part of an entry, any JSON the
+/// approver wrote) are moved into the record, never copied.
+fn handoff_of(mut v: Json, name: &[u8]) -> Result<StoredHandoff, Bad> {
+    let m = obj(&v, name)?;
     let item = text(need(m, "item")?);
     let ask = text(need(m, "ask")?);
-    let record = match m.get("rec") {
+    let (item_json, ask_json) = (need(m, "item")?.clone(), need(m, "ask")?.clone());
+    let rec = v.as_object_mut().and_then(|m| m.remove("rec"));
+    let m = obj(&v, name)?;
+    let record = match rec {
         None | Some(Json::Null) => None,
         Some(Json::Object(r)) => {
             let mut full = Map::new();
-            full.insert("item".into(), need(m, "item")?.clone());
-            full.insert("ask".into(), need(m, "ask")?.clone());
+            full.insert("item".into(), item_json);
+            full.insert("ask".into(), ask_json);
             for (k, x) in r {
-                full.insert(k.clone(), x.clone());
+                full.insert(k, x);
             }
-            Some(record_of(&full))
+            Some(record_of(full))
         }
         Some(_) => return Err("a handoff's record: not an object".into()),
     };
@@ -749,7 +755,7 @@ impl State {
                 }
                 b"o:" => {
                     st.handoffs
-                        .insert(id.to_vec(), handoff_of(&parse(raw, name)?, name)?);
+                        .insert(id.to_vec(), handoff_of(parse(raw, name)?, name)?);
                 }
                 b"r:" => {
                     st.readbacks
