@@ -74,8 +74,8 @@ pub fn told(refused: &Refused<'_>, route: &Route<'_>, proven: Option<&[u8]>) -> 
         && (!route.sender_auth || proven == Some(refused.from))
 }
 
-/// The notice of a refused line (`raw`, dead-lettered by `rule`'s reason with `problems`) whose sender is told
-/// ([`told`]), or None when no line fits the route's limits even without the item. `check` is the parser's word
+/// The notice of a refused line (`raw`, dead-lettered by `rule`'s reason with `problems`) whose sender the caller
+/// found told ([`told`]), or None when no line fits the route's limits even without the item. `check` is the parser's word
 /// on each line written (an error is a bug, returned as it is: the dead letter then goes without a notice).
 pub fn write<E>(
     refused: &Refused<'_>,
@@ -86,7 +86,7 @@ pub fn write<E>(
     sensitive: &[&[u8]],
     mut check: impl FnMut(&[u8]) -> Result<(), E>,
 ) -> Result<Option<Notice>, E> {
-    let line_text = String::from_utf8_lossy(raw);
+    let line_text = String::from_utf8_lossy(raw); // a line that parsed passed the gate: UTF-8, nothing replaced
     let masker =
         Masker::for_slots(sensitive.iter().copied()).knowing(Some(line_text.as_bytes()), problems);
     let quoted = match problems.first() {
