@@ -57,6 +57,11 @@ def _ts(created: float) -> str:
         return datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: What orjson would write field by field but a record shows as its ``str``, as the standard library's encoder
+#: does: a dataclass (its ``repr`` may leave out a field it holds, a key's bytes), a date and time.
+_AS_STR = orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per record, written by orjson (anything it cannot write as JSON as its ``str``); a record
     orjson refuses (a string with a lone surrogate) is written by the standard library's encoder instead."""
@@ -73,7 +78,7 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             doc["exc"] = self.formatException(record.exc_info)
         try:
-            text = orjson.dumps(doc, default=str).decode("utf-8")
+            text = orjson.dumps(doc, default=str, option=_AS_STR).decode("utf-8")
         except TypeError:
             text = json.dumps(doc, default=str, ensure_ascii=False, separators=(",", ":"))
         return json_inert(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
@@ -48,3 +49,18 @@ def test_configure_logging_writes_json_lines_to_the_stream() -> None:
         logging.getLogger().removeHandler(handler)
     (line,) = stream.getvalue().splitlines()
     assert json.loads(line)["route"] == "agents.pay"
+
+
+@dataclass(frozen=True)
+class _Key:
+    key_id: str
+    secret: bytes = field(repr=False)
+
+
+def test_a_dataclass_or_a_time_in_a_record_is_written_as_its_str_never_field_by_field() -> None:
+    """A dataclass's ``repr`` may leave out what it holds (a private key's bytes): the record shows what ``str``
+    shows, as the standard library's encoder did, never every field."""
+    at = datetime(2026, 10, 1, 9, 0, tzinfo=UTC)
+    doc = json.loads(JsonFormatter().format(_record("signed", key=_Key("gk-1", b"s3cret"), at=at)))
+    assert doc["key"] == "_Key(key_id='gk-1')" and "s3cret" not in json.dumps(doc)
+    assert doc["at"] == str(at)
