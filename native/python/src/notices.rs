@@ -7,6 +7,7 @@ use pyo3::types::{PyBytes, PyString};
 use engine::notices::{self as n, Refused, Rule};
 
 use crate::decision::{finding_of, DecideRoute};
+use crate::outcomes::learnt;
 use crate::{hold, run, string, text, twin};
 
 /// The notice to the sender of `message` (the refused line, as parsed; `raw` its bytes), dead-lettered for
@@ -48,10 +49,7 @@ fn refusal_notice<'py>(
         .try_iter()?
         .map(|p| finding_of(&p?))
         .collect::<PyResult<Vec<_>>>()?;
-    let slots = sensitive
-        .try_iter()?
-        .map(|s| Ok(text(&s?.cast_into::<PyString>()?)?.into_owned()))
-        .collect::<PyResult<Vec<_>>>()?;
+    let slots = learnt(sensitive)?;
     let slots: Vec<&[u8]> = slots.iter().map(Vec::as_slice).collect();
     let (reason, why, says, quote) = (text(reason)?, text(&rule.0)?, text(&rule.1)?, rule.2);
     let rule = Rule {

@@ -512,7 +512,8 @@ fn strings<'py>(py: Python<'py>, values: &[Vec<u8>]) -> PyResult<Vec<Bound<'py, 
     values.iter().map(|v| string(py, v)).collect()
 }
 
-fn learnt(values: &Bound<'_, PyAny>) -> PyResult<std::collections::BTreeSet<Vec<u8>>> {
+/// An iterable of `str` (slot names, values learnt) as a set of their UTF-8 bytes.
+pub(crate) fn learnt(values: &Bound<'_, PyAny>) -> PyResult<std::collections::BTreeSet<Vec<u8>>> {
     values
         .try_iter()?
         .map(|v| Ok(text(&v?.cast_into::<PyString>()?)?.into_owned()))
