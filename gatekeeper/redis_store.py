@@ -1193,8 +1193,7 @@ class RedisStore:
         try:
             if len(raw) == 2 and _text(raw[0]) == "v1":
                 return ConversationState.from_dict(_loads(raw[1]))
-            fields = {_text(raw[i]): _text(raw[i + 1]) for i in range(0, len(raw), 2)}
-            return ConversationState.from_fields(fields)
+            return ConversationState.from_reply(raw)
         except (ValueError, KeyError, TypeError, IndexError) as exc:
             raise StoreError(f"redis {self._where}: the state at {key} cannot be read: {exc}") from exc
 

@@ -512,6 +512,13 @@ class ConversationState:
         conversation. Raises ValueError on another version, or on an entry that does not read."""
         return cls(_native.State.from_fields(fields))
 
+    @classmethod
+    def from_reply(cls, reply: list[bytes | str]) -> ConversationState:
+        """``from_fields`` of a Redis reply as it comes (names and values alternating, ``bytes``), without a dict of
+        decoded strings made first. Raises ValueError as ``from_fields`` does, and on a name or value not UTF-8 or
+        a reply of an odd length."""
+        return cls(_native.State.from_reply(reply))
+
     def copy(self) -> ConversationState:
         """An independent copy (the guard of ``gatekeeper.processor`` rolls a line's effects back with it)."""
         return ConversationState(self._s.copy())

@@ -250,3 +250,31 @@ def test_a_save_s_arguments_are_what_the_state_s_changes_say_in_either_form(
         listed = state.save_args(epoch, 700, 300, *scores, 10, json=False)
         assert listed == want
         assert state.save_args(epoch, 700, 300, *scores, 10, json=True) == orjson.dumps(want)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=conversations_, data=st.data())
+def test_a_state_read_from_a_redis_reply_is_the_state_read_from_its_fields(
+    lines: list[tuple[str, str]], data: st.DataObject
+) -> None:
+    """``from_reply`` (the Redis reply's names and values as they come, ``bytes``, in any order) reads the state
+    ``from_fields`` reads from the same fields decoded into a dict; the entries it reads write back the same."""
+    w, _ = whole(lines)
+    for conv, state in w.states.items():
+        fields = state.all_fields()
+        names = data.draw(st.permutations(sorted(fields)), label=f"the order of {conv}'s fields")
+        reply: list[bytes | str] = [x.encode() for name in names for x in (name, fields[name])]
+        from_reply, from_fields = ConversationState.from_reply(reply), ConversationState.from_fields(fields)
+        assert from_reply.all_fields() == from_fields.all_fields() == fields
+        assert (from_reply.seq, from_reply.lines, from_reply.handoffs) == (
+            from_fields.seq,
+            from_fields.lines,
+            from_fields.handoffs,
+        )
+        assert ConversationState.from_reply([x.decode() for x in reply]).all_fields() == fields  # str as well
+
+
+def test_a_reply_that_does_not_pair_or_is_not_utf8_is_refused() -> None:
+    for reply in ([b"h"], [b"h", b'{"v":2,"seq":0,"open":0}', b"l:x"], [b"l:x", b'{"d":"\xff"}'], [b"\xfe", b"{}"]):
+        with pytest.raises(ValueError):
+            ConversationState.from_reply(reply)

@@ -3,6 +3,8 @@
 //! the methods below; the readers of the Python API get its entries as tuples the wrapper turns into the policy's
 //! values.
 
+use std::borrow::Cow;
+
 use engine::decide::{self as d, Finding};
 use engine::state::{self as s, StoredHandoff, StoredLine, StoredReadback, StoredRecord};
 use pyo3::exceptions::{PyKeyError, PyValueError};
@@ -233,6 +235,39 @@ impl State {
         let inner =
             crate::guarded(|| s::State::from_fields(owned.iter().map(|(k, v)| (&k[..], &v[..]))))?
                 .map_err(PyValueError::new_err)?;
+        Ok(State { inner })
+    }
+
+    /// A state from a Redis reply: its field names and values alternating, each `bytes` (or `str`), read as they
+    /// are, without a dict of decoded strings made first (what the Redis store loads for every conversation a
+    /// batch names). A name or value not UTF-8, a reply of an odd length, another version, an entry that does not
+    /// read: ValueError.
+    #[staticmethod]
+    fn from_reply(reply: &Bound<'_, PyList>) -> PyResult<Self> {
+        let items: Vec<Bound<'_, PyAny>> = reply.iter().collect();
+        if items.len() % 2 != 0 {
+            return Err(PyValueError::new_err(format!(
+                "a state's reply of {} items: names and values do not pair",
+                items.len()
+            )));
+        }
+        let mut texts: Vec<Cow<'_, [u8]>> = Vec::with_capacity(items.len());
+        for item in &items {
+            let raw: Cow<'_, [u8]> = match item.cast::<PyBytes>() {
+                Ok(b) => Cow::Borrowed(b.as_bytes()),
+                Err(_) => text(item.cast::<PyString>()?)?,
+            };
+            if std::str::from_utf8(&raw).is_err() {
+                let shown = String::from_utf8_lossy(&raw[..raw.len().min(40)]).into_owned();
+                return Err(PyValueError::new_err(format!(
+                    "a state's field is not UTF-8: {shown:?}"
+                )));
+            }
+            texts.push(raw);
+        }
+        let pairs = texts.chunks_exact(2).map(|p| (&p[0][..], &p[1][..]));
+        let inner =
+            crate::guarded(|| s::State::from_fields(pairs))?.map_err(PyValueError::new_err)?;
         Ok(State { inner })
     }
 
