@@ -103,3 +103,13 @@ async def test_the_sender_of_a_refused_readback_is_told_and_nobody_else(
         assert counted(dry, "check-ho") == 1  # would be written
         assert counted(off, "check-ho") is None
         assert sample("gatekeeper_outcomes_total", {"route": told["input"], "kind": "notice"}) == 2
+
+        # the payer copies the notice it was told back onto the input: the gatekeeper's own id, refused
+        # reserved-id, and no notice is written about a notice
+        await p.send("rb", notice.text)
+        got = await p.collect(lambda g: any(d.h("gk.reason") == "reserved-id" for d in g.of("dead", "rb")))
+        (copied,) = [d for d in got.of("dead", "rb") if d.h("gk.reason") == "reserved-id"]
+        assert copied.value == notice.value and copied.h("gk.notice.id") is None
+        await p.collector.settle(1.0)
+        assert len(got.of("notices", "rb")) == 2
+        assert sample("gatekeeper_outcomes_total", {"route": told["input"], "kind": "notice"}) == 2

@@ -238,17 +238,8 @@ mod tests {
 
     fn bare_grammar() -> Grammar {
         Grammar::new(rw1::Vocabulary {
-            declared: None,
-            types: vec![],
-            slots: vec![],
-            enums: vec![],
-            agents: None,
             tail_max: 300,
-            int_max_digits: 4300,
-            exec: vec![],
-            constraint_keys: vec![],
-            constraint_set_keys: vec![],
-            value_aliases: vec![],
+            ..Default::default()
         })
         .unwrap()
     }
