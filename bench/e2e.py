@@ -622,6 +622,7 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
         n = int(target * seconds)
         t = traffic(n, seed=11, tag=f"l{tag}")
         measured = []
+        cpus: list[float] = []  # the gatekeeper's, then the passthrough's
         for passthrough in (False, True):
             name = f"lat{tag}{'p' if passthrough else ''}"
             topics = await env.topics(name)
@@ -633,14 +634,18 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
             )
             try:
                 await asyncio.sleep(4.0)  # joined
+                cpu = proc.cpu_seconds()
                 measured.append(await paced(topics, t.lines, target))
+                cpus.append(1e6 * (proc.cpu_seconds() - cpu) / n)
             finally:
                 proc.stop()
         gk, base = measured
-        rows.append([label, target, len(gk), _pct(gk, 50), _pct(gk, 99), _pct(base, 50), _pct(base, 99)])
+        rows.append(
+            [label, target, len(gk), _pct(gk, 50), _pct(gk, 99), _pct(base, 50), _pct(base, 99), cpus[0], cpus[1]]
+        )
     table(
-        "latency: producer timestamp to outcome timestamp (ms)",
-        ["load", "lines/s", "lines", "p50", "p99", "passthrough p50", "passthrough p99"],
+        "latency: producer timestamp to outcome timestamp (ms); CPU: the process's, ms per 1,000 lines at that load",
+        ["load", "lines/s", "lines", "p50", "p99", "passthrough p50", "passthrough p99", "CPU", "passthrough CPU"],
         rows,
     )
 

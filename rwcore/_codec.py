@@ -162,17 +162,6 @@ def _raw(twin: tuple[Any, ...]) -> dict[str, Any]:
     }
 
 
-def parse_raw(line: str, prof: Profile) -> tuple[dict[str, Any], list[Problem], list[Problem], Profile]:
-    """The parser proper: (raw JSON twin, errors, warnings, the profile that validated). Never raises on a line.
-
-    The parsing is native (native/rw1/src/parse.rs): findings in the reference's order and words, the ``p=``
-    profile switch, the ``x_`` extension keys, the ``<from>-<n>`` id rule, the closed answer vocabulary, the
-    300-character tail.
-    """
-    twin, errors, warnings, used = _native_parse(line, prof)
-    return _raw(twin), errors, warnings, used
-
-
 def _setters() -> tuple[Any, ...] | None:
     """The slot descriptors of Message's fields, for building one without the generic __init__ (None: fall back)."""
     names = ("v", "type", "id", "from_", "to", "re", "item", "slots", "tail")

@@ -25,7 +25,6 @@ from rwcore._codec import (
     line_digest,
     must_be_line,
     parse_message,
-    parse_raw,
     twin_json,
 )
 from rwcore._codec import canonical as _canonical
@@ -92,16 +91,15 @@ def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict
         prof = spec
     else:
         prof = profile_from_spec(spec)
-    raw, errors, warnings, _ = parse_raw(line, prof)
-    if not errors and not warnings:
-        return raw, [], []
-    return raw, [e.message for e in errors], [w.message for w in warnings]
+    if type(line) is not str:
+        must_be_line(line)
+    return _native.parse_compat(line, prof.grammar, _switch(prof))
 
 
 def validate(line: str, profile: str | None = None, strict: bool = False) -> list[str]:
     """The errors of a line (and, with ``strict``, its warnings)."""
-    _, errors, warnings, _ = parse_raw(line, reference_profile(profile))
-    return [e.message for e in errors] + ([w.message for w in warnings] if strict else [])
+    _, errors, warnings = parse(line, profile)
+    return errors + warnings if strict else errors
 
 
 def encode(msg: dict[str, Any], profile: str | None = None) -> str:
@@ -121,9 +119,9 @@ def encode(msg: dict[str, Any], profile: str | None = None) -> str:
 
 def to_json(line: str, profile: str | None = None) -> str:
     """A line to its JSON twin as a JSON string (raises :class:`FormError` on an invalid line)."""
-    raw, errors, _, _ = parse_raw(line, reference_profile(profile))
+    raw, errors, _ = parse(line, profile)
     if errors:
-        raise FormError("; ".join(e.message for e in errors))
+        raise FormError("; ".join(errors))
     return twin_json(raw)
 
 

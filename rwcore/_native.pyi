@@ -33,6 +33,11 @@ def parse(
 ) -> tuple[tuple[Any, ...], list[_Finding], list[_Finding], Any]:
     """Parse a line: (twin, errors, warnings, the profile a ``p=`` switched to or None)."""
 
+def parse_compat(
+    line: str, grammar: Grammar, switch: Callable[[str], Any]
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """The reference's ``parse``: (its twin as a dict, the errors' messages, the warnings' messages)."""
+
 def encode(
     typ: Any,
     id: Any,

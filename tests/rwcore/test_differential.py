@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import rwcore as rw
-from rwcore._codec import parse_raw
 from rwcore._profiles import reference_profile
 
 PROFILES: list[str | None] = [None, "pay", "clin", "deploy", "pform"]
@@ -760,7 +759,7 @@ def _cut(line: str) -> str:
 def test_the_common_lines_parse_as_the_reference_parses_them(profile: str | None) -> None:
     for line in _TAKEN[profile]:
         _check_line(profile, line)
-        _, errors, warnings, _ = parse_raw(_cut(line), reference_profile(profile))
+        _, errors, warnings = rw.parse(_cut(line), profile)
         assert (errors, warnings) == ([], [])
 
 
@@ -864,14 +863,13 @@ def test_encode_of_a_parsed_twin_changed(case: tuple[str | None, str], data: st.
     """encode writes a twin's line and the parser checks it: what it returns has no error in it, and it agrees
     with the reference. Twins come from generated lines, some with a value changed."""
     pname, line = case
-    prof = reference_profile(pname)
-    raw = parse_raw(line, prof)[0]
+    raw = rw.parse(line, pname)[0]
     twin = {**raw, "slots": dict(raw["slots"])}
     if twin["slots"] and data.draw(st.booleans()):
         twin["slots"][data.draw(st.sampled_from(sorted(twin["slots"])))] = data.draw(st.sampled_from(_NASTY))
     got = _outcome(lambda: rw.encode(twin, pname))
     if got[0] == "ok":
-        assert parse_raw(got[1], prof)[1] == []
+        assert rw.parse(got[1], pname)[1] == []
     try:
         want = _outcome(lambda: ref.encode(twin, pname))
     except TypeError:  # the reference's crash on a type or id that is not a string (docs/rwcore-differences.md)
@@ -886,9 +884,9 @@ def test_a_value_holding_the_tail_marker_moves_the_tail_and_encode_refuses_it() 
     (found by a property test on CI); encode refuses the twin with the parser's finding."""
     prof = reference_profile("pay")
     line = "RW1 AN auditor-0 from=auditor to=extractor re=0-0 val=Y acct=0 // " + "x" * 296
-    raw = parse_raw(line, prof)[0]
+    raw = rw.parse(line, "pay")[0]
     twin = {**raw, "slots": {**raw["slots"], "acct": "x // y"}}
     written = "RW1 AN auditor-0 re=0-0 from=auditor to=extractor val=Y acct=x // y // " + "x" * 296
-    assert [p.code for p in parse_raw(written, prof)[1]] == ["tail-too-long"]
+    assert [p.code for p in rw.parse_line(written, prof).errors] == ["tail-too-long"]
     with pytest.raises(rw.FormError, match="tail is 301 characters"):
         rw.encode(twin, "pay")

@@ -284,6 +284,75 @@ fn parse<'py>(
     )
 }
 
+/// The reference's `parse(line)` in one call: `(twin, errors, warnings)`, the twin the reference's dict (its
+/// slots a plain dict, list values as lists) and the findings their messages. rwcore's compatible `parse` is this
+/// call: the tuple twin, its `Slots` and the `Problem` values of `parse` would each be made only to be rewritten.
+#[pyfunction]
+fn parse_compat<'py>(
+    py: Python<'py>,
+    line: &Bound<'py, PyString>,
+    grammar: &Bound<'py, Grammar>,
+    switch: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let bytes = text(line)?;
+    let (parsed, _) = run(py, &bytes, &grammar.get().inner, switch)?;
+    let t = &parsed.twin;
+    let slots = PyDict::new(py);
+    for (k, v) in &t.slots {
+        slots.set_item(string(py, k)?, listed(py, v)?)?;
+    }
+    let twin = PyDict::new(py);
+    twin.set_item(pyo3::intern!(py, "v"), opt_string(py, t.v.as_deref())?)?;
+    twin.set_item(pyo3::intern!(py, "type"), opt_string(py, t.typ.as_deref())?)?;
+    twin.set_item(pyo3::intern!(py, "id"), opt_string(py, t.id.as_deref())?)?;
+    for (key, v) in [
+        ("re", &t.re),
+        ("from", &t.from),
+        ("to", &t.to),
+        ("item", &t.item),
+    ] {
+        let v = match v {
+            Some(v) => listed(py, v)?,
+            None => py.None().into_bound(py),
+        };
+        twin.set_item(PyString::intern(py, key), v)?;
+    }
+    twin.set_item(pyo3::intern!(py, "slots"), slots)?;
+    twin.set_item(
+        pyo3::intern!(py, "tail"),
+        opt_string(py, t.tail.as_deref())?,
+    )?;
+    let messages = |ps: &[rw1::Problem]| -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        for p in ps {
+            out.append(string(py, &p.message)?)?;
+        }
+        Ok(out)
+    };
+    PyTuple::new(
+        py,
+        [
+            twin.into_any(),
+            messages(&parsed.errors)?.into_any(),
+            messages(&parsed.warnings)?.into_any(),
+        ],
+    )
+}
+
+/// A value as the reference's twin holds it: as [`value`] makes it, but a list as a `list`.
+fn listed<'py>(py: Python<'py>, v: &rw1::Value<'_>) -> PyResult<Bound<'py, PyAny>> {
+    match v {
+        rw1::Value::List(items) => {
+            let items = items
+                .iter()
+                .map(|x| listed(py, x))
+                .collect::<PyResult<Vec<_>>>()?;
+            Ok(PyList::new(py, items)?.into_any())
+        }
+        _ => value(py, v),
+    }
+}
+
 /// A value as an f-string writes it (`format(v)`): a string as it is, anything else through its `__format__`.
 fn formatted<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
     if let Ok(s) = v.cast_exact::<PyString>() {
@@ -1196,6 +1265,7 @@ impl Tracker {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(digest, m)?)?;
     m.add_function(wrap_pyfunction!(parse, m)?)?;
+    m.add_function(wrap_pyfunction!(parse_compat, m)?)?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
     m.add_function(wrap_pyfunction!(encode_held, m)?)?;
     m.add_function(wrap_pyfunction!(message_digest, m)?)?;
