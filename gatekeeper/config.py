@@ -92,6 +92,21 @@ class KafkaSettings(_Strict):
     client_id: str = "rogerwilco-gatekeeper"
     max_batch: int = Field(500, ge=1, le=100_000, description="records per getmany() call")
     batch_timeout_ms: int = Field(100, ge=0, description="how long getmany() waits for a batch to fill")
+    fetch_min_bytes: int = Field(
+        32_768,
+        ge=1,
+        le=52_428_800,
+        description="a fetch of the input waits at the broker until this many bytes of lines are there, or "
+        "fetch_max_wait_ms passed: fuller batches at live rates (1: every line fetched as it arrives)",
+    )
+    fetch_max_wait_ms: int = Field(
+        5,
+        ge=1,
+        le=500,
+        description="how long a fetch of the input waits at the broker for fetch_min_bytes: what a line may wait "
+        "to be fetched when traffic is light (at least 1: a fetch that never waits would poll an idle broker "
+        "without pause)",
+    )
     request_timeout_ms: int = Field(30_000, ge=1000)
     commit_interval_ms: int = Field(
         100,

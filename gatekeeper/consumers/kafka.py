@@ -98,6 +98,8 @@ def make_consumer(
         isolation_level="read_committed" if kafka.transactional else "read_uncommitted",
         max_poll_records=kafka.max_batch,
         session_timeout_ms=kafka.session_timeout_ms,
+        fetch_min_bytes=kafka.fetch_min_bytes,
+        fetch_max_wait_ms=kafka.fetch_max_wait_ms,
     )
     if kafka.group_instance_id:
         kw["group_instance_id"] = kafka.group_instance_id

@@ -99,6 +99,19 @@ def test_the_per_instance_transactional_id_of_earlier_releases_is_refused_with_w
     assert transactional_id(Settings().kafka, "agents.pay", 0) == "gatekeeper-agents.pay-0"
 
 
+async def test_the_input_consumer_fetches_as_configured() -> None:
+    """The fetch settings reach the worker's consumer: the defaults batch a fetch (32 KiB or 5 ms); a minimum of 1
+    fetches each line as it arrives."""
+    from gatekeeper.consumers.kafka import make_consumer
+
+    for kafka, want in (
+        (Settings().kafka, (32_768, 5)),
+        (Settings(kafka={"fetch_min_bytes": 1, "fetch_max_wait_ms": 500}).kafka, (1, 500)),
+    ):
+        consumer = make_consumer(kafka, ["agents.pay"])
+        assert (consumer._fetch_min_bytes, consumer._fetch_max_wait_ms) == want  # aiokafka keeps them so
+
+
 def test_a_bad_value_names_its_key(tmp_path: Path) -> None:
     path = _write(tmp_path, "kafka:\n  max_batch: 0\nredis:\n  url: http://localhost\n")
     with pytest.raises(ConfigError) as info:
