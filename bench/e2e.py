@@ -19,7 +19,7 @@ Sections (each prints a table; ratios are against figures taken in the same run)
 - ``latency``: the gatekeeper fed at a fixed rate, 90% and 50% of its measured throughput and 1,000 lines/s:
   producer timestamp to outcome timestamp, p50 and p99; beside them the passthrough's on the same traffic at the same
   rates (its outputs stamped with the input's timestamp): what the broker, the clients and the benchmark add with no
-  work done;
+  work done; and each process's CPU per 1,000 lines at that rate (what a live worker pays);
 - ``growth``: per-line cost in conversations of 10, 1,000 and 10,000 lines (one partition, the same line count);
 - ``open``: throughput and Redis memory per open handoff with 10,000 and 100,000 handoffs open (``--open`` for
   others, 1,000,000 included);
@@ -851,7 +851,7 @@ async def main() -> None:
     )
     args = ap.parse_args()
     global CODE, SPY_NATIVE, FAULTY
-    CODE = args.code
+    CODE = str(Path(args.code).resolve()) if args.code else None  # the processes run in folders of their own
     SPY_NATIVE = args.profile_native
     FAULTY = args.faulty
     only = set(args.only.split(","))
