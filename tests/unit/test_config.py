@@ -109,7 +109,10 @@ async def test_the_input_consumer_fetches_as_configured() -> None:
         (Settings(kafka={"fetch_min_bytes": 1, "fetch_max_wait_ms": 500}).kafka, (1, 500)),
     ):
         consumer = make_consumer(kafka, ["agents.pay"])
-        assert (consumer._fetch_min_bytes, consumer._fetch_max_wait_ms) == want  # aiokafka keeps them so
+        try:
+            assert (consumer._fetch_min_bytes, consumer._fetch_max_wait_ms) == want  # aiokafka keeps them so
+        finally:
+            await consumer.stop()  # never started: nothing to leave, but aiokafka warns of a consumer not stopped
 
 
 def test_a_bad_value_names_its_key(tmp_path: Path) -> None:

@@ -305,18 +305,14 @@ fn parse_compat<'py>(
     twin.set_item(pyo3::intern!(py, "v"), opt_string(py, t.v.as_deref())?)?;
     twin.set_item(pyo3::intern!(py, "type"), opt_string(py, t.typ.as_deref())?)?;
     twin.set_item(pyo3::intern!(py, "id"), opt_string(py, t.id.as_deref())?)?;
-    for (key, v) in [
-        ("re", &t.re),
-        ("from", &t.from),
-        ("to", &t.to),
-        ("item", &t.item),
-    ] {
-        let v = match v {
-            Some(v) => listed(py, v)?,
-            None => py.None().into_bound(py),
-        };
-        twin.set_item(PyString::intern(py, key), v)?;
-    }
+    let opt = |v: &Option<rw1::Value<'_>>| match v {
+        Some(v) => listed(py, v),
+        None => Ok(py.None().into_bound(py)),
+    };
+    twin.set_item(pyo3::intern!(py, "re"), opt(&t.re)?)?;
+    twin.set_item(pyo3::intern!(py, "from"), opt(&t.from)?)?;
+    twin.set_item(pyo3::intern!(py, "to"), opt(&t.to)?)?;
+    twin.set_item(pyo3::intern!(py, "item"), opt(&t.item)?)?;
     twin.set_item(pyo3::intern!(py, "slots"), slots)?;
     twin.set_item(
         pyo3::intern!(py, "tail"),
