@@ -75,3 +75,19 @@ def test_the_parsers_tables_of_pythons_text_are_this_pythons() -> None:
     version of the Python the reference runs on); they must be this Python's."""
     tool = Path(__file__).resolve().parents[2] / "native" / "rw1" / "tools" / "pytext_tables.py"
     subprocess.run([sys.executable, str(tool), "--check"], check=True)
+
+
+def test_a_parsed_slots_keys_are_plain_strings_whatever_the_profile_was_given() -> None:
+    """The compatible parse takes the vocabulary's slot names made once per profile: each key is a plain ``str``
+    (even from a spec whose names are a ``str`` subclass), and a name the vocabulary lacks (an ``x_`` key) is made
+    for the line."""
+
+    class Name(str):
+        pass
+
+    spec = rw.load_profile("pay")
+    spec["slots"] = {Name(k): v for k, v in spec["slots"].items()}
+    line = "RW1 HO a-1 p=pay from=scheduler to=payer item=inv:1 ask=PAY amt=12.00 x_note=hi"
+    for got in (rw.parse(line, "pay"), rw.parse(line, spec=spec)):
+        assert got[0]["slots"] and all(type(k) is str for k in got[0]["slots"])
+        assert got[0]["slots"]["x_note"] == "hi" and got[0]["slots"]["amt"] == "12.00"

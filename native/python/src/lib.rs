@@ -100,6 +100,19 @@ fn groups(g: &Groups<'_>) -> PyResult<Vec<rw1::grammar::Group>> {
 #[pyclass(frozen, module = "rwcore._native")]
 struct Grammar {
     inner: Arc<rw1::Grammar>,
+    /// the vocabulary's slot names as Python strings, made once: the keys of a parsed line's slots dict (a string
+    /// made per key per line, and hashed again as the dict took it, was a tenth of the compatible parse)
+    keys: rustc_hash::FxHashMap<Box<[u8]>, Py<PyString>>,
+}
+
+impl Grammar {
+    /// A slot name as a Python string: the vocabulary's own, or a new one for a name it does not have.
+    fn key<'py>(&self, py: Python<'py>, name: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        match self.keys.get(name) {
+            Some(k) => Ok(k.bind(py).clone().into_any()),
+            None => string(py, name),
+        }
+    }
 }
 
 #[pymethods]
@@ -142,8 +155,19 @@ impl Grammar {
             constraint_set_keys: owned_all(&constraint_set_keys)?,
             value_aliases: groups(&value_aliases)?,
         };
+        let mut keys = rustc_hash::FxHashMap::default();
+        for (k, _) in &slots {
+            let name = owned(k)?;
+            if let Ok(s) = std::str::from_utf8(&name) {
+                let key = PyString::intern(k.py(), s).unbind(); // a plain str, whatever the caller passed
+                keys.insert(name, key);
+            }
+        }
         match rw1::Grammar::new(vocabulary) {
-            Ok(g) => Ok(Grammar { inner: Arc::new(g) }),
+            Ok(g) => Ok(Grammar {
+                inner: Arc::new(g),
+                keys,
+            }),
             Err(msg) => Err(PyValueError::new_err(
                 String::from_utf8_lossy(&msg).into_owned(),
             )),
@@ -256,7 +280,7 @@ fn parse<'py>(
     {
         let dict = slots.cast::<PyDict>()?;
         for (k, v) in &t.slots {
-            dict.set_item(string(py, k)?, value(py, v)?)?;
+            dict.set_item(grammar.get().key(py, k)?, value(py, v)?)?;
         }
     }
     let twin = PyTuple::new(
@@ -299,7 +323,7 @@ fn parse_compat<'py>(
     let t = &parsed.twin;
     let slots = PyDict::new(py);
     for (k, v) in &t.slots {
-        slots.set_item(string(py, k)?, listed(py, v)?)?;
+        slots.set_item(grammar.get().key(py, k)?, listed(py, v)?)?;
     }
     let twin = PyDict::new(py);
     twin.set_item(pyo3::intern!(py, "v"), opt_string(py, t.v.as_deref())?)?;
