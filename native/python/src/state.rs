@@ -216,6 +216,15 @@ pub struct State {
     pub(crate) inner: s::State,
 }
 
+impl State {
+    /// The state of stored fields (name, JSON text): `from_fields` and `from_reply` once they have the pairs.
+    fn read<'a>(pairs: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> PyResult<Self> {
+        let inner =
+            crate::guarded(|| s::State::from_fields(pairs))?.map_err(PyValueError::new_err)?;
+        Ok(State { inner })
+    }
+}
+
 #[pymethods]
 impl State {
     #[new]
@@ -232,10 +241,7 @@ impl State {
         for (k, v) in crate::mapping_items(fields)? {
             owned.push((bytes(&k)?, bytes(&v)?));
         }
-        let inner =
-            crate::guarded(|| s::State::from_fields(owned.iter().map(|(k, v)| (&k[..], &v[..]))))?
-                .map_err(PyValueError::new_err)?;
-        Ok(State { inner })
+        State::read(owned.iter().map(|(k, v)| (&k[..], &v[..])))
     }
 
     /// A state from a Redis reply: its field names and values alternating, each `bytes` (or `str`), read as they
@@ -265,10 +271,7 @@ impl State {
             }
             texts.push(raw);
         }
-        let pairs = texts.chunks_exact(2).map(|p| (&p[0][..], &p[1][..]));
-        let inner =
-            crate::guarded(|| s::State::from_fields(pairs))?.map_err(PyValueError::new_err)?;
-        Ok(State { inner })
+        State::read(texts.chunks_exact(2).map(|p| (&p[0][..], &p[1][..])))
     }
 
     fn copy(&self) -> Self {
