@@ -10,9 +10,10 @@ the batch is acknowledged are the offsets committed (the next offset to read, pe
 quix-streams does it: flush the producer, then commit.
 
 **Two batches overlap** (at-least-once): a batch's records are handed to the producer and the worker goes on to
-decide the next batch (records already read) while their acknowledgements come; before the next batch's records
-are sent, the last batch's are waited for (``_settle``: failures sent again, then it is counted and committed), so a
-batch's records never overtake the batch's before, and the commit never passes a line whose outcome is not
+decide the next batch (records already read) while their acknowledgements come. The last batch settles while the
+next is decided (``_settle``, a task beside the deciding: failures sent again, then it is counted and committed, in
+the time the deciding waits for Redis), and the next batch's records are sent only once it has, so a batch's records
+never overtake the batch's before, and the commit never passes a line whose outcome is not
 acknowledged (the unacknowledged batch's lines count as in flight). With nothing read ahead it settles at once. A
 revocation and the stop settle it before committing; a revocation drops what of it could not be acknowledged (the
 new owner reads those lines again). Exactly-once, a batch's transactions end before the next batch is decided.
@@ -539,13 +540,7 @@ class Gatekeeper:
                     return
             b.attempts += 1
             try:
-                await self._take_epochs()
-                now = self._clock()
-                await decide(b, self._routes, now, self.metrics)
-                self._health.redis_error = None
-                if b.sends is None:
-                    build_sends(b, self._routes, now, self.metrics, self._sender.fit)
-                await self._settle()  # at-least-once: the batch before first, its records go out before these
+                await self._decide_settling(b)
                 d = await self._sink.deliver(b, self._consumer_assignment)
                 self._health.kafka_error = None
             except DataLost as exc:
@@ -581,6 +576,39 @@ class Gatekeeper:
                 return
             if d.finished is not None:
                 self._recovered()
+
+    async def _decide_settling(self, b: Batch) -> None:
+        """Decide the batch and build its records while the batch before settles (at-least-once: its
+        acknowledgements, counting and commit run in the time this one waits for Redis); the batch before is
+        settled when this returns, so this batch's records, sent next, never overtake its. Raises what deciding
+        raises (``StoreError``, ``DataLost``...), else what settling raises (``KafkaError``, ``ProduceTimeout``)."""
+        settling = asyncio.ensure_future(self._settle()) if self._sink.waiting else None
+        try:
+            await self._take_epochs()
+            now = self._clock()
+            await decide(b, self._routes, now, self.metrics)
+            self._health.redis_error = None
+            if b.sends is None:
+                build_sends(b, self._routes, now, self.metrics, self._sender.fit)
+        except BaseException as exc:
+            if settling is not None:
+                await self._settled_anyway(settling, cancel=not isinstance(exc, Exception))
+            raise
+        if settling is not None:
+            await settling
+
+    async def _settled_anyway(self, settling: asyncio.Future[None], *, cancel: bool) -> None:
+        """The settling of the batch before, once deciding this one failed: waited for (cancelled first when the
+        worker itself is), never left running. Its own failure to produce is counted; a bug in it is raised."""
+        if cancel:
+            settling.cancel()
+        await asyncio.wait([settling])
+        failure = None if settling.cancelled() else settling.exception()
+        if isinstance(failure, (KafkaError, ProduceTimeout)):
+            self.metrics.kafka_errors.labels(operation="produce").inc()
+            self._kafka_failed("produce", failure)
+        elif failure is not None:
+            raise failure
 
     async def _settle(self) -> None:
         """At-least-once: wait for the acknowledgements of the batch sent last (``AtLeastOnce.settle``), then count

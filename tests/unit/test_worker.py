@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from typing import Any
 
 import pytest
@@ -15,7 +15,7 @@ from aiokafka.errors import KafkaConnectionError
 
 from gatekeeper.config import Settings
 from gatekeeper.consumers.loop import Gatekeeper
-from gatekeeper.store import MemoryStore
+from gatekeeper.store import Loaded, MemoryStore, RecordKey, StoreError, Wants
 from tests.policy.world import AN, DN, HO, RB, RECORD
 from tests.unit.fake_kafka import Cluster, FakeKafka, FakeRecord
 
@@ -44,8 +44,8 @@ def _cluster(dlq_limit: int | None = None) -> Cluster:
 
 
 @contextlib.asynccontextmanager
-async def running(cluster: Cluster, **kafka: Any) -> AsyncIterator[Gatekeeper]:
-    store = MemoryStore()
+async def running(cluster: Cluster, store: MemoryStore | None = None, **kafka: Any) -> AsyncIterator[Gatekeeper]:
+    store = store or MemoryStore()
     await store.put_record(RECORD)
     gk = Gatekeeper(_settings(**kafka), store=store, kafka=FakeKafka(cluster), http=False, startup_timeout=5)
     task = asyncio.create_task(gk.run())
@@ -175,6 +175,85 @@ async def test_the_next_batch_is_decided_while_the_last_one_waits_for_its_acknow
         assert isinstance(store, MemoryStore)
         await until(lambda: (st := store.state("in", "c1")) is not None and "payer-1" in st.lines)  # RB decided
         assert cluster.records("out") == [] and cluster.committed.get(("in", 0), 0) == 0
+        cluster.hold_acks.set()
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
+    assert_commits_follow_acks(cluster)
+
+
+class _GatedLoads(MemoryStore):
+    """The in-memory store whose loads after the first ``free`` wait for ``go``, or fail (``StoreError``) ``fail``
+    times first."""
+
+    def __init__(self, free: int = 1, fail: int = 0) -> None:
+        super().__init__()
+        self.free, self.fail = free, fail
+        self.go = asyncio.Event()
+        self.waiting = False
+
+    async def load(self, route: str, wants: Wants, keys: Collection[RecordKey]) -> Loaded:
+        if self.free > 0:
+            self.free -= 1
+        elif self.fail > 0:
+            self.fail -= 1
+            raise StoreError("redis is down (injected)")
+        else:
+            self.waiting = True
+            await self.go.wait()
+            self.waiting = False
+        return await super().load(route, wants, keys)
+
+
+async def test_the_batch_before_settles_while_the_next_waits_for_redis() -> None:
+    """At-least-once, the batch sent last is acknowledged, counted and committed while the next batch waits for its
+    store (the settling runs beside the deciding); the next batch's records go out only after it."""
+    cluster = _cluster()
+    send(cluster, "c1", HO, RB)
+    store = _GatedLoads()
+    async with running(cluster, store=store, max_batch=1) as gk:  # one line a batch: the HO's, then the RB's
+        await until(lambda: store.waiting)  # the RB's batch waits for its load
+        await until(lambda: cluster.committed.get(("in", 0)) == 1)  # the HO's batch settled meanwhile
+        lines = gk.metrics.registry.get_sample_value(
+            "gatekeeper_lines_total", {"route": "in", "type": "HO", "verdict": "forward"}
+        )
+        assert lines == 1 and [r.value for r in forwarded(cluster)] == [HO.encode()]
+        store.go.set()
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
+    assert_commits_follow_acks(cluster)
+
+
+async def test_a_batch_whose_store_fails_still_lets_the_batch_before_settle() -> None:
+    """Redis down while the next batch is decided: the batch before is settled and committed all the same, the
+    failed batch is retried after the backoff, and every line goes out once, in order."""
+    cluster = _cluster()
+    send(cluster, "c1", HO, RB)
+    store = _GatedLoads(fail=2)
+    store.go.set()
+    async with running(cluster, store=store, max_batch=1) as gk:
+        await until(lambda: cluster.committed.get(("in", 0)) == 2)
+        assert gk.metrics.registry.get_sample_value("gatekeeper_redis_errors_total") == 2
+    assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
+    assert_commits_follow_acks(cluster)
+
+
+async def test_a_batch_whose_store_fails_while_the_batch_before_cannot_be_acknowledged_loses_nothing() -> None:
+    """Both fail at once (Redis for the batch being decided, the broker's acknowledgements for the batch before):
+    both are counted, both retried, and every line goes out once, in order, nothing committed before its records."""
+    cluster = _cluster()
+    cluster.hold_acks = asyncio.Event()  # the HO's records are taken and not answered (yet)
+    send(cluster, "c1", HO, RB)
+    store = _GatedLoads(fail=1)
+    store.go.set()
+    async with running(cluster, store=store, max_batch=1) as gk:
+        await until(lambda: gk.metrics.registry.get_sample_value("gatekeeper_redis_errors_total") == 1)
+        await until(
+            lambda: (
+                (gk.metrics.registry.get_sample_value("gatekeeper_kafka_errors_total", {"operation": "produce"}) or 0)
+                >= 1
+            )
+        )
+        assert cluster.committed.get(("in", 0), 0) == 0
         cluster.hold_acks.set()
         await until(lambda: cluster.committed.get(("in", 0)) == 2)
     assert [r.value for r in forwarded(cluster)] == [HO.encode(), RB.encode()]
