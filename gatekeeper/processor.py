@@ -42,8 +42,10 @@ long its conversation is.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import msgspec
 
@@ -107,6 +109,20 @@ def _names(
     return wants, keys
 
 
+#: The turns of the event loop a save takes to put its request on the wire (redis-py's pipeline writes it in its
+#: first or second step): the work done meanwhile starts after them. Were it to take more, that work would only
+#: run before the request leaves, as it did before the two overlapped.
+SEND_TURNS = 2
+
+
+async def _sent(saving: asyncio.Future[Any]) -> None:
+    """Let the save started as ``saving`` send its request before the caller works meanwhile."""
+    for _ in range(SEND_TURNS):
+        if saving.done():
+            return
+        await asyncio.sleep(0)
+
+
 QUEUED = "queued-behind-held"  # the problem code of a line held only because an earlier line of its conversation is
 
 
@@ -132,8 +148,13 @@ class Processor:
         #: partition, or of a partition with no epoch here (``gatekeeper check``, replay), is written unfenced.
         self.epochs: dict[int, int] = {}
 
-    async def process(self, lines: Sequence[Line], now: float) -> list[Decision]:
+    async def process(
+        self, lines: Sequence[Line], now: float, meanwhile: Callable[[list[Decision]], None] | None = None
+    ) -> list[Decision]:
         """Decide ``lines`` in order, as if one by one, and persist what changed. Returns one decision per line.
+        ``meanwhile`` is called with the decisions once their save is on its way, while Redis writes them: work
+        that needs only the decisions (the worker builds the lines' records then); when the save conflicts, it is
+        called again with the decisions made again, so its last call is with the decisions returned.
         Once a line of a conversation is held (``HOLD``), its later lines in ``lines`` are held too, undecided
         (problem code ``queued-behind-held``): none overtakes it. A line whose deciding raises is dead-lettered
         ``internal-error`` (see the module docstring); nothing but ``StoreError`` leaves this method.
@@ -188,9 +209,17 @@ class Processor:
                 await self._release_unused(claimed, overlay)
             states = {c: loaded.states[c] for c in changed}
             fences = {c: self.epochs[p] for c, p in partitions.items() if p in self.epochs}
-            conflicts = await self.store.save(
-                self.route.name, states, deadlines, fences or None, now=now, claims=changes
+            saving = asyncio.ensure_future(
+                self.store.save(self.route.name, states, deadlines, fences or None, now=now, claims=changes)
             )
+            if meanwhile is not None:
+                try:
+                    await _sent(saving)
+                    meanwhile(decisions)
+                except BaseException:
+                    saving.cancel()
+                    raise
+            conflicts = await saving
             if not blocking(conflicts):
                 return decisions
             # another handoff bound one of these approvals first: nothing was written; decide again from a fresh load

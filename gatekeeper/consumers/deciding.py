@@ -1,5 +1,8 @@
 """Deciding a batch: per route, the ``Processor`` decides the lines in order (one store load, one save), then the
-decisions become the records to produce (a route's lines in one native call, ``outcomes.build_all``).
+decisions become the records to produce (a route's lines in one native call, ``outcomes.build_all``). A route's
+records are built while Redis writes its decisions (``Prebuilt``, the processor's ``meanwhile``): they are pure, and
+kept only when that save is the one that returned (a save that conflicts decides again, and builds again); a dry-run
+route, which counts the notices it would send as it builds them, builds once, after its save.
 
 A batch is decided once per route, even when its sending is retried: ``Batch.decided_routes`` remembers which
 routes are done, and ``Batch.sends`` is built once (a retried batch gets the same verdicts and the same records).
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gatekeeper.approvals import ApproverRing
@@ -126,6 +129,8 @@ class Batch:
     #: who signed each decided line, on a route with sender_auth (``RouteRuntime.sender``): a notice's sender
     proofs: dict[int, SenderProof] = field(default_factory=dict)
     decided_routes: set[str] = field(default_factory=set)
+    #: the records of decided lines built while their route's save was on its way (``decide``), by line place
+    built: dict[int, list[Outcome]] = field(default_factory=dict)
     sends: list[Send] | None = None
     held: list[tuple[Pending, str | None]] = field(default_factory=list)
     done: list[tuple[Pending, Decision]] = field(default_factory=list)
@@ -161,6 +166,26 @@ def first_seen(p: Pending, hold_seconds: float, now: float) -> float:
     return min(p.first_seen, now - hold_seconds - 1.0)
 
 
+@dataclass(slots=True, eq=False)
+class Prebuilt:
+    """A route's records built while its save is on its way (``Processor.process``'s ``meanwhile``): the decisions
+    it was last given, and their records by line place."""
+
+    pending: Sequence[Pending]
+    idxs: list[int]
+    proofs: list[SenderProof | None]
+    rt: RouteRuntime
+    now: float
+    metrics: Metrics
+    decisions: list[Decision] | None = None
+    outcomes: dict[int, list[Outcome]] = field(default_factory=dict)
+
+    def __call__(self, decisions: list[Decision]) -> None:
+        self.decisions = decisions
+        by_place = dict(zip(self.idxs, decisions, strict=True))
+        self.outcomes = route_outcomes(self.pending, by_place, self.idxs, self.proofs, self.rt, self.now, self.metrics)
+
+
 async def decide(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metrics: Metrics) -> None:
     """Decide the routes of the batch not decided yet. Raises ``StoreError`` (the batch is retried later)."""
     by_route: dict[str, list[int]] = {}
@@ -182,14 +207,19 @@ async def decide(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metri
             )
             for i, proof in zip(idxs, proofs, strict=True)
         ]
+        prebuilt = Prebuilt(b.lines, idxs, proofs, rt, now, metrics)
         started = time.perf_counter()
-        decisions = await rt.processor.process(lines, now)
+        # the route's records are built while Redis saves its decisions, but on a dry-run route (which counts the
+        # notices it would send as it builds them: built once, after the save)
+        decisions = await rt.processor.process(lines, now, None if rt.targets.dry_run else prebuilt)
         metrics.check_seconds.labels(route=name).observe(time.perf_counter() - started)
         metrics.batch_size.labels(route=name).observe(len(lines))
         for i, d, proof in zip(idxs, decisions, proofs, strict=True):
             b.decisions[i] = d
             if proof is not None:
                 b.proofs[i] = proof
+        if prebuilt.decisions is decisions:
+            b.built.update(prebuilt.outcomes)
         b.decided_routes.add(name)
 
 
@@ -244,27 +274,45 @@ def build_sends(
 
 
 def outcomes(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metrics: Metrics) -> dict[int, list[Outcome]]:
-    """The outcomes of each decided line of the batch (by its place), a route's lines built in one call
-    (``outcomes.build_all``). When that call raises (a bug in building the records), the route's lines are built
-    again one by one: a line whose building raises is dead-lettered bare, ``internal-error``, never forwarded."""
+    """The outcomes of each decided line of the batch (by its place): those built while its route's save was on its
+    way (``Batch.built``), the others now, a route's lines in one call (``route_outcomes``)."""
     by_route: dict[str, list[int]] = {}
     for i, p in enumerate(b.lines):
-        if b.decisions[i].verdict is not Verdict.HOLD:
+        if i not in b.built:
             by_route.setdefault(p.route, []).append(i)
-    built: dict[int, list[Outcome]] = {}
+    built = dict(b.built)
     for name, idxs in by_route.items():
-        rt = routes[name]
-        lines = []
-        for i in idxs:
-            p, d = b.lines[i], b.decisions[i]
-            notice = notice_for(p, d, rt, b.proofs.get(i), metrics) if d.verdict is Verdict.DEAD_LETTER else None
-            lines.append(Decided(d, p.source, p.conversation, notice))
-        try:
-            made = build_all(lines, rt.targets, sensitive=rt.sensitive, now=now)
-        except Exception:  # a bug in building one line's records: each line again, under its own guard
-            made = [_guarded(b.lines[i], line, rt, now, metrics) for i, line in zip(idxs, lines, strict=True)]
-        built.update(zip(idxs, made, strict=True))
+        proofs = [b.proofs.get(i) for i in idxs]
+        built.update(route_outcomes(b.lines, b.decisions, idxs, proofs, routes[name], now, metrics))
     return built
+
+
+def route_outcomes(
+    pending: Sequence[Pending],
+    decisions: Mapping[int, Decision],
+    idxs: Sequence[int],
+    proofs: Sequence[SenderProof | None],
+    rt: RouteRuntime,
+    now: float,
+    metrics: Metrics,
+) -> dict[int, list[Outcome]]:
+    """The outcomes of a route's decided lines (``idxs``: their places in ``pending`` and ``decisions``; a held line
+    has none), built in one call (``outcomes.build_all``). When that call raises (a bug in building the records),
+    the lines are built again one by one: a line whose building raises is dead-lettered bare, ``internal-error``,
+    never forwarded."""
+    places, lines = [], []
+    for i, proof in zip(idxs, proofs, strict=True):
+        p, d = pending[i], decisions[i]
+        if d.verdict is Verdict.HOLD:
+            continue
+        notice = notice_for(p, d, rt, proof, metrics) if d.verdict is Verdict.DEAD_LETTER else None
+        places.append(i)
+        lines.append(Decided(d, p.source, p.conversation, notice))
+    try:
+        made = build_all(lines, rt.targets, sensitive=rt.sensitive, now=now)
+    except Exception:  # a bug in building one line's records: each line again, under its own guard
+        made = [_guarded(pending[i], line, rt, now, metrics) for i, line in zip(places, lines, strict=True)]
+    return dict(zip(places, made, strict=True))
 
 
 def _guarded(p: Pending, line: Decided, rt: RouteRuntime, now: float, metrics: Metrics) -> list[Outcome]:
@@ -280,4 +328,14 @@ def _guarded(p: Pending, line: Decided, rt: RouteRuntime, now: float, metrics: M
         return [bare_dead_letter(p.source, rt.targets, error_text(exc), now)]
 
 
-__all__ = ["Batch", "RouteRuntime", "build_sends", "decide", "first_seen", "notice_for", "outcomes", "route_policy"]
+__all__ = [
+    "Batch",
+    "RouteRuntime",
+    "build_sends",
+    "decide",
+    "first_seen",
+    "notice_for",
+    "outcomes",
+    "route_outcomes",
+    "route_policy",
+]
