@@ -417,6 +417,12 @@ class Catchup:
     seconds: float
     outcomes: int
 
+    @property
+    def busy(self) -> float:
+        """The share of one core the process used over the measured window (its CPU time over the wall time): a
+        single-threaded worker near 1.0 is bound by its own CPU, one well below it waits for something else."""
+        return self.rate * self.cpu_ms_per_1000 / 1e6
+
 
 async def catch_up(procs: Sequence[Process], topics: dict[str, str], n: int, timeout: float) -> Catchup:
     """Wait until every one of ``n`` input lines has its outcome; the sustained rate between 5% and 95%."""
@@ -566,8 +572,8 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
     for p in procs:
         p.stop()
     rows: list[list[Any]] = [
-        ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, "-", base.outcomes],
-        ["gatekeeper", gk.rate, gk.rate / base.rate, gk.cpu_ms_per_1000, _per(trips, batches), gk.outcomes],
+        ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, base.busy, "-", base.outcomes],
+        ["gatekeeper", gk.rate, gk.rate / base.rate, gk.cpu_ms_per_1000, gk.busy, _per(trips, batches), gk.outcomes],
     ]
     if exactly_once:  # the same traffic, kafka.transactional: a transaction per input partition and batch
         eos, procs, eos_topics, _ = await gatekeeper_run(
@@ -584,13 +590,14 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
                 eos.rate,
                 eos.rate / base.rate,
                 eos.cpu_ms_per_1000,
+                eos.busy,
                 _per(trips, batches),
                 eos.outcomes,
             ]
         )
     table(
         f"throughput: catch-up on {len(t.lines):,} lines, {env.partitions} partitions",
-        ["consumer", "lines/s", "ratio", "CPU ms / 1,000 lines", "Redis round trips / batch", "outcomes"],
+        ["consumer", "lines/s", "ratio", "CPU ms / 1,000 lines", "busy", "Redis round trips / batch", "outcomes"],
         rows,
     )
     if profile and Path(profile).exists():
