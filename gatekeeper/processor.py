@@ -43,8 +43,9 @@ long its conversation is.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import msgspec
@@ -115,12 +116,20 @@ def _names(
 SEND_TURNS = 2
 
 
-async def _sent(saving: asyncio.Future[Any]) -> None:
-    """Let the save started as ``saving`` send its request before the caller works meanwhile."""
-    for _ in range(SEND_TURNS):
-        if saving.done():
-            return
-        await asyncio.sleep(0)
+async def _saving(save: Coroutine[Any, Any, list[BindingChange]], work: Callable[[], None]) -> list[BindingChange]:
+    """Run ``save`` and do ``work`` while it waits for Redis: the save starts first, as a task, and is given the
+    turns it takes to send its request. A ``work`` that raises (a bug) cancels the save before it is raised."""
+    saving = asyncio.ensure_future(save)
+    try:
+        for _ in range(SEND_TURNS):
+            if saving.done():
+                break
+            await asyncio.sleep(0)
+        work()
+    except BaseException:
+        saving.cancel()
+        raise
+    return await saving
 
 
 QUEUED = "queued-behind-held"  # the problem code of a line held only because an earlier line of its conversation is
@@ -209,17 +218,11 @@ class Processor:
                 await self._release_unused(claimed, overlay)
             states = {c: loaded.states[c] for c in changed}
             fences = {c: self.epochs[p] for c, p in partitions.items() if p in self.epochs}
-            saving = asyncio.ensure_future(
-                self.store.save(self.route.name, states, deadlines, fences or None, now=now, claims=changes)
-            )
-            if meanwhile is not None:
-                try:
-                    await _sent(saving)
-                    meanwhile(decisions)
-                except BaseException:
-                    saving.cancel()
-                    raise
-            conflicts = await saving
+            save = self.store.save(self.route.name, states, deadlines, fences or None, now=now, claims=changes)
+            if meanwhile is None:
+                conflicts = await save
+            else:
+                conflicts = await _saving(save, functools.partial(meanwhile, decisions))
             if not blocking(conflicts):
                 return decisions
             # another handoff bound one of these approvals first: nothing was written; decide again from a fresh load

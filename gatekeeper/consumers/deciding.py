@@ -308,6 +308,8 @@ def route_outcomes(
         notice = notice_for(p, d, rt, proof, metrics) if d.verdict is Verdict.DEAD_LETTER else None
         places.append(i)
         lines.append(Decided(d, p.source, p.conversation, notice))
+    if not lines:
+        return {}
     try:
         made = build_all(lines, rt.targets, sensitive=rt.sensitive, now=now)
     except Exception:  # a bug in building one line's records: each line again, under its own guard
