@@ -63,7 +63,6 @@ class Pending(msgspec.Struct, eq=False):
     route: str
     conversation: str | None
     first_seen: float
-    line_id: str | None = None
     awaits: str | None = None  # held: the id of the line it waits for (its re=); None for a line queued behind
     held: bool = False
     forced: str | None = None  # the bound that forced it out of the buffer: decide it as if its window had ended
@@ -76,9 +75,14 @@ class Pending(msgspec.Struct, eq=False):
     def offset(self) -> int:
         return self.source.offset
 
+    @property
+    def line_id(self) -> str | None:
+        """Its message id, read from the line when asked (only the hold buffer's ordering asks)."""
+        return line_id(self.source.value)
+
     @classmethod
     def of(cls, source: Source, route: str, conversation: str | None, first_seen: float) -> Pending:
-        return cls(source, route, conversation, first_seen, line_id(source.value))
+        return cls(source, route, conversation, first_seen)
 
 
 @dataclass(slots=True)
@@ -106,12 +110,13 @@ def order_for_retry(queue: Sequence[Pending]) -> list[Pending]:
     is waiting for (by message id) moves just ahead of the first line that waits for it."""
     out = list(queue)
     for line in list(out):
-        if line.line_id is None:
+        lid = line.line_id
+        if lid is None:
             continue
         for i, other in enumerate(out):
             if other is line:
                 break
-            if other.awaits is not None and other.awaits == line.line_id:
+            if other.awaits is not None and other.awaits == lid:
                 out.remove(line)
                 out.insert(i, line)
                 break

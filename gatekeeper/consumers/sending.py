@@ -90,8 +90,16 @@ class Send(msgspec.Struct, eq=False):
     fut: asyncio.Future[Any] | None = None
     acked: bool = False
     solo: bool = False  # sent alone (after a size refusal shared with others)
-    meta: Any = None
     index: int = -1  # its place in the record batch ``fut`` answers for (``send``); -1: ``fut`` is its own
+
+    @property
+    def meta(self) -> Any:
+        """Where the broker wrote it (``.topic``, ``.partition``, ``.offset``), read from its acknowledgement when
+        asked (only ``gatekeeper replay`` asks); None before, or for one dropped as too large to send."""
+        if not self.acked or self.fut is None:
+            return None
+        meta = self.fut.result()
+        return meta if self.index < 0 else Written(meta.topic, meta.partition, meta.offset + self.index)
 
 
 class Written(NamedTuple):
@@ -356,12 +364,6 @@ class OutcomeSender:
             fut.set_exception(exc)
             s.fut = fut
 
-    def _ack(self, s: Send) -> None:
-        s.acked = True
-        assert s.fut is not None
-        meta = s.fut.result()
-        s.meta = meta if s.index < 0 else Written(meta.topic, meta.partition, meta.offset + s.index)
-
     async def _send_all(
         self, sends: Sequence[Send], producer: Producer | None = None
     ) -> list[tuple[Send, BaseException]]:
@@ -373,19 +375,21 @@ class OutcomeSender:
         for s in group:
             if s.fut is None:  # one sent before that failed is a failure below: the producer is replaced first
                 await self._send(s, producer)
-        futs = [s.fut for s in group if s.fut is not None]
-        waiting = [f for f in futs if not f.done()]  # most are, when the batch after was decided meanwhile
+        # a record batch's records share its future: each future is waited for and read once
+        futs = {id(s.fut): s.fut for s in group if s.fut is not None}
+        waiting = [f for f in futs.values() if not f.done()]  # most are, when the batch after was decided meanwhile
         if waiting:
             _, pending = await asyncio.wait(waiting, timeout=self.timeout)
             if pending:
                 raise ProduceTimeout(
                     f"{len(pending)} of {len(futs)} produce requests not acknowledged in {self.timeout}s"
                 )
+        errors = {k: _failure(f) for k, f in futs.items()}
         failures: list[tuple[Send, BaseException]] = []
         for s in group:
-            exc = _failure(s.fut)
+            exc = errors[id(s.fut)]
             if exc is None:
-                self._ack(s)
+                s.acked = True
             else:
                 failures.append((s, exc))
         # Records sent alone, in their order; the first refusal stops the rest, so the order on a partition holds.
@@ -400,7 +404,7 @@ class OutcomeSender:
             if exc is not None:
                 failures.append((s, exc))
                 break
-            self._ack(s)
+            s.acked = True
         return failures
 
     async def send(self, sends: Sequence[Send]) -> None:

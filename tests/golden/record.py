@@ -160,7 +160,7 @@ async def run() -> dict[str, dict[str, Any]]:
     for _ in range(3):  # the held lines' windows end: each is decided
         now += 60.0
         if pending:
-            pending = await batch([Pending(p.source, p.route, p.conversation, p.first_seen, p.line_id, held=True)
+            pending = await batch([Pending(p.source, p.route, p.conversation, p.first_seen, held=True)
                                    for p in pending], now)  # fmt: skip
     assert not pending, f"{len(pending)} lines still held"
     return _conversations(store, outcomes)
