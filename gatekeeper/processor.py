@@ -166,7 +166,8 @@ class Processor:
         called again with the decisions made again, so its last call is with the decisions returned.
         Once a line of a conversation is held (``HOLD``), its later lines in ``lines`` are held too, undecided
         (problem code ``queued-behind-held``): none overtakes it. A line whose deciding raises is dead-lettered
-        ``internal-error`` (see the module docstring); nothing but ``StoreError`` leaves this method.
+        ``internal-error`` (see the module docstring); nothing but ``StoreError`` leaves this method, bar what
+        ``meanwhile`` itself raises (a bug of its caller's: the save is cancelled first).
         Raises ``StoreError`` when the store is unavailable: nothing was decided, retry the batch later; its subclass
         ``Fenced`` when a newer owner of a partition wrote one of the batch's conversations (this instance lost the
         partition: the batch must not land)."""
