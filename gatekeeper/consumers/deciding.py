@@ -151,6 +151,7 @@ class Batch:
         )
         part.decisions = {n: self.decisions[i] for n, i in enumerate(keep) if i in self.decisions}
         part.proofs = {n: self.proofs[i] for n, i in enumerate(keep) if i in self.proofs}
+        part.built = {n: self.built[i] for n, i in enumerate(keep) if i in self.built}
         if self.sends is not None:
             part.sends = [s for s in self.sends if (s.outcome.source.topic, s.outcome.source.partition) in partitions]
         part.held = [(p, awaits) for p, awaits in self.held if p.tp in partitions]

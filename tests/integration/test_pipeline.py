@@ -353,6 +353,66 @@ async def test_redis_trouble_pauses_and_retries_never_dead_letters(
     assert await committed(kafka_bootstrap, group, topic) == {0: 4}
 
 
+class GatedStore:
+    """The Redis store whose loads after the first ``free`` wait for ``go``: a Redis slow to answer one batch."""
+
+    def __init__(self, inner: Any, free: int) -> None:
+        self.inner = inner
+        self.free = free
+        self.go = asyncio.Event()
+        self.waiting = False
+
+    async def load(self, *args: Any, **kw: Any) -> Any:
+        if self.free > 0:
+            self.free -= 1
+        else:
+            self.waiting = True
+            await self.go.wait()
+            self.waiting = False
+        return await self.inner.load(*args, **kw)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def test_the_batch_before_is_committed_while_the_next_waits_for_redis(
+    topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
+) -> None:
+    """At-least-once, a batch sent is acknowledged by the broker and committed while the batch read after it waits
+    for its Redis load (the settling runs beside the deciding); the batch after goes out only once its load
+    returns, and each line once, in order. Fails where the settling waited behind the deciding."""
+    gated: list[GatedStore] = []
+
+    def wrap(store: Any) -> GatedStore:
+        gated.append(GatedStore(store, free=1))
+        return gated[0]
+
+    async with Pipeline.create(
+        topic_factory, kafka_bootstrap, redis_url, wrap_store=wrap, kafka={"max_batch": 1, "commit_interval_ms": 0}
+    ) as p:
+        await p.store.put_record(RECORD)
+        group, topic = p.settings.kafka.group_id, p.route().input
+        await p.send("gated", HO, RB)  # read in one fetch, decided one a batch: the RB's batch behind the HO's
+        await _until(lambda: gated[0].waiting, 20)
+        deadline = asyncio.get_running_loop().time() + 20
+        while await committed(kafka_bootstrap, group, topic) != {0: 1}:
+            assert asyncio.get_running_loop().time() < deadline, "the HO's batch was not committed meanwhile"
+            await asyncio.sleep(0.1)
+        assert gated[0].waiting  # still waiting: the commit did not wait for it
+        gated[0].go.set()
+        got = await p.collect(done("gated", 2))
+        assert [r.text for r in got.of("output", "gated")] == [HO, RB]
+        assert got.dead == []
+    assert await committed(kafka_bootstrap, group, topic) == {0: 2}
+
+
+async def _until(predicate: Any, timeout: float) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
 async def test_exactly_once_mode_commits_offsets_in_the_transaction(
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str, redis_client: object
 ) -> None:
