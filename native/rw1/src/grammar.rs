@@ -29,8 +29,33 @@ pub struct TypeDef {
     pub code: Bytes,
     /// the slots every line of this type carries, in the order their absence is reported
     pub required: Vec<Bytes>,
-    /// every slot the type takes without a warning (`p` included; an RB also takes the HO's)
-    pub allowed: HashSet<Bytes>,
+    /// where each of `required` is in the grammar's slots ([`Slot::index`]), in the same order; None for a
+    /// required slot the grammar does not declare (a line can still carry it, as a key it does not know)
+    pub required_at: Vec<Option<usize>>,
+    /// every declared slot the type takes without a warning (`p` included; an RB also takes the HO's)
+    pub allowed: SlotSet,
+}
+
+/// A set of the grammar's slots by their [`Slot::index`]: a bit each. The parser asks per token whether the type
+/// allows the slot and whether the line already had it, and per required slot whether the line has it: a hash of
+/// the key and a scan of the line's keys each were a fifth of a line's parse.
+#[derive(Debug, Clone, Default)]
+pub struct SlotSet(Vec<u64>);
+
+impl SlotSet {
+    /// An empty set for a grammar of `n` slots.
+    pub fn of_size(n: usize) -> SlotSet {
+        SlotSet(vec![0; n.div_ceil(64)])
+    }
+
+    /// Add slot `i` (one of the grammar's: below the size the set was made for).
+    pub fn insert(&mut self, i: usize) {
+        self.0[i / 64] |= 1 << (i % 64);
+    }
+
+    pub fn contains(&self, i: usize) -> bool {
+        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
 }
 
 /// A non-negative or negative whole number as written, compared without a size limit (Python's `int`).
@@ -133,12 +158,23 @@ pub struct Validator {
     pub check: Check,
 }
 
+/// One of the four envelope slots (kept outside `slots` in the twin).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope {
+    Re,
+    From,
+    To,
+    Item,
+}
+
 /// One slot of the profile.
 #[derive(Debug)]
 pub struct Slot {
     pub validator: Validator,
-    /// one of the four envelope slots (kept outside `slots` in the twin)
-    pub envelope: bool,
+    /// which envelope slot it is, if it is one
+    pub envelope: Option<Envelope>,
+    /// its place among the grammar's slots (0 to `slots.len() - 1`): its bit in a [`SlotSet`]
+    pub index: usize,
 }
 
 /// The core merged with one profile, compiled for the parser. Immutable.
@@ -193,14 +229,23 @@ impl Grammar {
             .agents
             .filter(|a| !a.is_empty())
             .map(|a| a.into_iter().collect());
-        let mut slots = HashMap::default();
+        let mut slots: HashMap<Bytes, Slot> = HashMap::default();
         for (key, typ) in &v.slots {
             let validator = validator(key, typ, &enums, agents.as_ref())?;
+            let index = slots.get(key).map_or(slots.len(), |s| s.index); // a key given twice: the last type
+            let envelope = match &key[..] {
+                b"re" => Some(Envelope::Re),
+                b"from" => Some(Envelope::From),
+                b"to" => Some(Envelope::To),
+                b"item" => Some(Envelope::Item),
+                _ => None,
+            };
             slots.insert(
                 key.clone(),
                 Slot {
                     validator,
-                    envelope: ENVELOPE.contains(&&key[..]),
+                    envelope,
+                    index,
                 },
             );
         }
@@ -228,10 +273,22 @@ impl Grammar {
         let types = v
             .types
             .into_iter()
-            .map(|(code, required, allowed)| TypeDef {
-                code,
-                required,
-                allowed: allowed.into_iter().collect(),
+            .map(|(code, required, allowed)| {
+                let mut set = SlotSet::of_size(slots.len());
+                for k in &allowed {
+                    if let Some(s) = slots.get(k) {
+                        set.insert(s.index);
+                    }
+                }
+                TypeDef {
+                    required_at: required
+                        .iter()
+                        .map(|k| slots.get(k).map(|s| s.index))
+                        .collect(),
+                    code,
+                    required,
+                    allowed: set,
+                }
             })
             .collect();
         Ok(Grammar {

@@ -7,7 +7,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::grammar::{Check, Grammar, TypeDef, Validator, Whole};
+use crate::grammar::{Check, Envelope, Grammar, Slot, SlotSet, TypeDef, Validator, Whole};
 use crate::problem::cat;
 pub use crate::problem::Problem;
 use crate::pytext;
@@ -77,7 +77,7 @@ where
         );
         line = stripped;
     }
-    if let Some(cut) = find(line, b" // ") {
+    if let Some(cut) = find_tail(line) {
         twin.tail = Some(Cow::Borrowed(&line[cut + 4..]));
         line = &line[..cut];
     } else if let Some(head) = line.strip_suffix(b" //") {
@@ -149,9 +149,14 @@ where
         warnings: Vec::new(),
     };
     let two_pass = grammar.declared.is_none() && find(line, b" p=").is_some();
-    let mut seen: Vec<(&[u8], &[u8])> = Vec::with_capacity(rest.len());
+    // the line's key=value tokens in order (a duplicate or an empty value left out), the grammar's slots among
+    // them as a set (keys it does not know are looked for by name: there are seldom any)
+    let mut seen: Vec<Seen<'_, '_>> = Vec::with_capacity(rest.len());
+    let mut has = SlotSet::of_size(grammar.slots.len());
+    twin.slots.reserve(rest.len());
     for &tok in rest {
-        let Some(eq) = memchr::memchr(b'=', tok) else {
+        let Some(eq) = tok.iter().position(|&b| b == b'=') else {
+            // a short token: no SIMD set-up
             let msg = cat(&[
                 &repr(tok),
                 b": expected key=value (positional slots are only RW1, TYPE and id)",
@@ -170,7 +175,11 @@ where
             );
             continue;
         }
-        if seen.iter().any(|&(s, _)| s == k) {
+        let again = match slot {
+            Some(s) => has.contains(s.index),
+            None => seen.iter().any(|s| s.slot.is_none() && s.key == k),
+        };
+        if again {
             p.error(
                 "duplicate-key",
                 cat(&[b"duplicate key ", k]),
@@ -188,13 +197,20 @@ where
             );
             continue;
         }
-        seen.push((k, val));
+        if let Some(s) = slot {
+            has.insert(s.index);
+        }
+        seen.push(Seen {
+            key: k,
+            value: val,
+            slot,
+        });
         if !two_pass {
-            values.decode(&mut twin, tdef, grammar, k, val);
+            values.decode(&mut twin, tdef, grammar, slot, k, val);
         }
     }
     let mut switched = None;
-    if let Some(&(_, pv)) = seen.iter().find(|&&(k, _)| k == b"p") {
+    if let Some(pv) = seen.iter().find(|s| s.key == b"p").map(|s| s.value) {
         match &grammar.declared {
             Some(declared) if &declared[..] != pv => {
                 let msg = cat(&[
@@ -217,14 +233,22 @@ where
         tdef = used.typedef(mtype).unwrap_or(tdef);
     }
     if two_pass {
-        for &(k, val) in &seen {
-            values.decode(&mut twin, tdef, used, k, val);
+        for s in &seen {
+            // the profile switched to has slots of its own: the keys are looked up in it
+            values.decode(&mut twin, tdef, used, used.slots.get(s.key), s.key, s.value);
         }
     }
     p.errors.append(&mut values.errors);
     p.warnings.append(&mut values.warnings);
-    for k in &tdef.required {
-        if !seen.iter().any(|&(s, _)| s == &k[..]) {
+    // the required slots, by the set when the grammar that found the keys is the type's (with no switch, or a
+    // switch the set was not made for: then by name)
+    let by_set = switched.is_none();
+    for (k, at) in tdef.required.iter().zip(&tdef.required_at) {
+        let present = match at {
+            Some(i) if by_set => has.contains(*i),
+            _ => seen.iter().any(|s| s.key == &k[..]),
+        };
+        if !present {
             p.error(
                 "missing-slot",
                 cat(&[mtype, b" requires ", k]),
@@ -259,14 +283,14 @@ where
 fn line_rules(
     p: &mut Parser,
     g: &Grammar,
-    seen: &[(&[u8], &[u8])],
+    seen: &[Seen<'_, '_>],
     mtype: &[u8],
     mid: &[u8],
     from: Option<&[u8]>,
     to: Option<&[u8]>,
     tail: Option<&[u8]>,
 ) {
-    let get = |key: &[u8]| seen.iter().find(|&&(k, _)| k == key).map(|&(_, v)| v);
+    let get = |key: &[u8]| seen.iter().find(|s| s.key == key).map(|s| s.value);
     let enum_question = mtype == b"AQ" && get(b"need") == Some(b"ENUM");
     if enum_question {
         if get(b"opts").is_none() {
@@ -354,6 +378,14 @@ fn line_rules(
     }
 }
 
+/// One `key=value` of a line, kept for the rules over the whole line: the key, the value as written, and the slot
+/// of the grammar that parsed it (None: a key it does not declare).
+struct Seen<'a, 'g> {
+    key: &'a [u8],
+    value: &'a [u8],
+    slot: Option<&'g Slot>,
+}
+
 /// The findings of one list, and how they are made.
 struct Parser {
     errors: Vec<Problem>,
@@ -381,17 +413,18 @@ impl Parser {
         self.warnings.push(problem(code, message, slot, None, got));
     }
 
-    /// One `key=value` of a line of type `tdef`: an unknown key kept (`x_`) or warned about, a known one decoded
-    /// into the twin (its findings in these lists).
+    /// One `key=value` of a line of type `tdef`, its slot in `g` looked up: an unknown key kept (`x_`) or warned
+    /// about, a known one decoded into the twin (its findings in these lists).
     fn decode<'a>(
         &mut self,
         twin: &mut Twin<'a>,
         tdef: &TypeDef,
         g: &Grammar,
+        slot: Option<&Slot>,
         k: &'a [u8],
         val: &'a [u8],
     ) {
-        let Some(slot) = g.slots.get(k) else {
+        let Some(slot) = slot else {
             if k.starts_with(b"x_") {
                 twin.slots.push((Cow::Borrowed(k), Value::text(val)));
             } else {
@@ -404,17 +437,20 @@ impl Parser {
             }
             return;
         };
-        if !tdef.allowed.contains(k) {
+        if !tdef.allowed.contains(slot.index) {
             let msg = cat(&[b"slot ", k, b" is not defined for type ", &tdef.code]);
             self.warn("slot-not-for-type", msg, Some(k), Some(val));
         }
-        let decoded = self.check(&slot.validator, val, g);
-        match k {
-            b"re" => twin.re = Some(decoded),
-            b"from" => twin.from = Some(decoded),
-            b"to" => twin.to = Some(decoded),
-            b"item" => twin.item = Some(decoded),
-            _ => twin.slots.push((Cow::Borrowed(k), decoded)),
+        let decoded = match slot.validator.check {
+            Check::Text => Value::text(val), // most slots: no call for a value taken as written
+            _ => self.check(&slot.validator, val, g),
+        };
+        match slot.envelope {
+            Some(Envelope::Re) => twin.re = Some(decoded),
+            Some(Envelope::From) => twin.from = Some(decoded),
+            Some(Envelope::To) => twin.to = Some(decoded),
+            Some(Envelope::Item) => twin.item = Some(decoded),
+            None => twin.slots.push((Cow::Borrowed(k), decoded)),
         }
     }
 
@@ -591,9 +627,17 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(hay, needle)
 }
 
+/// Where the tail's ` // ` first occurs in `line`: its searcher made once (making one was a tenth of a line's
+/// parse).
+fn find_tail(line: &[u8]) -> Option<usize> {
+    static TAIL: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b" // "));
+    TAIL.find(line)
+}
+
 /// The line's tokens between single spaces, empty ones included (`split(' ')`), found with memchr.
 fn split_spaces(line: &[u8]) -> Vec<&[u8]> {
-    let mut toks = Vec::with_capacity(16);
+    let mut toks = Vec::with_capacity(32);
     let mut start = 0;
     for at in memchr::memchr_iter(b' ', line) {
         toks.push(&line[start..at]);
@@ -738,6 +782,7 @@ mod tests {
             for needle in [&b" // "[..], b" p="] {
                 prop_assert_eq!(find(&line, needle), line.windows(needle.len()).position(|w| w == needle));
             }
+            prop_assert_eq!(find_tail(&line), find(&line, b" // "));
         }
     }
 
@@ -802,6 +847,46 @@ mod tests {
 
     fn no_switch(_: &[u8]) -> Result<Arc<Grammar>, Vec<u8>> {
         Err(b"no profiles here".to_vec())
+    }
+
+    /// A grammar of 70 slots `s0`..`s69` (the set of a line's slots spans two words), one type requiring `s3`,
+    /// `s66` and `undeclared` (a slot the grammar does not know: looked for by name).
+    fn wide() -> Grammar {
+        let keys: Vec<String> = (0..70).map(|i| format!("s{i}")).collect();
+        Grammar::new(Vocabulary {
+            declared: Some(b("wide")),
+            types: vec![(
+                b("HO"),
+                vec![b("s3"), b("s66"), b("undeclared")],
+                keys.iter().take(68).map(|k| b(k)).collect(),
+            )],
+            slots: keys.iter().map(|k| (b(k), b("token"))).collect(),
+            tail_max: 10,
+            ..Vocabulary::default()
+        })
+        .unwrap_or_else(|e| panic!("{}", String::from_utf8_lossy(&e)))
+    }
+
+    #[test]
+    fn slots_past_the_sixty_fourth_are_counted_as_the_first() {
+        let g = wide();
+        let p = parse(b"RW1 HO a-1 s3=x s66=y undeclared=z s69=w", &g, no_switch);
+        assert_eq!(codes(&p), ["unknown-key", "slot-not-for-type"]);
+        let p = parse(b"RW1 HO a-1 s66=y s66=y s67=", &g, no_switch);
+        assert_eq!(
+            codes(&p),
+            [
+                "duplicate-key",
+                "empty-value",
+                "missing-slot",
+                "missing-slot"
+            ]
+        );
+        let missing: Vec<_> = p.errors.iter().filter_map(|e| e.slot.as_deref()).collect();
+        assert_eq!(missing, [&b"s66"[..], b"s67", b"s3", b"undeclared"]);
+        // an empty value is not the slot: the same key after it is not a duplicate
+        let p = parse(b"RW1 HO a-1 s3= s3=x s66=y undeclared=z", &g, no_switch);
+        assert_eq!(codes(&p), ["empty-value", "unknown-key"]);
     }
 
     #[test]
