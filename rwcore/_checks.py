@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from rwcore import _native
-from rwcore._codec import VERSION, encode_checked, message_digest, native_problems, parse_message
+from rwcore._codec import VERSION, encode_checked, message_digest, native_problems, parse_line
 from rwcore._errors import FormError
 from rwcore._profiles import Profile, get_profile, reference_profile, resolve_profile
 from rwcore._types import CheckResult, Message, Problem
@@ -210,7 +210,8 @@ def make_readback(
     prof = resolve_profile(profile) if not (profile is None or profile == "") else get_profile(None)
     twin = readback_twin(ho, rb_id, prof, with_hash, eta, acc, do)
     enc = encoding_profile(profile, twin["slots"], strict=False)
-    rb, _, errors, _, _ = parse_message(encode_checked(twin, twin["slots"], enc), enc)
+    parsed = parse_line(encode_checked(twin, twin["slots"], enc), enc)
+    rb = parsed.message
     if rb is None:  # pragma: no cover - encode_checked has already refused a line with errors
-        raise FormError("; ".join(e.message for e in errors))
+        raise FormError("; ".join(e.message for e in parsed.errors))
     return rb

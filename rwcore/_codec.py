@@ -204,50 +204,56 @@ def _new_message(
 
 
 #: how the native parser makes a valid line's ``Message``: its version and type set, its other fields held natively
-#: until one is read (``rwcore._types.Message``), set as a frozen dataclass's ``__init__`` sets them
-MESSAGE_KIT = (object.__new__, Message, object.__setattr__, VERSION)
+#: until one is read (``rwcore._types.Message``), each set by its slot's own setter, as a frozen dataclass's
+#: ``__init__`` sets them
+MESSAGE_KIT: Final = _native.MessageKit(
+    object.__new__,
+    Message,
+    Message.__dict__["v"].__set__,
+    Message.__dict__["type"].__set__,
+    Message.__dict__["_fields"].__set__,
+    VERSION,
+)
 
 
-def parse_message(
-    line: str, prof: Profile
-) -> tuple[Message | None, dict[str, Any], list[Problem], list[Problem], Profile]:
-    """A line to (its Message or None, its twin, errors, warnings, the profile that validated). The twin of a
-    valid line is returned empty (build it with ``to_dict``). A valid line's message holds its fields natively
-    until one is read (``_native.parse_held``); a line with errors is parsed again for its twin."""
-    must_be_line(line)
-    held = _native.parse_held(line, prof.grammar, _switch(prof), MESSAGE_KIT)
-    if held is not None:
-        message, warnings, switched = held
-        return (
-            message,
-            {},
-            [],
-            native_problems(warnings) if warnings else [],
-            prof if switched is None else switched,
-        )
-    twin, errors, warnings, used = _native_parse(line, prof)
-    if errors:
-        return None, _raw(twin), errors, warnings, used
-    _, mtype, mid, re_, frm, to, item, slots, tail = twin
-    return _new_message(mtype, mid, re_, frm, to, item, slots, tail), {}, errors, warnings, used
+def _warnings(found: list[tuple[str, str, str, str | None, str | None, str | None]]) -> tuple[Problem, ...]:
+    return tuple(native_problems(found))
+
+
+#: how ``parse_line`` makes a valid line's ``Parsed`` natively: the message as above, the parse's slots set by
+#: their setters, the warnings as Problems, and a ``p=`` slot's profile searched in the folders of the profile the
+#: line was parsed under
+PARSED_KIT: Final = _native.ParsedKit(
+    MESSAGE_KIT,
+    object.__new__,
+    Parsed,
+    _P_MESSAGE,
+    _P_ERRORS,
+    _P_WARNINGS,
+    _P_RAW,
+    _P_PROFILE,
+    _warnings,
+    lambda name, prof: switch_profile(name, prof.dirs),
+)
 
 
 def parse_line(line: str, profile: Profile | str | None = None) -> Parsed:
     """Parse one RW1 line under a profile (a Profile, a name, or None for the core with the ``p=`` switch).
 
     Never raises on a line; raises :class:`FormError` only for a bad ``profile`` argument or a non-string line.
+    A valid line is parsed and its ``Parsed`` made in one native call, its message's fields held natively until one
+    is read; a line with errors is parsed again for its twin.
     """
     prof = profile if isinstance(profile, Profile) else resolve_profile(profile)
-    message, raw, errors, warnings, used = parse_message(line, prof)
-    if not raw and not errors and not warnings and message is not None:  # a clean line: no findings, no twin yet
-        parsed = _new(Parsed)
-        _P_MESSAGE(parsed, message)
-        _P_ERRORS(parsed, ())
-        _P_WARNINGS(parsed, ())
-        _P_RAW(parsed, None)
-        _P_PROFILE(parsed, used)
+    parsed = _native.parse_line(line, prof, PARSED_KIT) if isinstance(line, str) else None
+    if parsed is not None:
         return parsed
-    return Parsed(message, tuple(errors) if errors else (), tuple(warnings) if warnings else (), raw or None, used)
+    twin, errors, warnings, used = _native_parse(line, prof)
+    if errors:
+        return Parsed(None, tuple(errors), tuple(warnings), _raw(twin), used)
+    _, mtype, mid, re_, frm, to, item, slots, tail = twin  # a line Python cannot give as UTF-8 (a lone surrogate)
+    message = _new_message(mtype, mid, re_, frm, to, item, slots, tail)
+    return Parsed(message, (), tuple(warnings), None, used)
 
 
 # ---------------------------------------------------------------- encode

@@ -24,7 +24,7 @@ from rwcore._codec import (
     encode_checked,
     line_digest,
     must_be_line,
-    parse_message,
+    parse_line,
     twin_json,
 )
 from rwcore._codec import canonical as _canonical
@@ -276,8 +276,9 @@ def make_rb(
 ) -> str:
     """A correct readback line for an HO, as a code-side receiver sends it (raises :class:`FormError`)."""
     prof = reference_profile(profile)
-    ho, _, errors, _, _ = parse_message(ho_line, prof)
+    parsed = parse_line(ho_line, prof)
+    ho = parsed.message
     if ho is None:
-        raise FormError("; ".join(e.message for e in errors))
+        raise FormError("; ".join(e.message for e in parsed.errors))
     twin = readback_twin(ho, rb_id, prof, with_hash, eta, acc, do)
     return encode(twin, profile)

@@ -3,6 +3,9 @@
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from rwcore._codec import Parsed
+from rwcore._profiles import Profile
+
 def digest(data: bytes) -> str:
     """The protocol's integrity digest of UTF-8 bytes: the first 12 hex digits of their SHA-256."""
 
@@ -165,9 +168,30 @@ class Fields:
     def id(self) -> str | None: ...
 
 def encode_held(fields: Fields, grammar: Grammar, switch: Callable[[str], Any]) -> tuple[str, list[Any]]: ...
-def parse_held(
-    line: str, grammar: Grammar, switch: Callable[[str], Any], message_kit: tuple[Any, Any, Any, str]
-) -> tuple[Any, list[Any], Any] | None: ...
+
+class MessageKit:
+    """How a parsed line's ``Message`` is made (``rwcore._codec.MESSAGE_KIT``)."""
+
+    def __init__(self, new: Any, message: type, set_v: Any, set_type: Any, set_fields: Any, version: str) -> None: ...
+
+class ParsedKit:
+    """How ``parse_line`` makes a valid line's ``Parsed`` (``rwcore._codec.PARSED_KIT``)."""
+
+    def __init__(
+        self,
+        message_kit: MessageKit,
+        new: Any,
+        parsed: type,
+        set_message: Any,
+        set_errors: Any,
+        set_warnings: Any,
+        set_raw: Any,
+        set_profile: Any,
+        problems: Callable[[list[Any]], tuple[Any, ...]],
+        switch: Callable[[str, Any], Any],
+    ) -> None: ...
+
+def parse_line(line: str, profile: Profile, kit: ParsedKit) -> Parsed | None: ...
 
 class PreparedBatch:
     """A route's lines screened and parsed once (``prepare_batch``), for ``decide_batch``."""
@@ -179,7 +203,7 @@ def prepare_batch(
     values: list[bytes],
     conversations: list[str | None],
     switch: Callable[[str], Any],
-    message_kit: tuple[Any, Any, Any, str],
+    message_kit: MessageKit,
     record_key: Any,
 ) -> tuple[PreparedBatch, dict[str, set[str]], set[Any]]: ...
 def decide_batch(

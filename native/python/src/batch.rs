@@ -67,7 +67,7 @@ fn prepare_batch<'py>(
     values: Vec<Bound<'py, PyBytes>>,
     conversations: Vec<Option<Bound<'py, PyString>>>,
     switch: &Bound<'py, PyAny>,
-    message_kit: &Bound<'py, PyAny>,
+    message_kit: &Bound<'py, MessageKit>,
     record_key: &Bound<'py, PyAny>,
 ) -> PyResult<(PreparedBatch, Bound<'py, PyDict>, Bound<'py, PySet>)> {
     // a panic is a bug, raised as the Python error the processor decides the batch line by line for
@@ -78,7 +78,7 @@ fn prepare_batch<'py>(
             &values,
             &conversations,
             switch,
-            &MessageKit::of(message_kit)?,
+            message_kit.get(),
             record_key,
         )
     })?
@@ -91,7 +91,7 @@ fn prepare_all<'py>(
     values: &[Bound<'py, PyBytes>],
     conversations: &[Option<Bound<'py, PyString>>],
     switch: &Bound<'py, PyAny>,
-    message_kit: &MessageKit<'py>,
+    message_kit: &MessageKit,
     record_key: &Bound<'py, PyAny>,
 ) -> PyResult<(PreparedBatch, Bound<'py, PyDict>, Bound<'py, PySet>)> {
     let route = route.get();

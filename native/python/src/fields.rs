@@ -94,64 +94,126 @@ impl Fields {
     }
 }
 
-/// What makes a batch's messages, read once per batch: `(object.__new__, Message, object.__setattr__, version)`.
-pub(crate) struct MessageKit<'py> {
-    new: Bound<'py, PyAny>,
-    class: Bound<'py, PyAny>,
-    set: Bound<'py, PyAny>,
-    version: Bound<'py, PyAny>,
+/// How a parsed line's `rwcore.Message` is made: `object.__new__`, `Message`, the `__set__` of its slots `v`,
+/// `type` and `_fields`, and the version. Made once (`rwcore._codec.MESSAGE_KIT`). The message is frozen: its slots
+/// are set as a frozen dataclass's `__init__` sets them, by each slot's own setter (`object.__setattr__` looked the
+/// name up again each time: a third of making a message).
+#[pyclass(module = "rwcore._native", frozen)]
+pub struct MessageKit {
+    new: Py<PyAny>,
+    class: Py<PyAny>,
+    set_v: Py<PyAny>,
+    set_type: Py<PyAny>,
+    set_fields: Py<PyAny>,
+    version: Py<PyAny>,
 }
 
-impl<'py> MessageKit<'py> {
-    pub(crate) fn of(kit: &Bound<'py, PyAny>) -> PyResult<Self> {
-        let item = |i: usize| kit.get_item(i);
-        Ok(MessageKit {
-            new: item(0)?,
-            class: item(1)?,
-            set: item(2)?,
-            version: item(3)?,
-        })
+#[pymethods]
+impl MessageKit {
+    #[new]
+    fn new(
+        new: Py<PyAny>,
+        class: Py<PyAny>,
+        set_v: Py<PyAny>,
+        set_type: Py<PyAny>,
+        set_fields: Py<PyAny>,
+        version: Py<PyAny>,
+    ) -> Self {
+        MessageKit {
+            new,
+            class,
+            set_v,
+            set_type,
+            set_fields,
+            version,
+        }
     }
+}
 
-    /// The `rwcore.Message` of a parsed line: its version and type set, its other fields held (`fields`). The
-    /// message is frozen: its slots are set as a frozen dataclass's `__init__` sets them (`object.__setattr__`).
-    pub(crate) fn message(&self, fields: &Bound<'py, Fields>) -> PyResult<Bound<'py, PyAny>> {
+impl MessageKit {
+    /// The `rwcore.Message` of a parsed line: its version and type set, its other fields held (`fields`).
+    pub(crate) fn message<'py>(&self, fields: &Bound<'py, Fields>) -> PyResult<Bound<'py, PyAny>> {
         let py = fields.py();
-        let m = self.new.call1((&self.class,))?;
-        self.set
-            .call1((&m, pyo3::intern!(py, "v"), &self.version))?;
+        let m = self.new.bind(py).call1((&self.class,))?;
+        self.set_v.bind(py).call1((&m, &self.version))?;
         let typ = opt_string(py, fields.get().twin().typ.as_deref())?;
-        self.set.call1((&m, pyo3::intern!(py, "type"), typ))?;
-        self.set.call1((&m, pyo3::intern!(py, "_fields"), fields))?;
+        self.set_type.bind(py).call1((&m, typ))?;
+        self.set_fields.bind(py).call1((&m, fields))?;
         Ok(m)
     }
 }
 
-/// A valid line's `(message, warnings, switched)`.
-type HeldParse<'py> = (
-    Bound<'py, PyAny>,
-    Bound<'py, pyo3::types::PyList>,
-    Bound<'py, PyAny>,
-);
+/// How `rwcore.parse_line` makes a valid line's `Parsed`: the message's kit, `object.__new__`, `Parsed`, the
+/// `__set__` of its slots `message`, `errors`, `warnings`, `_raw` and `profile`, what makes the warnings' tuple of
+/// `Problem` values from the native findings, and the profile a `p=` slot names (`switch(name, profile)`, the
+/// profile the line was parsed under). Made once (`rwcore._codec.PARSED_KIT`).
+#[pyclass(module = "rwcore._native", frozen)]
+pub struct ParsedKit {
+    message: Py<MessageKit>,
+    new: Py<PyAny>,
+    class: Py<PyAny>,
+    set_message: Py<PyAny>,
+    set_errors: Py<PyAny>,
+    set_warnings: Py<PyAny>,
+    set_raw: Py<PyAny>,
+    set_profile: Py<PyAny>,
+    problems: Py<PyAny>,
+    switch: Py<PyAny>,
+}
 
-/// Parse a line (`str`) under a grammar (`switch` as for `parse`) into a `rwcore.Message` whose fields are held
-/// (see the module's documentation): `(message, warnings, switched)` for a valid line, None for one with errors
-/// (`rwcore._codec.parse_message` parses it again for its twin and errors) or one Python cannot give as UTF-8 (a
-/// lone surrogate: parsed the same way, from a copy).
+#[pymethods]
+impl ParsedKit {
+    #[new]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        message: Py<MessageKit>,
+        new: Py<PyAny>,
+        class: Py<PyAny>,
+        set_message: Py<PyAny>,
+        set_errors: Py<PyAny>,
+        set_warnings: Py<PyAny>,
+        set_raw: Py<PyAny>,
+        set_profile: Py<PyAny>,
+        problems: Py<PyAny>,
+        switch: Py<PyAny>,
+    ) -> Self {
+        ParsedKit {
+            message,
+            new,
+            class,
+            set_message,
+            set_errors,
+            set_warnings,
+            set_raw,
+            set_profile,
+            problems,
+            switch,
+        }
+    }
+}
+
+/// `rwcore.parse_line` of a valid line in one call: its `Parsed`, the message's fields held (see the module's
+/// documentation), made with `kit`, or None for a line with errors (`rwcore._codec.parse_line` parses it again
+/// for its twin and errors) or one Python cannot give as UTF-8 (a lone surrogate: parsed the same way, from a
+/// copy). `profile` is an `rwcore.Profile`: the line is parsed under its `grammar`.
 #[pyfunction]
-fn parse_held<'py>(
+fn parse_line<'py>(
     py: Python<'py>,
     line: Bound<'py, pyo3::types::PyString>,
-    grammar: &Bound<'py, crate::Grammar>,
-    switch: &Bound<'py, PyAny>,
-    message_kit: &Bound<'py, PyAny>,
-) -> PyResult<Option<HeldParse<'py>>> {
+    profile: &Bound<'py, PyAny>,
+    kit: &Bound<'py, ParsedKit>,
+) -> PyResult<Option<Bound<'py, PyAny>>> {
     let Ok(text) = PyBackedStr::try_from(line) else {
         return Ok(None);
     };
+    let kit = kit.get();
+    let grammar = profile
+        .getattr(pyo3::intern!(py, "grammar"))?
+        .cast_into::<crate::Grammar>()?;
+    let switch = |name| kit.switch.bind(py).call1((name, profile));
     let (mut valid, mut warnings, mut switched) = (false, Vec::new(), None);
     let kept = Kept::try_new(Backed::Str(text), |text| {
-        let (parsed, chosen) = crate::run(py, text.bytes(), &grammar.get().inner, switch)?;
+        let (parsed, chosen) = crate::run_with(py, text.bytes(), &grammar.get().inner, switch)?;
         (valid, warnings, switched) = (parsed.errors.is_empty(), parsed.warnings, chosen);
         Ok::<_, PyErr>(parsed.twin)
     })?;
@@ -159,12 +221,28 @@ fn parse_held<'py>(
         return Ok(None);
     }
     let fields = Bound::new(py, Fields::new(kept))?;
-    let message = MessageKit::of(message_kit)?.message(&fields)?;
-    let switched = switched.unwrap_or_else(|| py.None().into_bound(py));
-    Ok(Some((message, crate::problems(py, &warnings)?, switched)))
+    let message = kit.message.get().message(&fields)?;
+    let none = PyTuple::empty(py);
+    let warnings = if warnings.is_empty() {
+        none.clone().into_any()
+    } else {
+        kit.problems
+            .bind(py)
+            .call1((crate::problems(py, &warnings)?,))?
+    };
+    let parsed = kit.new.bind(py).call1((&kit.class,))?;
+    kit.set_message.bind(py).call1((&parsed, message))?;
+    kit.set_errors.bind(py).call1((&parsed, none))?;
+    kit.set_warnings.bind(py).call1((&parsed, warnings))?;
+    kit.set_raw.bind(py).call1((&parsed, py.None()))?;
+    let used = switched.unwrap_or_else(|| profile.clone());
+    kit.set_profile.bind(py).call1((&parsed, used))?;
+    Ok(Some(parsed))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Fields>()?;
-    m.add_function(wrap_pyfunction!(parse_held, m)?)
+    m.add_class::<MessageKit>()?;
+    m.add_class::<ParsedKit>()?;
+    m.add_function(wrap_pyfunction!(parse_line, m)?)
 }

@@ -224,21 +224,29 @@ fn run<'py, 'a>(
     grammar: &rw1::Grammar,
     switch: &Bound<'py, PyAny>,
 ) -> PyResult<(rw1::Parsed<'a>, Option<Bound<'py, PyAny>>)> {
+    run_with(py, bytes, grammar, |name| switch.call1((name,)))
+}
+
+/// [`run`] with the `p=` switch a Rust function: the profile a name (a Python string) names.
+fn run_with<'py, 'a>(
+    py: Python<'py>,
+    bytes: &'a [u8],
+    grammar: &rw1::Grammar,
+    switch: impl Fn(Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<(rw1::Parsed<'a>, Option<Bound<'py, PyAny>>)> {
     let chosen: RefCell<Option<Bound<'py, PyAny>>> = RefCell::new(None);
     let failure: RefCell<Option<PyErr>> = RefCell::new(None);
     let find = |name: &[u8]| -> Result<Arc<rw1::Grammar>, Vec<u8>> {
-        let found = string(py, name)
-            .and_then(|n| switch.call1((n,)))
-            .and_then(|prof| {
-                let g = prof
-                    .getattr("grammar")?
-                    .cast_into::<Grammar>()?
-                    .get()
-                    .inner
-                    .clone();
-                *chosen.borrow_mut() = Some(prof);
-                Ok(g)
-            });
+        let found = string(py, name).and_then(&switch).and_then(|prof| {
+            let g = prof
+                .getattr("grammar")?
+                .cast_into::<Grammar>()?
+                .get()
+                .inner
+                .clone();
+            *chosen.borrow_mut() = Some(prof);
+            Ok(g)
+        });
         found.map_err(|e| {
             if e.is_instance_of::<PyValueError>(py) {
                 e.value(py)
