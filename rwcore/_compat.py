@@ -104,10 +104,10 @@ def validate(line: str, profile: str | None = None, strict: bool = False) -> lis
 
 def encode(msg: dict[str, Any], profile: str | None = None) -> str:
     """JSON twin (dict) to line, validated (raises :class:`FormError`)."""
-    if not isinstance(msg, Mapping):
+    if type(msg) is not dict and not isinstance(msg, Mapping):  # a dict is a Mapping: no ABC check for it
         raise FormError("a JSON twin is an object")
     slots = msg.get("slots", {})
-    if not isinstance(slots, Mapping):
+    if type(slots) is not dict and not isinstance(slots, Mapping):
         raise FormError("slots must be an object")
     prof = encoding_profile(profile, slots, strict=True)
     if msg.get("v", VERSION) != VERSION:
