@@ -55,7 +55,8 @@ def main() -> None:
     if args.logs:
         from gatekeeper.logs import configure_logging
 
-        configure_logging("json", "INFO", open(os.devnull, "w"))  # noqa: SIM115 (open until the process ends)
+        # written at each newline, as Python writes its stderr (line-buffered): a write a line, as in production
+        configure_logging("json", "INFO", open(os.devnull, "w", buffering=1))  # noqa: SIM115 (open until the end)
     else:
         logging.disable(logging.WARNING)  # dead letters are logged at INFO/WARNING: not what is measured here
     from gatekeeper.cli.run import tune_gc

@@ -16,6 +16,11 @@ logger (aiokafka's and the gatekeeper's own); the rest are counted, and one
 ``suppressed K similar messages in the last Ns: <template>`` line follows when the interval is over (with the next
 record logged). DEBUG and INFO lines are not limited.
 
+**A batch's lines in one write.** The worker logs every dead letter and alert; Python writes to stderr at each
+newline, a system call per line, which cost more than the rest of the line's logging. While the worker counts a
+batch, the gatekeeper's handler holds the lines it is given (``held_lines``) and writes them together when the
+batch is counted (a few milliseconds later, in the order they were logged).
+
 Nothing a record carries acts on the reader: in text form the message and every extra are escaped
 (``gatekeeper.inert``: a newline, ESC, a bidi override), so a record is one line; in JSON, DEL, C1 controls, bidi
 controls and separators are JSON escapes too.
@@ -30,7 +35,8 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -193,6 +199,65 @@ class RepeatFilter(logging.Filter):
         self.emit(summary)
 
 
+class LineHandler(logging.StreamHandler[TextIO]):
+    """A ``StreamHandler`` that can hold its lines and write them together (see ``held_lines``)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        self._held: list[str] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self._held is None:
+            super().emit(record)
+            return
+        try:  # called with the handler's lock held, as ``StreamHandler.emit`` is
+            self._held.append(self.format(record) + self.terminator)
+        except Exception:  # as StreamHandler.emit: a record that cannot be written is reported, never raised
+            self.handleError(record)
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """Hold the lines logged inside the block; write them in one go (and flush) when it ends, however it ends."""
+        self.acquire()
+        try:
+            outer, self._held = self._held is None, self._held if self._held is not None else []
+        finally:
+            self.release()
+        try:
+            yield
+        finally:
+            if outer:  # a block inside another leaves the lines to the outer one
+                self._write_held()
+
+    def _write_held(self) -> None:
+        self.acquire()
+        try:
+            held, self._held = self._held or [], None
+            if held:
+                self.stream.write("".join(held))
+                self.flush()
+        except Exception:  # the stream failed: reported as a line that cannot be written is, never raised
+            self.handleError(logging.makeLogRecord({"msg": "%d held log lines", "args": (len(held),)}))
+        finally:
+            self.release()
+
+
+#: the handler ``configure_logging`` installed (None before it is called)
+_HANDLER: LineHandler | None = None
+
+
+@contextmanager
+def held_lines() -> Iterator[None]:
+    """Inside the block, the gatekeeper's log lines are held and written together when it ends (one write for a
+    batch's dead letters instead of one each). Without ``configure_logging``'s handler, lines go out as usual."""
+    handler = _HANDLER
+    if handler is None:
+        yield
+        return
+    with handler.holding():
+        yield
+
+
 def configure_logging(fmt: str = "auto", level: str = "INFO", stream: TextIO | None = None) -> logging.Handler:
     """Send the ``gatekeeper`` and ``rwcore`` loggers (and aiokafka's warnings) to ``stream`` (stderr) in ``fmt``:
     ``json``, ``text``, or ``auto`` (JSON unless the stream is a terminal), repeated warnings and errors limited
@@ -201,9 +266,12 @@ def configure_logging(fmt: str = "auto", level: str = "INFO", stream: TextIO | N
     # no formatter here writes a record's thread, process or process name: not looked up for every record (the
     # standard library's documented switches; a dead letter's log line is on the worker's per-line path)
     logging.logThreads = logging.logProcesses = logging.logMultiprocessing = False
+    # nor where a record was logged from (the documented switch, ``logging._srcfile``): finding it walks the stack
+    logging._srcfile = None
     if fmt == "auto":
         fmt = "text" if getattr(stream, "isatty", lambda: False)() else "json"
-    handler = logging.StreamHandler(stream)
+    global _HANDLER
+    handler = _HANDLER = LineHandler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     handler.addFilter(RepeatFilter(handler.handle))
     handler.set_name("gatekeeper")
@@ -217,4 +285,4 @@ def configure_logging(fmt: str = "auto", level: str = "INFO", stream: TextIO | N
     return handler
 
 
-__all__ = ["JsonFormatter", "RepeatFilter", "TextFormatter", "configure_logging"]
+__all__ = ["JsonFormatter", "LineHandler", "RepeatFilter", "TextFormatter", "configure_logging", "held_lines"]

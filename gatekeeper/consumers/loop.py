@@ -146,6 +146,7 @@ from gatekeeper.consumers.sending import OutcomeSender, ProduceTimeout, describe
 from gatekeeper.errors import ConfigError, FatalError, GatekeeperError, Unavailable
 from gatekeeper.generation import lost_message, worked_before
 from gatekeeper.http_process import HttpProcess
+from gatekeeper.logs import held_lines
 from gatekeeper.metrics import Metrics
 from gatekeeper.store import DataLost, Fenced, LifecycleStore, Store, StoreError
 from gatekeeper.sweeper import KafkaPublisher, Sweeper, SweepReport, SweepRoute
@@ -655,7 +656,9 @@ class Gatekeeper:
     def _account(self, b: Batch) -> None:
         """Count and log the finished batch; the dead-letter breaker hears of it."""
         now = self._clock()
-        if self._floods.heard(account(b, self._routes, self.metrics, self._child, now), now):
+        with held_lines():  # its dead letters' and alerts' log lines written together
+            decided = account(b, self._routes, self.metrics, self._child, now)
+        if self._floods.heard(decided, now):
             self._update_ready()
 
     async def _commit(self, tps: Iterable[TP] | None = None, *, force: bool = False) -> bool:
