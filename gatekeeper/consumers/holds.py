@@ -80,10 +80,6 @@ class Pending(msgspec.Struct, eq=False):
         """Its message id, read from the line when asked (only the hold buffer's ordering asks)."""
         return line_id(self.source.value)
 
-    @classmethod
-    def of(cls, source: Source, route: str, conversation: str | None, first_seen: float) -> Pending:
-        return cls(source, route, conversation, first_seen)
-
 
 @dataclass(slots=True)
 class _Queue:

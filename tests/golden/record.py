@@ -141,7 +141,7 @@ async def run() -> dict[str, dict[str, Any]]:
             source = Source(ROUTE, p, offsets[p], value, key, int(now * 1000), tuple(headers))
             offsets[p] += 1
             conv = key.decode("utf-8", "replace") if key is not None else None
-            yield Pending.of(source, ROUTE, conv, now)
+            yield Pending(source, ROUTE, conv, now)
 
     async def batch(lines: list[Pending], at: float) -> list[Pending]:
         b = Batch(lines)

@@ -25,7 +25,7 @@ TOPIC = "agents.pay"
 
 
 def line(partition: int, offset: int) -> Pending:
-    return Pending.of(Source(TOPIC, partition, offset, b"RW1 HO h%d" % offset, key=b"c"), TOPIC, "c", 0.0)
+    return Pending(Source(TOPIC, partition, offset, b"RW1 HO h%d" % offset, key=b"c"), TOPIC, "c", 0.0)
 
 
 def batch(*coords: tuple[int, int]) -> Batch:

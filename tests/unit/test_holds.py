@@ -14,7 +14,7 @@ def line(
     offset: int, conv: str | None = "c1", value: bytes | None = None, partition: int = 0, t: float = 0.0
 ) -> Pending:
     v = value if value is not None else f"RW1 ST x-{offset} from=x to=y".encode()
-    return Pending.of(Source("r", partition, offset, v), "r", conv, t)
+    return Pending(Source("r", partition, offset, v), "r", conv, t)
 
 
 def test_line_id_is_the_third_token() -> None:
@@ -80,7 +80,7 @@ def test_a_line_nobody_waits_for_keeps_its_place() -> None:
 def test_held_lines_of_other_routes_and_conversations_are_separate() -> None:
     buf = HoldBuffer()
     a = line(0, "c1")
-    b = Pending.of(Source("s", 0, 0, b"RW1 RB b-1 re=x-1"), "s", "c1", 0.0)
+    b = Pending(Source("s", 0, 0, b"RW1 RB b-1 re=x-1"), "s", "c1", 0.0)
     buf.hold([(a, "x"), (b, "x-1")], now=0.0, hold_seconds={"r": 30.0, "s": 30.0})
     assert buf.count("r") == 1 and buf.count("s") == 1
     assert buf.holds("s", "c1") and not buf.holds("r", "c2")
