@@ -13,7 +13,6 @@ use rw1::pytext::{decode, digit, repr, unprintable_category};
 use rw1::{Grammar, Problem, Twin, Value};
 
 const TIER: &str = "input";
-const TAIL_SEPARATOR: &[u8] = b" // ";
 
 fn problem(code: &'static str, message: &str) -> Problem {
     Problem::new(
@@ -68,6 +67,21 @@ fn utf8_reason(raw: &[u8], start: usize, error_len: Option<usize>) -> &'static s
     }
 }
 
+/// A line before its tail (the tail's separator ` // `, or a bare ` //` at the end, and what follows it left out).
+fn head_of(raw: &[u8]) -> &[u8] {
+    match rw1::parse::tail_separator(raw) {
+        Some(at) => &raw[..at],
+        None => raw.strip_suffix(b" //").unwrap_or(raw),
+    }
+}
+
+/// A space at either end, or two in a row: looked for at the spaces (a line has a few dozen), not at every byte.
+fn badly_spaced(head: &[u8]) -> bool {
+    head.first() == Some(&b' ')
+        || head.last() == Some(&b' ')
+        || memchr::memchr_iter(b' ', head).any(|at| head.get(at + 1) == Some(&b' '))
+}
+
 /// The gate's input rules on a record value: `Ok` with its text, or the problems that make the line `invalid`.
 pub fn screen(raw: &[u8], max_bytes: u64) -> Result<&str, Vec<Problem>> {
     let size = raw.len() as u64;
@@ -98,13 +112,7 @@ pub fn screen(raw: &[u8], max_bytes: u64) -> Result<&str, Vec<Problem>> {
             problems.push(problem("input-control-character", &message));
         }
     }
-    let head = match raw
-        .windows(TAIL_SEPARATOR.len())
-        .position(|w| w == TAIL_SEPARATOR)
-    {
-        Some(at) => &raw[..at],
-        None => raw.strip_suffix(b" //").unwrap_or(raw),
-    };
+    let head = head_of(raw);
     if let Some(at) = head.iter().position(|b| !b.is_ascii()) {
         // every character before it is ASCII: its byte offset is its position in characters
         let (_, n) = decode(head, at);
@@ -116,10 +124,7 @@ pub fn screen(raw: &[u8], max_bytes: u64) -> Result<&str, Vec<Problem>> {
         );
         problems.push(problem("input-non-ascii", &message));
     }
-    let spaced = head.first() == Some(&b' ')
-        || head.last() == Some(&b' ')
-        || head.windows(2).any(|w| w == b"  ");
-    if spaced {
+    if badly_spaced(head) {
         problems.push(problem(
             "input-spacing",
             "tokens are separated by single spaces, with none at either end",
@@ -307,6 +312,21 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn the_head_and_its_spacing_are_found_as_a_byte_by_byte_scan_finds_them(
+            raw in proptest::collection::vec(prop_oneof![Just(b' '), Just(b'/'), Just(b'a')], 0..40),
+        ) {
+            let by_windows = match raw.windows(4).position(|w| w == b" // ") {
+                Some(at) => &raw[..at],
+                None => raw.strip_suffix(b" //").unwrap_or(&raw),
+            };
+            prop_assert_eq!(head_of(&raw), by_windows);
+            let spaced = by_windows.first() == Some(&b' ')
+                || by_windows.last() == Some(&b' ')
+                || by_windows.windows(2).any(|w| w == b"  ");
+            prop_assert_eq!(badly_spaced(by_windows), spaced);
+        }
+
         #[test]
         fn any_bytes_screen_without_panic(raw in proptest::collection::vec(any::<u8>(), 0..64)) {
             let _ = screen(&raw, 32);

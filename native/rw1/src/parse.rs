@@ -77,7 +77,7 @@ where
         );
         line = stripped;
     }
-    if let Some(cut) = find_tail(line) {
+    if let Some(cut) = tail_separator(line) {
         twin.tail = Some(Cow::Borrowed(&line[cut + 4..]));
         line = &line[..cut];
     } else if let Some(head) = line.strip_suffix(b" //") {
@@ -627,9 +627,9 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(hay, needle)
 }
 
-/// Where the tail's ` // ` first occurs in `line`: its searcher made once (making one was a tenth of a line's
-/// parse).
-fn find_tail(line: &[u8]) -> Option<usize> {
+/// Where the tail's separator ` // ` first occurs in `line` (the parser's cut, and the gate's): its searcher made
+/// once (making one was a tenth of a line's parse).
+pub fn tail_separator(line: &[u8]) -> Option<usize> {
     static TAIL: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
         std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b" // "));
     TAIL.find(line)
@@ -782,7 +782,7 @@ mod tests {
             for needle in [&b" // "[..], b" p="] {
                 prop_assert_eq!(find(&line, needle), line.windows(needle.len()).position(|w| w == needle));
             }
-            prop_assert_eq!(find_tail(&line), find(&line, b" // "));
+            prop_assert_eq!(tail_separator(&line), find(&line, b" // "));
         }
     }
 
