@@ -95,7 +95,7 @@ def account(
             lines[name, msg.type if msg is not None else "none", Verdict.FORWARD if dead and dry else d.verdict] += 1
             seconds.append(max(0.0, now - p.first_seen))  # observed once a batch (``BatchHistogram``)
             reason = d.reason if d.reason is not None else "none"
-            alerts = d.alerts
+            alerts = d.raise_alert or d.verdict is Verdict.ALERT  # ``Decision.alerts``, without its call a line
             if d.repeated:
                 count.add(m.repeated, name)
             if dead and dry:

@@ -296,15 +296,15 @@ class OutcomeSender:
 
     # ------------------------------------------------------------------------------------------------ trimming
 
-    def limit(self, topic: str) -> int:
-        return min(self.limits.get(topic, DEFAULT_MAX_MESSAGE_BYTES), DEFAULT_MAX_MESSAGE_BYTES)
-
     def fit(self, outcome: Outcome, *, headroom: int = 0) -> Outcome | None:
         """Trim an outcome until it fits its topic's ``max.message.bytes`` (as far as the limit is known), less
         ``headroom`` bytes the caller adds after; None, logged and counted, when it does not fit even trimmed to its
         coordinates."""
-        limit = self.limit(outcome.topic) - headroom
-        if outcome.level == 0 and outcome.size <= limit:  # nearly every outcome: it fits as it was built
+        limit = min(self.limits.get(outcome.topic, DEFAULT_MAX_MESSAGE_BYTES), DEFAULT_MAX_MESSAGE_BYTES) - headroom
+        # nearly every outcome fits as it was built, its size estimated by the engine that built it (``size``
+        # computes it for one that was not): this runs for every record
+        estimate = outcome.estimate
+        if outcome.level == 0 and (estimate if estimate >= 0 else outcome.size) <= limit:
             return outcome
         current = fit(outcome, limit)
         if current is None:
