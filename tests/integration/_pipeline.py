@@ -284,6 +284,15 @@ class Pipeline:
                 await store.close()
 
 
+async def until(predicate: Callable[[], object], timeout: float = 20.0) -> float:
+    """Wait until ``predicate()`` is true (polled every 50 ms; fails after ``timeout`` seconds): the seconds waited."""
+    started = time.monotonic()
+    while not predicate():
+        assert time.monotonic() - started < timeout, "timed out"
+        await asyncio.sleep(0.05)
+    return time.monotonic() - started
+
+
 async def wait_ready(gk: Gatekeeper, task: asyncio.Task[None], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not gk.readiness()[0]:

@@ -5,11 +5,10 @@ its partitions have lag, and stays alive while the loop turns (idle, or retrying
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 from gatekeeper.store import StoreError
-from tests.integration._pipeline import Pipeline, TopicFactory
+from tests.integration._pipeline import Pipeline, TopicFactory, until
 from tests.policy.world import AN, DN, HO, RB, RECORD
 
 
@@ -39,13 +38,6 @@ def _stalled(gk: Any) -> float:
     return float(value)
 
 
-async def _until(predicate: Any, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def test_a_hung_call_with_lag_fails_liveness_and_a_down_redis_does_not(
     topic_factory: TopicFactory, kafka_bootstrap: str, redis_url: str
 ) -> None:
@@ -72,7 +64,7 @@ async def test_a_hung_call_with_lag_fails_liveness_and_a_down_redis_does_not(
         # Redis down: the loop turns, retrying with backoff; alive, and /readyz says why
         store.fail = True
         await p.send("c2", HO)
-        await _until(lambda: not gk.readiness()[0])
+        await until(lambda: not gk.readiness()[0])
         assert gk.readiness()[1]["reason"] == "redis unavailable"
         await asyncio.sleep(1.5)
         assert gk.liveness()[0], gk.liveness()
@@ -82,7 +74,7 @@ async def test_a_hung_call_with_lag_fails_liveness_and_a_down_redis_does_not(
         # a load that never returns, with a line waiting: stalled past stall_seconds, and /healthz says which
         store.hang.set()
         await p.send("c3", HO)
-        await _until(lambda: not gk.liveness()[0], timeout=20)
+        await until(lambda: not gk.liveness()[0], timeout=20)
         alive, detail = gk.liveness()
         assert not alive
         assert detail["reason"] == "the work loop has not turned while partitions have lag"
@@ -96,6 +88,6 @@ async def test_a_hung_call_with_lag_fails_liveness_and_a_down_redis_does_not(
         got = await p.collect(lambda g: g.count("c3") == 1)
         # decided as any second use of the approved record is
         assert [(r.text, r.h("gk.reason")) for r in got.of("dead", "c3")] == [(HO, "record-used")]
-        await _until(lambda: gk.liveness()[0])
+        await until(lambda: gk.liveness()[0])
         await p.send("c1", AN, DN)
         await p.collect(lambda g: g.count("c1") == 4)

@@ -13,7 +13,7 @@ import pytest
 from gatekeeper import __version__
 from gatekeeper.policy import Record
 from gatekeeper.store import StoreError
-from tests.integration._pipeline import Collected, Pipeline, TopicFactory, committed, make_route
+from tests.integration._pipeline import Collected, Pipeline, TopicFactory, committed, make_route, until
 from tests.policy.world import ACK, AN, CX, DN, HO, RB, RECORD
 
 pytestmark = pytest.mark.integration
@@ -302,11 +302,21 @@ async def test_a_refusal_by_the_broker_is_trimmed_too(
         assert p.gatekeeper.metrics.trimmed.labels(route=route["input"], kind="dead-letter")._value.get() >= 1
 
 
-class FlakyStore:
+class _Wrapped:
+    """The Redis store, with the load a subclass changes; everything else the store's own."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class FlakyStore(_Wrapped):
     """The Redis store, failing its first ``fail`` loads as if Redis were down."""
 
     def __init__(self, inner: Any, fail: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.fail = fail
 
     async def load(self, *args: Any, **kw: Any) -> Any:
@@ -314,9 +324,6 @@ class FlakyStore:
             self.fail -= 1
             raise StoreError("redis 127.0.0.1:1: load failed: ConnectionError: refused (test)")
         return await self.inner.load(*args, **kw)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 async def test_redis_trouble_pauses_and_retries_never_dead_letters(
@@ -353,11 +360,11 @@ async def test_redis_trouble_pauses_and_retries_never_dead_letters(
     assert await committed(kafka_bootstrap, group, topic) == {0: 4}
 
 
-class GatedStore:
+class GatedStore(_Wrapped):
     """The Redis store whose loads after the first ``free`` wait for ``go``: a Redis slow to answer one batch."""
 
     def __init__(self, inner: Any, free: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.free = free
         self.go = asyncio.Event()
         self.waiting = False
@@ -370,9 +377,6 @@ class GatedStore:
             await self.go.wait()
             self.waiting = False
         return await self.inner.load(*args, **kw)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
 
 
 async def test_the_batch_before_is_committed_while_the_next_waits_for_redis(
@@ -393,7 +397,7 @@ async def test_the_batch_before_is_committed_while_the_next_waits_for_redis(
         await p.store.put_record(RECORD)
         group, topic = p.settings.kafka.group_id, p.route().input
         await p.send("gated", HO, RB)  # read in one fetch, decided one a batch: the RB's batch behind the HO's
-        await _until(lambda: gated[0].waiting, 20)
+        await until(lambda: gated[0].waiting)
         deadline = asyncio.get_running_loop().time() + 20
         while await committed(kafka_bootstrap, group, topic) != {0: 1}:
             assert asyncio.get_running_loop().time() < deadline, "the HO's batch was not committed meanwhile"
@@ -404,13 +408,6 @@ async def test_the_batch_before_is_committed_while_the_next_waits_for_redis(
         assert [r.text for r in got.of("output", "gated")] == [HO, RB]
         assert got.dead == []
     assert await committed(kafka_bootstrap, group, topic) == {0: 2}
-
-
-async def _until(predicate: Any, timeout: float) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not predicate():
-        assert asyncio.get_running_loop().time() < deadline, "timed out"
-        await asyncio.sleep(0.02)
 
 
 async def test_exactly_once_mode_commits_offsets_in_the_transaction(

@@ -27,16 +27,8 @@ from gatekeeper.policy import BindingChange, ConversationState
 from gatekeeper.redis_store import RedisStore
 from gatekeeper.store import DataLost, StoreError
 from tests.integration._own_redis import OwnRedis
-from tests.integration._pipeline import Pipeline, TopicFactory, wait_ready
+from tests.integration._pipeline import Pipeline, TopicFactory, until, wait_ready
 from tests.policy.world import HO, RB, RECORD
-
-
-async def _until(predicate: Any, timeout: float = 20.0) -> float:
-    started = time.monotonic()
-    while not predicate():
-        assert time.monotonic() - started < timeout, "timed out"
-        await asyncio.sleep(0.05)
-    return time.monotonic() - started
 
 
 def _gauge(gk: Gatekeeper, name: str, **labels: str) -> float | None:
@@ -59,7 +51,7 @@ async def test_redis_restarted_empty_decides_nothing_until_an_operator_accepts_t
                 await p.store.ping()
             await p.store.put_record(RECORD)  # the approvals loaded again: c1's binding is not among them
             await p.send("c2", HO)  # a second use of the approval c1 used: with the binding gone, it would pass
-            lost_after = await _until(lambda: gk.readiness()[1].get("reason") == "redis lost its data", 15)
+            lost_after = await until(lambda: gk.readiness()[1].get("reason") == "redis lost its data", 15)
             assert lost_after < 5
             got = await p.collect(lambda g: any(a.doc.get("alert") == "redis-data-lost" for a in g.alerts))
             [alert] = [a for a in got.alerts if a.doc.get("alert") == "redis-data-lost"]
@@ -123,10 +115,10 @@ async def test_a_paused_redis_is_not_ready_within_seconds_and_nothing_is_dead_le
                 admin.execute_command("CLIENT", "PAUSE", "10000")
             paused = time.monotonic()
             await p.send("c1", RB)  # a batch that gets stuck on the paused Redis
-            not_ready_after = await _until(lambda: not gk.readiness()[0], 10)
+            not_ready_after = await until(lambda: not gk.readiness()[0], 10)
             assert gk.readiness()[1]["reason"] == "redis unavailable", gk.readiness()
             assert not_ready_after < 5, not_ready_after
-            await _until(lambda: gk.readiness()[0], 30)
+            await until(lambda: gk.readiness()[0], 30)
             ready_again_after = time.monotonic() - paused
             assert ready_again_after >= 9.5  # not before the pause ended
             got = await p.collect(lambda g: g.count("c1") == 2)
@@ -185,7 +177,7 @@ async def _one_handoff_then_stop(p: Pipeline) -> None:
     await p.store.put_record(RECORD)
     await p.send("c1", HO)
     await p.collect(lambda g: g.count("c1") == 1)
-    await _until(lambda: p.gatekeeper._checkpoint.watermarks.last_committed((p.route().input, 0)) == 1)
+    await until(lambda: p.gatekeeper._checkpoint.watermarks.last_committed((p.route().input, 0)) == 1)
     p.gatekeeper.request_stop()
     await asyncio.wait_for(p.task, 20)
 
@@ -204,7 +196,7 @@ async def test_a_loss_while_no_gatekeeper_ran_is_caught_at_startup(
             await p.send("c2", HO)  # the approval's second use
             gk, task, store = await _start(p.settings)
             try:
-                await _until(lambda: gk.readiness()[1].get("reason") == "redis lost its data", 20)
+                await until(lambda: gk.readiness()[1].get("reason") == "redis lost its data", 20)
                 await asyncio.sleep(2)
                 assert (await p.collector.settle(0.5)).count("c2") == 0
                 assert await p.store.generation() is None  # it wrote no marker of its own
