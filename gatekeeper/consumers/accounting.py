@@ -17,7 +17,8 @@ from gatekeeper.consumers.holds import Pending
 from gatekeeper.consumers.outcomes import OutcomeKind
 from gatekeeper.masking import mask_line
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
-from gatekeeper.policy import Decision, Reason, Verdict
+from gatekeeper.policy import Decision
+from gatekeeper.policy.model import ALERT, DEAD_LETTER, FORWARD, INTERNAL_ERROR
 
 log = logging.getLogger("gatekeeper.consumers.loop")  # the worker's logger: operators filter on it
 
@@ -90,12 +91,12 @@ def account(
                 known = per_route[name] = (rt, rt.targets.dry_run, [], [0, []])
             rt, dry, seconds, told = known
             msg = d.message
-            dead = d.verdict is Verdict.DEAD_LETTER
+            dead = d.verdict is DEAD_LETTER
             # the members themselves as label values: a StrEnum is its value (``.value`` is a Python-level call)
-            lines[name, msg.type if msg is not None else "none", Verdict.FORWARD if dead and dry else d.verdict] += 1
+            lines[name, msg.type if msg is not None else "none", FORWARD if dead and dry else d.verdict] += 1
             seconds.append(max(0.0, now - p.first_seen))  # observed once a batch (``BatchHistogram``)
             reason = d.reason if d.reason is not None else "none"
-            alerts = d.raise_alert or d.verdict is Verdict.ALERT  # ``Decision.alerts``, without its call a line
+            alerts = d.raise_alert or d.verdict is ALERT  # ``Decision.alerts``, without its call a line
             if d.repeated:
                 count.add(m.repeated, name)
             if dead and dry:
@@ -109,7 +110,7 @@ def account(
                     for pr in (*d.problems, *d.notes):
                         if pr.code in HANDOFF_PROBLEM_CODES:
                             count.add(m.handoff_problems, name, pr.code)  # labels: route, code
-                if d.reason is Reason.INTERNAL_ERROR:
+                if d.reason is INTERNAL_ERROR:
                     count.add(m.internal_errors, name, "decide")  # labels: route, stage
                 told[0] += 1
                 if dead:
@@ -132,8 +133,8 @@ def account(
 
 def log_decision(p: Pending, d: Decision, rt: RouteRuntime, dry: bool) -> None:
     level = logging.WARNING if d.alerts else logging.INFO
-    what = "alert" if d.alerts and d.verdict is not Verdict.DEAD_LETTER else "dead-letter"
-    if dry and d.verdict is Verdict.DEAD_LETTER:
+    what = "alert" if d.alerts and d.verdict is not DEAD_LETTER else "dead-letter"
+    if dry and d.verdict is DEAD_LETTER:
         what = "would dead-letter (dry-run)"
     log.log(
         level,

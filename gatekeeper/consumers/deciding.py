@@ -33,8 +33,9 @@ from gatekeeper.consumers.outcomes import Decided, Outcome, Targets, bare_dead_l
 from gatekeeper.consumers.sending import Send
 from gatekeeper.metrics import Metrics
 from gatekeeper.notices import Notice, refusal_notice
-from gatekeeper.policy import Decision, Mode, Record, RoutePolicy, SenderProof, Verdict
+from gatekeeper.policy import Decision, Mode, Record, RoutePolicy, SenderProof
 from gatekeeper.policy.decide import error_text
+from gatekeeper.policy.model import DEAD_LETTER, HOLD
 from gatekeeper.processor import QUEUED, Line, Processor
 from gatekeeper.store import Store
 from gatekeeper.verdicts import signer_for
@@ -228,7 +229,7 @@ def notice_for(p: Pending, d: Decision, rt: RouteRuntime, proof: SenderProof | N
     """The refusal notice of a dead-lettered line to write (``gatekeeper.notices``), or None: none is due, the route
     turned them off, or it is a dry-run route (which only counts it). A notice that cannot be built is logged and
     counted (``internal_errors{stage="outcome"}``): the line's own records go without it."""
-    if d.verdict is not Verdict.DEAD_LETTER or not rt.config.refusal_notices:
+    if d.verdict is not DEAD_LETTER or not rt.config.refusal_notices:
         return None
     try:
         notice = refusal_notice(d, p.source.value, rt.policy, proof)
@@ -259,7 +260,7 @@ def build_sends(
     sends: list[Send] = []
     for i, p in enumerate(b.lines):
         d = b.decisions[i]
-        if d.verdict is Verdict.HOLD:
+        if d.verdict is HOLD:
             queued = any(pr.code == QUEUED for pr in d.problems)
             awaits = None if queued or d.message is None else d.message.re
             b.held.append((p, awaits))
@@ -304,9 +305,9 @@ def route_outcomes(
     places, lines = [], []
     for i, proof in zip(idxs, proofs, strict=True):
         p, d = pending[i], decisions[i]
-        if d.verdict is Verdict.HOLD:
+        if d.verdict is HOLD:
             continue
-        notice = notice_for(p, d, rt, proof, metrics) if d.verdict is Verdict.DEAD_LETTER else None
+        notice = notice_for(p, d, rt, proof, metrics) if d.verdict is DEAD_LETTER else None
         places.append(i)
         lines.append(Decided(d, p.source, p.conversation, notice))
     if not lines:

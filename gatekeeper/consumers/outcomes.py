@@ -98,7 +98,8 @@ import msgspec
 
 from gatekeeper import __version__
 from gatekeeper.notices import AUTHOR, Notice
-from gatekeeper.policy import Decision, Verdict
+from gatekeeper.policy import Decision
+from gatekeeper.policy.model import ALERT, DEAD_LETTER, HOLD
 from gatekeeper.verdicts import DRY_RUN, NOTICE, Signer
 from rwcore import _native
 
@@ -249,7 +250,7 @@ def build_all(
     signer = targets.signer
     args: list[tuple[Any, ...]] = []
     for decision, source, conversation, notice in lines:
-        if decision.verdict is Verdict.HOLD:
+        if decision.verdict is HOLD:
             raise ValueError("a held line has no outcome yet")
         sig = notice_sig = None
         if signer is not None:
@@ -271,9 +272,9 @@ def _signatures(
 ) -> tuple[bytes | None, bytes | None]:
     """``gk.sig`` of a line's output record and of its refusal notice (None: not signed; a dead letter never is)."""
     route = targets.name or source.topic
-    dead = decision.verdict is Verdict.DEAD_LETTER
+    dead = decision.verdict is DEAD_LETTER
     if not dead or targets.dry_run:
-        verdict = DRY_RUN if targets.dry_run else "alert" if decision.verdict is Verdict.ALERT else "forward"
+        verdict = DRY_RUN if targets.dry_run else "alert" if decision.verdict is ALERT else "forward"
         sig = signer.sign(route, conversation, source.value, verdict, repeat=decision.repeated, clears=decision.clears)
         return sig, None
     if notice is not None and conversation is not None:
