@@ -351,10 +351,15 @@ def build_outcomes(
     level: int = 0,
 ) -> list[_Record | None]: ...
 def build_outcomes_all(
-    route: OutcomeRoute, lines: list[tuple[Any, ...]], now: float, outcome: Any, kinds: dict[str, Any]
+    route: OutcomeRoute,
+    lines: list[tuple[Any, Any, str | None, Any]],
+    sigs: list[tuple[bytes | None, bytes | None]] | None,
+    now: float,
+    outcome: Any,
+    kinds: dict[str, Any],
 ) -> list[list[Any]]:
-    """Each line's ``outcome`` values at level 0, a line being ``(decision, source, conversation, notice, sig,
-    notice_sig)``."""
+    """Each line's ``outcome`` values at level 0, a line being ``(decision, source, conversation, notice)``, its
+    ``(sig, notice_sig)`` in ``sigs`` (None: nothing signed)."""
 
 def record_size(key: bytes | None, value: bytes, headers: Iterable[tuple[str, bytes]]) -> int: ...
 def iso_time(epoch: float) -> str: ...

@@ -29,7 +29,7 @@ from gatekeeper.auth import KeyRing
 from gatekeeper.config import Route, Settings
 from gatekeeper.consumers.breaker import DeadLetterBreaker
 from gatekeeper.consumers.holds import TP, Pending
-from gatekeeper.consumers.outcomes import Decided, Outcome, Targets, bare_dead_letter, build_all
+from gatekeeper.consumers.outcomes import DecidedLine, Outcome, Targets, bare_dead_letter, build_all
 from gatekeeper.consumers.sending import Send
 from gatekeeper.metrics import Metrics
 from gatekeeper.notices import Notice, refusal_notice
@@ -184,8 +184,7 @@ class Prebuilt:
 
     def __call__(self, decisions: list[Decision]) -> None:
         self.decisions = decisions
-        by_place = dict(zip(self.idxs, decisions, strict=True))
-        self.outcomes = route_outcomes(self.pending, by_place, self.idxs, self.proofs, self.rt, self.now, self.metrics)
+        self.outcomes = route_outcomes(self.pending, self.idxs, decisions, self.proofs, self.rt, self.now, self.metrics)
 
 
 async def decide(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metrics: Metrics) -> None:
@@ -284,32 +283,36 @@ def outcomes(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metrics: 
             by_route.setdefault(p.route, []).append(i)
     built = dict(b.built)
     for name, idxs in by_route.items():
+        decisions = [b.decisions[i] for i in idxs]
         proofs = [b.proofs.get(i) for i in idxs]
-        built.update(route_outcomes(b.lines, b.decisions, idxs, proofs, routes[name], now, metrics))
+        built.update(route_outcomes(b.lines, idxs, decisions, proofs, routes[name], now, metrics))
     return built
 
 
 def route_outcomes(
     pending: Sequence[Pending],
-    decisions: Mapping[int, Decision],
     idxs: Sequence[int],
+    decisions: Sequence[Decision],
     proofs: Sequence[SenderProof | None],
     rt: RouteRuntime,
     now: float,
     metrics: Metrics,
 ) -> dict[int, list[Outcome]]:
-    """The outcomes of a route's decided lines (``idxs``: their places in ``pending`` and ``decisions``; a held line
-    has none), built in one call (``outcomes.build_all``). When that call raises (a bug in building the records),
-    the lines are built again one by one: a line whose building raises is dead-lettered bare, ``internal-error``,
-    never forwarded."""
-    places, lines = [], []
-    for i, proof in zip(idxs, proofs, strict=True):
-        p, d = pending[i], decisions[i]
-        if d.verdict is HOLD:
+    """The outcomes of a route's decided lines (``idxs``: their places in ``pending``, each with its decision and
+    proof; a held line has none), built in one call (``outcomes.build_all``). When that call raises (a bug in
+    building the records), the lines are built again one by one: a line whose building raises is dead-lettered
+    bare, ``internal-error``, never forwarded."""
+    places: list[int] = []
+    lines: list[DecidedLine] = []
+    for i, d, proof in zip(idxs, decisions, proofs, strict=True):
+        verdict = d.verdict
+        if verdict is HOLD:
             continue
-        notice = notice_for(p, d, rt, proof, metrics) if d.verdict is DEAD_LETTER else None
+        p = pending[i]
         places.append(i)
-        lines.append(Decided(d, p.source, p.conversation, notice))
+        lines.append(
+            (d, p.source, p.conversation, notice_for(p, d, rt, proof, metrics) if verdict is DEAD_LETTER else None)
+        )
     if not lines:
         return {}
     try:
@@ -319,7 +322,7 @@ def route_outcomes(
     return dict(zip(places, made, strict=True))
 
 
-def _guarded(p: Pending, line: Decided, rt: RouteRuntime, now: float, metrics: Metrics) -> list[Outcome]:
+def _guarded(p: Pending, line: DecidedLine, rt: RouteRuntime, now: float, metrics: Metrics) -> list[Outcome]:
     try:
         return build_all([line], rt.targets, sensitive=rt.sensitive, now=now)[0]
     except Exception as exc:  # a bug in building the records: the line is held back, never waved through

@@ -90,7 +90,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -99,7 +99,7 @@ import msgspec
 from gatekeeper import __version__
 from gatekeeper.notices import AUTHOR, Notice
 from gatekeeper.policy import Decision
-from gatekeeper.policy.model import ALERT, DEAD_LETTER, HOLD
+from gatekeeper.policy.model import ALERT, DEAD_LETTER
 from gatekeeper.verdicts import DRY_RUN, NOTICE, Signer
 from rwcore import _native
 
@@ -215,12 +215,17 @@ _VERSION = ("gk.version", __version__.encode())
 
 
 class Decided(NamedTuple):
-    """A decided line to build the outcomes of (``build_all``)."""
+    """A decided line to build the outcomes of (``build_all``). A plain tuple of the same four values builds the
+    same: the worker makes those (a tuple display is a tenth of a named tuple's call)."""
 
     decision: Decision
     source: Source
     conversation: str | None
     notice: Notice | None = None
+
+
+#: What ``build_all`` takes of a line: a ``Decided``, or a plain tuple of the same values.
+DecidedLine = tuple[Decision, Source, str | None, Notice | None]
 
 
 def build(
@@ -241,23 +246,18 @@ def build(
 
 
 def build_all(
-    lines: Sequence[Decided], targets: Targets, *, sensitive: Collection[str] = (), now: float
+    lines: list[DecidedLine], targets: Targets, *, sensitive: Collection[str] = (), now: float
 ) -> list[list[Outcome]]:
     """The outcomes of a route's decided lines, each line's in a list of its own (see ``build``), in one call to
     the native engine (``engine::outcomes``), which makes the ``Outcome`` values too: no Python runs per line here
     but the signatures, made with the ``Signer``'s key when signing is configured. Raises ``ValueError`` for a held
     line (it has no outcome yet), and whatever a bug raises: the caller then builds the lines one by one."""
     signer = targets.signer
-    args: list[tuple[Any, ...]] = []
-    for decision, source, conversation, notice in lines:
-        if decision.verdict is HOLD:
-            raise ValueError("a held line has no outcome yet")
-        sig = notice_sig = None
-        if signer is not None:
-            sig, notice_sig = _signatures(signer, targets, decision, source, conversation, notice)
-        args.append((decision, source, conversation, notice, sig, notice_sig))
+    sigs = None
+    if signer is not None:
+        sigs = [_signatures(signer, targets, *line) for line in lines]
     made: list[list[Outcome]] = _native.build_outcomes_all(
-        _route(targets, frozenset(sensitive)), args, now, Outcome, _KINDS
+        _route(targets, frozenset(sensitive)), lines, sigs, now, Outcome, _KINDS
     )
     return made
 
@@ -326,6 +326,7 @@ __all__ = [
     "HEADER_PREFIX",
     "OUTCOME_TOO_LARGE",
     "Decided",
+    "DecidedLine",
     "Outcome",
     "OutcomeKind",
     "Source",

@@ -308,7 +308,8 @@ fn build_outcomes<'py>(
 }
 
 /// The outcomes of a route's decided lines in one call (`gatekeeper.consumers.outcomes.build_all`): for each line
-/// `(decision, source, conversation, notice, sig, notice_sig)`, its records at level 0, each made an `outcome`
+/// `(decision, source, conversation, notice)`, with its `(sig, notice_sig)` in `sigs` when signing is configured
+/// (None: nothing is signed), its records at level 0, each made an `outcome`
 /// (`Outcome(kind, topic, key, value, headers, source, level, draft, size)`, `kinds` mapping a kind's name to
 /// its member) whose draft is `(the line's build_outcomes arguments, its place among them)`: what a further trim
 /// level is built again from. A line whose records cannot be built fails the call (the caller builds the lines
@@ -318,20 +319,36 @@ fn build_outcomes_all<'py>(
     py: Python<'py>,
     route: &Bound<'py, OutcomeRoute>,
     lines: &Bound<'py, PyList>,
+    sigs: Option<&Bound<'py, PyList>>,
     now: f64,
     outcome: &Bound<'py, PyAny>,
     kinds: &Bound<'py, pyo3::types::PyDict>,
 ) -> PyResult<Bound<'py, PyList>> {
+    if sigs.is_some_and(|s| s.len() != lines.len()) {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "a batch's lines and their signatures differ in number",
+        ));
+    }
     let now_py = now.into_pyobject(py)?;
     let zero = 0u8.into_pyobject(py)?;
+    let none = py.None().into_bound(py);
     let all = PyList::empty(py);
     let mut made_once = MadeOnce::default();
-    for item in lines.iter() {
+    for (i, item) in lines.iter().enumerate() {
         let item = item.cast_into::<PyTuple>()?;
-        let [decision, source, conversation, notice, sig, notice_sig]: [Bound<'py, PyAny>; 6] =
-            item.iter().collect::<Vec<_>>().try_into().map_err(|_| {
-                pyo3::exceptions::PyValueError::new_err("a line to build is 6 values")
-            })?;
+        if item.len() != 4 {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "a line to build is 4 values",
+            ));
+        }
+        let (decision, source) = (item.get_item(0)?, item.get_item(1)?);
+        let (conversation, notice) = (item.get_item(2)?, item.get_item(3)?);
+        let (sig, notice_sig) = match sigs {
+            Some(s) => s
+                .get_item(i)?
+                .extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?,
+            None => (none.clone(), none.clone()),
+        };
         let drafts = drafts_of(
             route.get(),
             &decision,
@@ -358,7 +375,7 @@ fn build_outcomes_all<'py>(
             ],
         )?;
         let out = PyList::empty(py);
-        for (i, draft) in drafts.iter().enumerate() {
+        for (place, draft) in drafts.iter().enumerate() {
             let Some(view) = crate::guarded(|| draft.view(0))? else {
                 continue;
             };
@@ -373,7 +390,7 @@ fn build_outcomes_all<'py>(
                 made_once.headers(py, view.headers())?,
                 &source,
                 &zero,
-                (&args, i),
+                (&args, place),
                 view.size(),
             ))?;
             out.append(made)?;
