@@ -144,16 +144,17 @@ class BatchHistogram(Collector):
         registry.register(self)
 
     def observe_all(self, route: str, values: Iterable[float]) -> None:
-        """Observe each value (seconds) for ``route``; no value makes no series (as a histogram never observed)."""
-        found = [0] * len(self._bounds)
-        total = 0.0
-        place = bisect.bisect_left
-        bounds = self._bounds
-        for v in values:
-            found[place(bounds, v)] += 1  # the first bound >= v: Prometheus's ``le``
-            total += v
-        if not any(found):
+        """Observe each value (seconds) for ``route``; no value makes no series (as a histogram never observed).
+        The values are sorted and each bound placed among them (Prometheus's ``le``: a value counts under the first
+        bound it does not exceed), rather than each value among the bounds: no Python runs per value."""
+        ordered = sorted(values)
+        if not ordered:
             return
+        place = bisect.bisect_right
+        under = [place(ordered, b) for b in self._bounds]  # how many values each bound is at or above
+        found = [under[0], *(hi - lo for lo, hi in itertools.pairwise(under))]
+        total = sum(ordered)
+        bounds = self._bounds
         with self._lock:
             counts, sums = self._series.setdefault(route, ([0] * len(bounds), [0.0]))
             for i, n in enumerate(found):

@@ -10,6 +10,9 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from itertools import compress, groupby
+from operator import attrgetter
 from typing import Any
 
 from gatekeeper.consumers.deciding import Batch, RouteRuntime
@@ -62,6 +65,24 @@ class Tally:
         self._counts.clear()
 
 
+@dataclass(slots=True)
+class _RouteCount:
+    """What a batch counts of one route's lines, read and kept once a batch: its runtime, whether it is a dry run,
+    its lines' latencies, the types of its lines that are plainly forwarded (counted at the end: a ``Counter`` of
+    strings counts them in C), and what the breaker is told (the lines decided now, the reasons of those
+    dead-lettered)."""
+
+    rt: RouteRuntime
+    dry: bool
+    seconds: list[float] = field(default_factory=list)
+    forwarded: list[str] = field(default_factory=list)
+    told: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+_ROUTE, _KIND, _ACKED = attrgetter("route"), attrgetter("outcome.kind"), attrgetter("acked")
+
+
 def account(
     b: Batch, routes: Mapping[str, RouteRuntime], metrics: Metrics, child: Children, now: float
 ) -> dict[str, tuple[int, list[str]]]:
@@ -69,66 +90,77 @@ def account(
     dead-lettered (the breaker's window). The counters are tallied first and added to once per batch."""
     m = metrics
     count = Tally()
-    # per route, read once a batch: its runtime, whether it is a dry run, its lines' latencies, and what the
-    # breaker is told (the lines decided now, the reasons of those dead-lettered)
-    per_route: dict[str, tuple[RouteRuntime, bool, list[float], list[Any]]] = {}
+    per_route: dict[str, _RouteCount] = {}
     # the two counts every line and record adds to, kept by label values here and tallied once (a call each cost
     # more than the rest of its line's counting)
     lines: Counter[tuple[str, str, str]] = Counter()
     acked: Counter[tuple[str, OutcomeKind]] = Counter()
     try:
-        acked.update((s.route, s.outcome.kind) for s in b.sends or () if s.acked)
+        sent = list(compress(b.sends or (), map(_ACKED, b.sends or ())))
+        for route, run in groupby(sent, _ROUTE):  # a run of one route's records: their kinds counted in C
+            for kind, n in Counter(map(_KIND, run)).items():
+                acked[route, kind] += n
         if any(kind is OutcomeKind.NOTICE for _, kind in acked):  # a dry-run route's are counted as they are built
-            for s in b.sends or ():
-                if s.acked and s.outcome.kind is OutcomeKind.NOTICE:
+            for s in sent:
+                if s.outcome.kind is OutcomeKind.NOTICE:
                     reason = (s.outcome.header("gk.notice.reason") or b"none").decode("ascii", "replace")
                     count.add(m.refusal_notices, s.route, reason)
         for p, d in b.done:
             name = p.route
-            known = per_route.get(name)
-            if known is None:
+            r = per_route.get(name)
+            if r is None:
                 rt = routes[name]
-                known = per_route[name] = (rt, rt.targets.dry_run, [], [0, []])
-            rt, dry, seconds, told = known
+                r = per_route[name] = _RouteCount(rt, rt.targets.dry_run)
             msg = d.message
-            dead = d.verdict is DEAD_LETTER
+            verdict = d.verdict
+            r.seconds.append(now - p.first_seen)  # observed once a batch (``BatchHistogram``), none below zero
+            if (
+                verdict is FORWARD and not (d.repeated or d.raise_alert or d.problems or d.notes) and p.forced is None
+            ):  # most lines: nothing to count but the line itself
+                r.forwarded.append(msg.type if msg is not None else "none")
+                r.told += 1
+                continue
+            dead = verdict is DEAD_LETTER
             # the members themselves as label values: a StrEnum is its value (``.value`` is a Python-level call)
-            lines[name, msg.type if msg is not None else "none", FORWARD if dead and dry else d.verdict] += 1
-            seconds.append(max(0.0, now - p.first_seen))  # observed once a batch (``BatchHistogram``)
+            lines[name, msg.type if msg is not None else "none", FORWARD if dead and r.dry else verdict] += 1
             reason = d.reason if d.reason is not None else "none"
-            alerts = d.raise_alert or d.verdict is ALERT  # ``Decision.alerts``, without its call a line
+            alerts = d.raise_alert or verdict is ALERT  # ``Decision.alerts``, without its call a line
             if d.repeated:
                 count.add(m.repeated, name)
-            if dead and dry:
+            if dead and r.dry:
                 count.add(m.would_dead_letter, name, reason)
             elif dead:
                 count.add(m.dead_letters, name, reason)
             if alerts:
                 count.add(m.alerts, name, reason)
             if not d.repeated:
-                if d.problems or d.notes:
-                    for pr in (*d.problems, *d.notes):
-                        if pr.code in HANDOFF_PROBLEM_CODES:
-                            count.add(m.handoff_problems, name, pr.code)  # labels: route, code
+                for pr in (*d.problems, *d.notes):
+                    if pr.code in HANDOFF_PROBLEM_CODES:
+                        count.add(m.handoff_problems, name, pr.code)  # labels: route, code
                 if d.reason is INTERNAL_ERROR:
                     count.add(m.internal_errors, name, "decide")  # labels: route, stage
-                told[0] += 1
+                r.told += 1
                 if dead:
-                    told[1].append(str(reason))  # a plain str: the breaker keeps and reports them
+                    r.reasons.append(str(reason))  # a plain str: the breaker keeps and reports them
             if p.forced is not None:
                 count.add(m.holds_forced, name, p.forced)  # labels: route, bound
             if dead or alerts:
-                log_decision(p, d, rt, dry)
+                log_decision(p, d, r.rt, r.dry)
     finally:  # what was counted before a line that raised is added all the same, as when each line added its own
+        for name, r in per_route.items():
+            for typ, n in Counter(r.forwarded).items():
+                lines[name, typ, FORWARD] += n
         for (route, kind), n in acked.items():
             count.add_n(m.outcomes, n, route, kind)
         for labels, n in lines.items():
             count.add_n(m.lines, n, *labels)
         count.flush(child)
-        for name, (_, _, seconds, _) in per_route.items():
+        for name, r in per_route.items():
+            seconds = r.seconds
+            if seconds and min(seconds) < 0.0:  # a clock set back meanwhile: no line took less than nothing
+                seconds = [max(0.0, s) for s in seconds]
             m.line_seconds.observe_all(name, seconds)
-    decided = {name: (n, reasons) for name, (_, _, _, (n, reasons)) in per_route.items() if n}
-    return decided
+    return {name: (r.told, r.reasons) for name, r in per_route.items() if r.told}
 
 
 def log_decision(p: Pending, d: Decision, rt: RouteRuntime, dry: bool) -> None:
