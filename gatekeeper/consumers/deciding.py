@@ -23,6 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from gatekeeper.approvals import ApproverRing
 from gatekeeper.auth import KeyRing
@@ -120,6 +121,9 @@ class RouteRuntime:
         )
 
 
+_TOPIC, _PARTITION = attrgetter("source.topic"), attrgetter("source.partition")
+
+
 @dataclass(slots=True, eq=False)
 class Batch:
     """The lines in flight: decided (``decisions``), their records (``sends``), the lines held again (``held``,
@@ -138,6 +142,10 @@ class Batch:
     attempts: int = 0
     generation: int = 0  # exactly-once: the worker's open-generation when its lines were read (see the loop)
     holds_taken: bool = False  # its held lines are in the hold buffer (once: a batch sent again keeps them there)
+
+    def partitions(self) -> set[TP]:
+        """The input partitions its lines were read from."""
+        return set(zip(map(_TOPIC, self.lines), map(_PARTITION, self.lines), strict=True))
 
     def only(self, partitions: Collection[TP]) -> Batch:
         """The part of the batch read from these input partitions, as far as it got (its decisions, records and
@@ -197,16 +205,19 @@ async def decide(b: Batch, routes: Mapping[str, RouteRuntime], now: float, metri
             continue
         rt = routes[name]
         hold = rt.config.hold_seconds
-        proofs = [rt.sender(b.lines[i]) for i in idxs]
+        pending = [b.lines[i] for i in idxs]
+        proofs: list[SenderProof | None] = [None] * len(idxs) if rt.keys is None else [rt.sender(p) for p in pending]
         lines = [
+            # Line's fields in order: conversation, value, first_seen, replay, partition, sender
             Line(
-                b.lines[i].conversation,
-                b.lines[i].source.value,
-                first_seen=first_seen(b.lines[i], hold, now),
-                partition=b.lines[i].source.partition,
-                sender=proof,
+                p.conversation,
+                p.source.value,
+                p.first_seen if p.forced is None else first_seen(p, hold, now),
+                False,
+                p.source.partition,
+                proof,
             )
-            for i, proof in zip(idxs, proofs, strict=True)
+            for p, proof in zip(pending, proofs, strict=True)
         ]
         prebuilt = Prebuilt(b.lines, idxs, proofs, rt, now, metrics)
         started = time.perf_counter()

@@ -166,7 +166,7 @@ class ExactlyOnce:
         unfinished = result.unfinished
         if not unfinished:
             return Delivered(b, b)
-        done = b.only({p.tp for p in b.lines} - unfinished)
+        done = b.only(b.partitions() - unfinished)
         rest = b.only(set(result.failed))
         error = next(iter(result.failed.values()), None)
         return Delivered(done, done, rest if rest.lines else None, error, dict(result.broken))

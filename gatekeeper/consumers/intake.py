@@ -7,6 +7,7 @@ then dead-letters the line ``no-conversation``). Every record taken in moves its
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any
 
 from aiokafka import TopicPartition
@@ -32,6 +33,9 @@ def conversation_of(key: bytes | None, headers: Iterable[tuple[str, bytes]], hea
     return None
 
 
+_OFFSET = attrgetter("offset")
+
+
 def take_in(
     records: Mapping[TopicPartition, Sequence[Any]],
     conversation_headers: Mapping[str, str | None],
@@ -52,8 +56,12 @@ def take_in(
             headers = tuple((str(k), bytes(v) if v is not None else b"") for k, v in r.headers) if r.headers else ()
             key, value = r.key, r.value
             source = Source(topic, partition, r.offset, value if value is not None else b"", key, r.timestamp, headers)
-            out.append(Pending(source, topic, conversation_of(key, headers, header), now))
-        last[(tp.topic, tp.partition)] = max(r.offset for r in recs)
+            if key and key.isascii():  # nearly every record: its key is its conversation, no decoding can fail
+                conversation: str | None = key.decode("ascii")
+            else:
+                conversation = conversation_of(key, headers, header)
+            out.append(Pending(source, topic, conversation, now))
+        last[(tp.topic, tp.partition)] = max(map(_OFFSET, recs))
     # once a fetch, and only once every record of it is a pending line: none is passed before it is taken in
     for partition, offset in last.items():
         watermarks.consumed(partition, offset)

@@ -533,9 +533,10 @@ class Gatekeeper:
             # Only the lines of partitions held now: a partition revoked while this batch held the lock too long is
             # not ours (its lines would be saved unfenced, its epoch gone); exactly-once, a line read before its
             # partition was opened again may come from a stale offset. Their owner reads them again.
-            stale = self._assigned.stale({p.tp for p in b.lines}, b.generation)
+            partitions = b.partitions()
+            stale = self._assigned.stale(partitions, b.generation)
             if stale:
-                b = b.only({p.tp for p in b.lines} - stale)
+                b = b.only(partitions - stale)
                 self._batch = b if b.lines else None
                 if self._batch is None:
                     return
