@@ -11,8 +11,8 @@ records and the route, and turns what it decides into the policy's ``Decision``;
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any, overload
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, cast, overload
 
 import msgspec
 
@@ -277,7 +277,10 @@ def decide(
         message=message,
         decided_at=now,
         raise_alert=raise_alert,
-        effects=EngineEffects(effects, problems, msg, text, now, state, records) if len(effects) else (),
+        # a registered Sequence (a struct cannot derive from the ABC too): cast for the type checker
+        effects=cast(Sequence[Effect], EngineEffects(effects, (problems, msg, text, now, state, records)))
+        if len(effects)
+        else (),
         clears=clears,
     )
 
@@ -325,30 +328,22 @@ def decide_batch(
     return _native.decide_batch(prepared, native_route(route), list(lines), states, overlay, now, (*_KIT, queued))
 
 
-class EngineEffects(Sequence[Effect]):
+class EngineEffects(msgspec.Struct, gc=False):
     """A decision's effects as the engine made them (``rwcore._native.Effects``): ``policy.apply`` applies them
-    natively, whole; the policy's values of them (``RememberLine``, ``OpenHandoff``...) are made only when read."""
+    natively, whole; the policy's values of them (``RememberLine``, ``OpenHandoff``...) are made only when read. A
+    sequence of those values (registered as a ``Sequence``); a struct, so the engine makes one a line without a
+    Python ``__init__``."""
 
-    __slots__ = ("_made", "_source", "native")
-
-    def __init__(
-        self,
-        native: _native.Effects,
-        problems: tuple[Problem, ...],
-        msg: Message | None,
-        text: str | None,
-        now: float,
-        state: ConversationState,
-        records: RecordView,
-    ) -> None:
-        self.native = native
-        self._source = (problems, msg, text, now, state, records)
-        self._made: tuple[Effect, ...] | None = None
+    native: _native.Effects
+    #: what the values are made of when read: the decision's problems, the message, the line's text as the gate
+    #: read it (``bytes`` from a batch, decoded only when read), the time, the state and the records
+    source: tuple[tuple[Problem, ...], Message | None, str | bytes | None, float, ConversationState, RecordView]
+    made: tuple[Effect, ...] | None = None
 
     def _values(self) -> tuple[Effect, ...]:
-        if self._made is None:
-            self._made = tuple(_effect(e, *self._source) for e in self.native.tuples())
-        return self._made
+        if self.made is None:
+            self.made = tuple(_effect(e, *self.source) for e in self.native.tuples())
+        return self.made
 
     def __len__(self) -> int:
         return len(self.native)
@@ -360,6 +355,9 @@ class EngineEffects(Sequence[Effect]):
     def __getitem__(self, i: int | slice) -> Effect | tuple[Effect, ...]:
         return self._values()[i]
 
+    def __iter__(self) -> Iterator[Effect]:
+        return iter(self._values())
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and tuple(self) == tuple(other)
 
@@ -369,16 +367,19 @@ class EngineEffects(Sequence[Effect]):
         return repr(self._values())
 
 
+Sequence.register(EngineEffects)
+
+
 def _effect(
     e: tuple[Any, ...],
     problems: tuple[Problem, ...],
     msg: Message | None,
-    text: str | None,
+    text: str | bytes | None,
     now: float,
     state: ConversationState,
     records: RecordView,
 ) -> Effect:
-    """One of the engine's effects as the policy's value."""
+    """One of the engine's effects as the policy's value (``text`` as bytes: UTF-8, the gate let it through)."""
     kind = e[0]
     if kind == "line":
         _, line_id, digest, typ, verdict, reason, re_, keep_text = e
@@ -390,7 +391,7 @@ def _effect(
             at=now,
             re=re_,
             problems=problems,
-            text=text if keep_text else None,
+            text=(text.decode("utf-8") if isinstance(text, bytes) else text) if keep_text else None,
         )
         return RememberLine(line_id, entry)
     if kind == "open":

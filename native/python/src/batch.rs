@@ -376,8 +376,9 @@ fn decide_all<'py>(
         };
         let is_hold = matches!(dec.verdict, d::Verdict::Hold);
         let theirs = their_problems(&dec, prep);
+        let text_py = text.map(|_| &value);
         let (decision, effects) = decision_py(
-            &kit, dec, prep, message, text, &state_py, overlay, looked_up, now,
+            &kit, dec, prep, message, text_py, &state_py, overlay, looked_up, now,
         )?;
         decisions.append(decision)?;
         if let (Some(effects), Some(c)) = (effects, &conv) {
@@ -431,14 +432,15 @@ fn their_problems<'a>(dec: &d::Decision, prep: &'a Prep) -> &'a [Finding] {
 }
 
 /// The policy's `Decision` of the engine's decision of a line, and its effects (`state::Effects`) to apply, when it
-/// has any. `text` is the line as the gate read it; `looked_up` the record the decision found for a handoff.
+/// has any. `text` is the line as the gate read it (the consumed value); `looked_up` the record the decision found
+/// for a handoff.
 #[allow(clippy::too_many_arguments)]
 fn decision_py<'py>(
     kit: &Kit<'py>,
     dec: d::Decision,
     prep: &Prep,
     message: Option<&Bound<'py, PyAny>>,
-    text: Option<&[u8]>,
+    text: Option<&Bound<'py, PyBytes>>,
     state: &Bound<'py, PyAny>,
     overlay: &Bound<'py, PyAny>,
     looked_up: Option<Bound<'py, PyAny>>,
@@ -479,13 +481,13 @@ fn decision_py<'py>(
                 now,
             )?,
         )?;
+        // the text as the gate read it, bytes: decoded only if a value of the effects is read
         let text_py = match text {
-            Some(t) => string(py, t)?,
+            Some(v) => v.clone().into_any(),
             None => py.None().into_bound(py),
         };
-        let effects_py = kit
-            .engine_effects
-            .call1((&native, &problems, message, text_py, now, state, overlay))?;
+        let source = (&problems, message, text_py, now, state, overlay).into_pyobject(py)?;
+        let effects_py = kit.engine_effects.call1((&native, source))?;
         (Some(native), effects_py)
     };
     let decision = kit.decision.call1((
