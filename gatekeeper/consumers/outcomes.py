@@ -170,8 +170,10 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     headers: Headers
     source: Source
     level: int = 0
-    #: what the next trim level is made from: the line's arguments to the engine and the outcome's place among them
+    #: what the next trim level is made from: the line's arguments to the engine (its outcomes share them) and the
+    #: outcome's place among the line's records
     draft: tuple[Any, ...] | None = None
+    place: int = 0
     estimate: int = -1  # ``size``, when the engine computed it with the record
 
     @property
@@ -191,17 +193,19 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
         """The same outcome trimmed one level further, or None when nothing is left to trim."""
         if self.draft is None:
             return None
-        (route, decision, source, conversation, now, notice, sig, notice_sig), index = self.draft
+        route, decision, source, conversation, now, notice, sig, notice_sig = self.draft
         # built again: trimming is rare, and no record keeps in memory what only a trim needs
         record = _native.build_outcomes(
             route, decision, source, conversation, now, notice, sig, notice_sig, self.level + 1
-        )[index]
-        return None if record is None else _outcome(record, self.source, self.draft)
+        )[self.place]
+        return None if record is None else _outcome(record, self.source, self.draft, self.place)
 
 
-def _outcome(record: tuple[str, str, bytes | None, bytes, Headers, int, int], source: Source, draft: Any) -> Outcome:
+def _outcome(
+    record: tuple[str, str, bytes | None, bytes, Headers, int, int], source: Source, draft: Any, place: int
+) -> Outcome:
     kind, topic, key, value, headers, level, size = record
-    return Outcome(_KINDS[kind], topic, key, value, headers, source, level, draft, size)
+    return Outcome(_KINDS[kind], topic, key, value, headers, source, level, draft, place, size)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -310,9 +310,9 @@ fn build_outcomes<'py>(
 /// The outcomes of a route's decided lines in one call (`gatekeeper.consumers.outcomes.build_all`): for each line
 /// `(decision, source, conversation, notice)`, with its `(sig, notice_sig)` in `sigs` when signing is configured
 /// (None: nothing is signed), its records at level 0, each made an `outcome`
-/// (`Outcome(kind, topic, key, value, headers, source, level, draft, size)`, `kinds` mapping a kind's name to
-/// its member) whose draft is `(the line's build_outcomes arguments, its place among them)`: what a further trim
-/// level is built again from. A line whose records cannot be built fails the call (the caller builds the lines
+/// (`Outcome(kind, topic, key, value, headers, source, level, draft, place, size)`, `kinds` mapping a kind's name
+/// to its member) whose draft is the line's build_outcomes arguments and place its place among the line's records:
+/// what a further trim level is built again from. A line whose records cannot be built fails the call (the caller builds the lines
 /// again one by one, each under its own guard).
 #[pyfunction]
 fn build_outcomes_all<'py>(
@@ -390,7 +390,8 @@ fn build_outcomes_all<'py>(
                 made_once.headers(py, view.headers())?,
                 &source,
                 &zero,
-                (&args, place),
+                &args,
+                place,
                 view.size(),
             ))?;
             out.append(made)?;
