@@ -395,10 +395,11 @@ class ConversationState:
     ``open_at_load``: which loaded handoffs were open then; ``legacy``: it was converted from a version-1 document
     (the store deletes the document once the fields are written)."""
 
-    __slots__ = ("_handoffs", "_lines", "_readbacks", "_s", "_tracker")
+    __slots__ = ("_handoffs", "_lines", "_readbacks", "_tracker", "native")
 
     def __init__(self, _state: _native.State | None = None) -> None:
-        self._s = _state if _state is not None else _native.State()
+        #: the native state, for the engine to read (to change it: ``changing``)
+        self.native = _state if _state is not None else _native.State()
         self._forget()
 
     def _forget(self) -> None:
@@ -410,72 +411,67 @@ class ConversationState:
     def changing(self) -> _native.State:
         """The native state, to change (``policy.apply`` only): what the readers made of it is forgotten."""
         self._forget()
-        return self._s
-
-    @property
-    def native(self) -> _native.State:
-        """The native state, for the engine to read."""
-        return self._s
+        return self.native
 
     # ------------------------------------------------------------ the entries
 
     @property
     def lines(self) -> Mapping[str, LineEntry]:
         if self._lines is None:
-            self._lines = _Entries(self._s, "l", self._s.line, lambda _k, raw: _line(raw))
+            self._lines = _Entries(self.native, "l", self.native.line, lambda _k, raw: _line(raw))
         return self._lines
 
     @property
     def handoffs(self) -> Mapping[str, HandoffEntry]:
         if self._handoffs is None:
-            self._handoffs = _Entries(self._s, "o", self._s.handoff, _handoff)
+            self._handoffs = _Entries(self.native, "o", self.native.handoff, _handoff)
         return self._handoffs
 
     @property
     def readbacks(self) -> Mapping[str, ReadbackEntry]:
         if self._readbacks is None:
-            self._readbacks = _Entries(self._s, "r", self._s.readback, _readback)
+            self._readbacks = _Entries(self.native, "r", self.native.readback, _readback)
         return self._readbacks
 
     @property
     def tracker(self) -> ThreadTracker:
         if self._tracker is None:
-            self._tracker = ThreadTracker(self._s.tracker())
+            self._tracker = ThreadTracker(self.native.tracker())
         return self._tracker
 
     @property
     def seq(self) -> int:
         """Lines fed to the thread (the whole conversation's count)."""
-        return self._s.seq
+        return self.native.seq
 
     @property
     def base_open(self) -> int:
-        return self._s.base_open
+        return self.native.base_open
 
     @property
     def open_at_load(self) -> frozenset[str]:
-        return self._s.open_at_load
+        return self.native.open_at_load
 
     @property
     def dirty(self) -> set[str]:
-        return self._s.dirty
+        return self.native.dirty
 
     @property
     def legacy(self) -> bool:
-        return self._s.legacy
+        return self.native.legacy
 
     # ------------------------------------------------------------ open handoffs
 
     def is_open(self, ho: str) -> bool:
-        return self._s.is_open(ho)
+        return self.native.is_open(ho)
 
     def open_delta(self) -> int:
         """How the conversation's open count moved since the load: the loaded handoffs open now, less those open
         then (a handoff opens or closes only through a line that names it, so it is loaded)."""
-        return self._s.open_delta()
+        return self.native.open_delta()
 
     def open_count(self) -> int:
-        return self._s.open_count()
+        return self.native.open_count()
 
     def has_open_handoffs(self) -> bool:
         return self.open_count() > 0
@@ -484,11 +480,11 @@ class ConversationState:
 
     def field(self, name: str) -> str | None:
         """One field's value as stored (None: the entry does not exist). ValueError: not a state field."""
-        return self._s.field(name)
+        return self.native.field(name)
 
     def changed_fields(self) -> dict[str, str]:
         """What a save writes: every field ``apply`` marked, and the header."""
-        return self._s.changed_fields()
+        return self.native.changed_fields()
 
     def save_args(
         self, epoch: int | None, ttl_open: int, ttl: int, now: str, oldest: str, collect_per_save: int, *, json: bool
@@ -496,15 +492,15 @@ class ConversationState:
         """What the Redis save sends of this conversation after its keys, in the save script's order (the epoch,
         the TTL: ``ttl_open`` while a handoff is open, the legacy flag, the scores ``now`` and ``oldest``, how many
         entries to collect, the ids queued, the changed fields): JSON bytes (``json``) or a list."""
-        return self._s.save_args(epoch, ttl_open, ttl, now, oldest, collect_per_save, json)
+        return self.native.save_args(epoch, ttl_open, ttl, now, oldest, collect_per_save, json)
 
     def collection(self) -> list[str]:
         """The ids a save puts in the collection queue: the lines it decided (not handoffs: those once closed), and
         the handoffs that are closed now among those it changed."""
-        return self._s.collection()
+        return self.native.collection()
 
     def all_fields(self) -> dict[str, str]:
-        return self._s.all_fields()
+        return self.native.all_fields()
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, str]) -> ConversationState:
@@ -521,7 +517,7 @@ class ConversationState:
 
     def copy(self) -> ConversationState:
         """An independent copy (the guard of ``gatekeeper.processor`` rolls a line's effects back with it)."""
-        return ConversationState(self._s.copy())
+        return ConversationState(self.native.copy())
 
     def __copy__(self) -> ConversationState:
         return self.copy()
