@@ -1,5 +1,5 @@
 """Intake (``consumers.intake.take_in``): a fetch's records become pending lines, and the read watermarks move only
-once all of them have."""
+once all of them have; a record's conversation follows its rule (``conversation_of``)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from typing import Any
 
 import pytest
 from aiokafka import TopicPartition
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gatekeeper.consumers.holds import Watermarks
-from gatekeeper.consumers.intake import take_in
+from gatekeeper.consumers.intake import conversation_of, take_in
 
 
 @dataclass
@@ -55,3 +57,55 @@ def test_no_watermark_moves_when_a_record_of_the_fetch_cannot_be_taken_in() -> N
     with pytest.raises(RuntimeError):
         take_in(records, {"in": None}, marks, now=1.0)
     assert marks.next_offset(("in", 0)) is None and marks.next_offset(("in", 1)) is None
+
+
+def spec(key: bytes | None, headers: list[tuple[str, bytes]], header: str | None) -> str | None:
+    """The conversation's rule as the docs state it, written plainly: the key as UTF-8, else the first header of
+    the route's name with a value (None when that value is not UTF-8), else None."""
+    if key:
+        try:
+            return key.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    if header is not None:
+        for name, value in headers:
+            if name == header and value:
+                try:
+                    return value.decode("utf-8")
+                except UnicodeDecodeError:
+                    return None
+    return None
+
+
+some_bytes = st.one_of(st.binary(max_size=6), st.text(max_size=4).map(str.encode), st.just(b"\xed\xa0\x80"))
+
+
+@given(
+    st.none() | some_bytes,
+    st.lists(st.tuples(st.sampled_from(["conv", "other", "Conv"]), some_bytes), max_size=4),
+    st.none() | st.sampled_from(["conv", "other"]),
+)
+def test_the_conversation_of_a_record_follows_its_rule(
+    key: bytes | None, headers: list[tuple[str, bytes]], header: str | None
+) -> None:
+    assert conversation_of(key, headers, header) == spec(key, headers, header)
+    taken = take_in(
+        {TopicPartition("in", 0): [Rec(1, b"x", key=key, headers=headers)]}, {"in": header}, Watermarks(), 0
+    )
+    assert taken[0].conversation == spec(key, headers, header)  # the intake's own path for a plain key too
+
+
+def test_a_record_s_headers_are_kept_as_names_and_bytes_and_its_missing_value_as_empty_bytes() -> None:
+    marks = Watermarks()
+    records = {
+        TopicPartition("in", 3): [
+            Rec(7, b"RW1 HO a-1", key=b"\xff", headers=[("conv", None), ("conv", b"c9"), ("x", bytearray(b"y"))]),
+            Rec(8, None, key=None, headers=[("conv", b"\xff"), ("conv", b"c9")]),
+        ]
+    }
+    lines = take_in(records, {"in": "conv"}, marks, now=2.5)
+    assert [p.conversation for p in lines] == ["c9", None]  # a key not UTF-8: the header; a header not UTF-8: none
+    assert lines[0].source.headers == (("conv", b""), ("conv", b"c9"), ("x", b"y"))
+    assert (lines[0].source.topic, lines[0].source.partition, lines[0].source.offset) == ("in", 3, 7)
+    assert (lines[0].route, lines[0].first_seen, lines[1].source.value) == ("in", 2.5, b"")
+    assert marks.next_offset(("in", 3)) == 9
