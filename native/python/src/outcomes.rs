@@ -312,8 +312,8 @@ fn build_outcomes<'py>(
 /// (None: nothing is signed), its records at level 0, each made an `outcome`
 /// (`Outcome(kind, topic, key, value, headers, source, level, draft, place, size)`, `kinds` mapping a kind's name
 /// to its member) whose draft is the line's build_outcomes arguments and place its place among the line's records:
-/// what a further trim level is built again from. A line whose records cannot be built fails the call (the caller builds the lines
-/// again one by one, each under its own guard).
+/// what a further trim level is built again from. A line whose records cannot be built fails the call (the caller
+/// builds the lines again one by one, each under its own guard).
 #[pyfunction]
 fn build_outcomes_all<'py>(
     py: Python<'py>,
