@@ -59,22 +59,22 @@ def test_no_watermark_moves_when_a_record_of_the_fetch_cannot_be_taken_in() -> N
     assert marks.next_offset(("in", 0)) is None and marks.next_offset(("in", 1)) is None
 
 
-def spec(key: bytes | None, headers: list[tuple[str, bytes]], header: str | None) -> str | None:
-    """The conversation's rule as the docs state it, written plainly: the key as UTF-8, else the first header of
-    the route's name with a value (None when that value is not UTF-8), else None."""
-    if key:
-        try:
-            return key.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    if header is not None:
-        for name, value in headers:
-            if name == header and value:
-                try:
-                    return value.decode("utf-8")
-                except UnicodeDecodeError:
-                    return None
-    return None
+@pytest.mark.parametrize(
+    ("key", "headers", "header", "want"),
+    [
+        (b"c1", [("conv", b"c2")], "conv", "c1"),  # the key first
+        (b"\xc3\xa9t\xc3\xa9", [], None, "\u00e9t\u00e9"),  # any UTF-8 key
+        (b"\xff", [("conv", b"c2")], "conv", "c2"),  # a key not UTF-8: the route's header
+        (None, [("other", b"c3"), ("conv", b""), ("conv", b"c2")], "conv", "c2"),  # the first of its name with a value
+        (None, [("conv", b"\xed\xa0\x80"), ("conv", b"c2")], "conv", None),  # that value not UTF-8: none
+        (None, [("conv", b"c2")], None, None),  # no header configured: none
+        (b"", [("Conv", b"c2")], "conv", None),  # names are matched exactly
+    ],
+)
+def test_the_conversation_of_a_record_follows_its_rule(
+    key: bytes | None, headers: list[tuple[str, bytes]], header: str | None, want: str | None
+) -> None:
+    assert conversation_of(key, headers, header) == want
 
 
 some_bytes = st.one_of(st.binary(max_size=6), st.text(max_size=4).map(str.encode), st.just(b"\xed\xa0\x80"))
@@ -85,14 +85,13 @@ some_bytes = st.one_of(st.binary(max_size=6), st.text(max_size=4).map(str.encode
     st.lists(st.tuples(st.sampled_from(["conv", "other", "Conv"]), some_bytes), max_size=4),
     st.none() | st.sampled_from(["conv", "other"]),
 )
-def test_the_conversation_of_a_record_follows_its_rule(
+def test_the_intake_s_own_path_for_a_plain_key_gives_what_the_rule_gives(
     key: bytes | None, headers: list[tuple[str, bytes]], header: str | None
 ) -> None:
-    assert conversation_of(key, headers, header) == spec(key, headers, header)
     taken = take_in(
         {TopicPartition("in", 0): [Rec(1, b"x", key=key, headers=headers)]}, {"in": header}, Watermarks(), 0
     )
-    assert taken[0].conversation == spec(key, headers, header)  # the intake's own path for a plain key too
+    assert taken[0].conversation == conversation_of(key, headers, header)
 
 
 def test_a_record_s_headers_are_kept_as_names_and_bytes_and_its_missing_value_as_empty_bytes() -> None:
