@@ -225,8 +225,24 @@ pub trait Env {
     /// None
     fn record_check(&mut self) -> Option<Finding>;
     /// a kept line (a forwarded HO, a checked RB, a question), parsed under the route's profile
-    fn stored(&mut self, text: &[u8]) -> Option<std::sync::Arc<Twin<'static>>>;
+    fn stored(&mut self, text: &[u8]) -> Option<Stored>;
 }
+
+/// A kept line's parse, shared rather than copied: the engine reads its twin, and whoever parsed it keeps the
+/// text the twin borrows (the bindings keep the consumed record's own bytes, so a handoff parsed as its batch was
+/// prepared is the parse its readback later reads).
+pub trait HeldTwin: Send + Sync {
+    fn twin(&self) -> &Twin<'_>;
+}
+
+impl HeldTwin for Twin<'static> {
+    fn twin(&self) -> &Twin<'_> {
+        self
+    }
+}
+
+/// A kept line, parsed (see [`HeldTwin`]).
+pub type Stored = std::sync::Arc<dyn HeldTwin>;
 
 /// What a line that did not parse carried in its raw fields (its tombstone's id, sender, type and reply).
 #[derive(Debug, Clone, Default)]
@@ -980,6 +996,7 @@ impl<'a, E: Env> Decider<'a, E> {
         let (kind, ho_id) = match &line.typ[..] {
             b"AQ" => {
                 let aq = self.stored(line.text.as_deref()?)?;
+                let aq = aq.twin();
                 let parties = Held {
                     asker: Some(text_of(aq.from.as_ref()).unwrap_or_default().to_vec()),
                     asked: Some(text_of(aq.to.as_ref()).unwrap_or_default().to_vec()),
@@ -1002,6 +1019,7 @@ impl<'a, E: Env> Decider<'a, E> {
         };
         let entry = self.env.handoff(&ho_id)?;
         let ho = self.message(&entry.id)?;
+        let ho = ho.twin();
         let parties = Held {
             sender: Some(text_of(ho.from.as_ref()).unwrap_or_default().to_vec()),
             receiver: Some(text_of(ho.to.as_ref()).unwrap_or_default().to_vec()),
@@ -1209,7 +1227,7 @@ impl<'a, E: Env> Decider<'a, E> {
     }
 
     /// A kept line, parsed (Python's `state.lines[line_id]`, asserted kept): None, with the error, when it cannot be.
-    fn message(&mut self, line_id: &[u8]) -> Option<std::sync::Arc<Twin<'static>>> {
+    fn message(&mut self, line_id: &[u8]) -> Option<Stored> {
         let Some(entry) = self.env.line(line_id) else {
             return self.fail("KeyError", line_id.to_vec()); // the message is the key, as KeyError takes it
         };
@@ -1222,7 +1240,7 @@ impl<'a, E: Env> Decider<'a, E> {
         }
     }
 
-    fn stored(&mut self, text: &[u8]) -> Option<std::sync::Arc<Twin<'static>>> {
+    fn stored(&mut self, text: &[u8]) -> Option<Stored> {
         let found = self.env.stored(text);
         if found.is_none() {
             return self.fail("AssertionError", b"a stored line no longer parses".to_vec());
@@ -1521,6 +1539,7 @@ impl<'a, E: Env> Decider<'a, E> {
         let Some(original) = self.message(&of.id) else {
             return self.dead(reason::CHECK_HO, vec![]);
         };
+        let original = original.twin();
         let mut problems = Vec::new();
         if !self.open(of) {
             let message = [&b"HO "[..], id, b" relays ", &of.id, b", which is closed"].concat();
@@ -1536,7 +1555,7 @@ impl<'a, E: Env> Decider<'a, E> {
             ]
             .concat();
             problems.push(p("relay-before-readback", message, "record").slot(b"re"));
-        } else if of.exec_ask && asks_exec(&original) && of.cleared_by.is_none() {
+        } else if of.exec_ask && asks_exec(original) && of.cleared_by.is_none() {
             let message = [
                 &b"HO "[..],
                 id,
@@ -1547,7 +1566,7 @@ impl<'a, E: Env> Decider<'a, E> {
             .concat();
             problems.push(p("relay-not-cleared", message, "record").slot(b"re"));
         }
-        let mut values: Vec<(Vec<u8>, Vec<u8>)> = slot_dict(&original)
+        let mut values: Vec<(Vec<u8>, Vec<u8>)> = slot_dict(original)
             .into_iter()
             .filter(|(k, _)| !PER_HOP.contains(k))
             .map(|(k, v)| (k.to_vec(), v.show().into_owned()))
@@ -1656,6 +1675,7 @@ impl<'a, E: Env> Decider<'a, E> {
         let Some(ho) = self.message(&entry.id) else {
             return self.dead(reason::CHECK_RB, vec![]);
         };
+        let ho = ho.twin();
         let mut problems = Vec::new();
         if !self.open(&entry) {
             let message = [
@@ -1674,10 +1694,10 @@ impl<'a, E: Env> Decider<'a, E> {
             .and_then(|r| r.expect_acc.as_ref())
             .map(|e| e.iter().map(|x| &x[..]).collect());
         let result =
-            rw1::checks::rb_check(&ho, rb, self.route.grammar, expect.as_deref(), &self.now_rw);
+            rw1::checks::rb_check(ho, rb, self.route.grammar, expect.as_deref(), &self.now_rw);
         problems.extend(findings(result.problems));
         problems.extend(self.resolved_problems(
-            &ho,
+            ho,
             rb,
             entry.record.as_ref(),
             b"tier5 execution",
@@ -1685,7 +1705,7 @@ impl<'a, E: Env> Decider<'a, E> {
             "resolved",
         ));
         let mut notes = findings(result.notes);
-        let comprehension = has_level(&rb_levels(&ho), &COMPREHENSION_LEVELS);
+        let comprehension = has_level(&rb_levels(ho), &COMPREHENSION_LEVELS);
         let unchecked = entry.record.as_ref().is_none_or(|r| r.expect_acc.is_none());
         if !comprehension.is_empty() && unchecked {
             let message = [
@@ -1927,6 +1947,7 @@ impl<'a, E: Env> Decider<'a, E> {
         let Some(ho) = self.message(&entry.id) else {
             return problems;
         };
+        let ho = ho.twin();
         let ho_id = ho.id.as_deref().unwrap_or_default().to_vec();
         let ho_exp = ho.slot(b"exp");
         if expired(ho_exp, &self.now_rw) {
@@ -1986,17 +2007,19 @@ impl<'a, E: Env> Decider<'a, E> {
         let Some(ho) = self.message(&entry.id) else {
             return self.dead(reason::CHECK_DN, vec![]);
         };
+        let ho = ho.twin();
         let ho_id = ho.id.as_deref().unwrap_or_default().to_vec();
         let plan_id = entry.cleared_by.clone().or_else(|| entry.passed_rb.clone());
         let plan = match &plan_id {
             Some(rb) => self.message(rb),
             None => None,
         };
-        let result = rw1::checks::dn_check(&ho, dn, self.route.grammar, plan.as_deref());
+        let result =
+            rw1::checks::dn_check(ho, dn, self.route.grammar, plan.as_ref().map(|p| p.twin()));
         let mut problems = findings(result.problems);
         if plan_id.is_none() {
             problems.extend(self.resolved_problems(
-                &ho,
+                ho,
                 dn,
                 entry.record.as_ref(),
                 b"executed",
@@ -2005,7 +2028,7 @@ impl<'a, E: Env> Decider<'a, E> {
             ));
         }
         let ran = s(dn.slot(b"out")).as_ref() != b"NOOP";
-        if entry.exec_ask && asks_exec(&ho) && ran && entry.cleared_by.is_none() {
+        if entry.exec_ask && asks_exec(ho) && ran && entry.cleared_by.is_none() {
             let message = [
                 id,
                 b" reports the act done, but no affirmative answer cleared a readback of ",
@@ -2035,7 +2058,7 @@ impl<'a, E: Env> Decider<'a, E> {
                     .got(Some(&self.now_rw)),
             );
         }
-        let levels = has_level(&rb_levels(&ho), &PLANNED_LEVELS);
+        let levels = has_level(&rb_levels(ho), &PLANNED_LEVELS);
         if ran && !levels.is_empty() && entry.passed_rb.is_none() {
             let message = [
                 id,
@@ -2117,6 +2140,7 @@ impl<'a, E: Env> Decider<'a, E> {
         let Some(aq) = self.stored(text) else {
             return self.forward(vec![], vec![], false);
         };
+        let aq = aq.twin();
         let id = msg.id.as_deref().unwrap_or_default();
         let aq_id = aq.id.as_deref().unwrap_or_default();
         let mut problems = Vec::new();
@@ -2254,13 +2278,13 @@ mod tests {
         fn record_check(&mut self) -> Option<Finding> {
             None
         }
-        fn stored(&mut self, text: &[u8]) -> Option<Arc<Twin<'static>>> {
+        fn stored(&mut self, text: &[u8]) -> Option<Stored> {
             let g = self.grammar.clone()?;
             let parsed = rw1::parse(text, &g, |_| Err(Vec::new()));
             parsed
                 .errors
                 .is_empty()
-                .then(|| Arc::new(owned_twin(parsed.twin)))
+                .then(|| Arc::new(owned_twin(parsed.twin)) as Stored)
         }
     }
 

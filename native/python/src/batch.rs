@@ -29,8 +29,9 @@ enum Prep {
     Refused(Vec<Finding>),
     /// not parsed: its twin (the raw fields a tombstone reads) and the parser's errors
     Invalid(Kept, Vec<Finding>),
-    /// a message: its twin (held for the `rwcore.Message` made of it) and the message
-    Parsed(Py<Fields>, Py<PyAny>),
+    /// a message: its twin (held for the `rwcore.Message` made of it), the message, and whether the route's own
+    /// profile parsed it (no `p=` switched to another)
+    Parsed(Py<Fields>, Py<PyAny>, bool),
 }
 
 /// A route's lines screened and parsed (see [`prepare_batch`]).
@@ -119,8 +120,10 @@ fn prepare_all<'py>(
             continue;
         }
         let mut errors: Vec<Finding> = Vec::new();
+        let mut own_profile = true;
         let kept = Kept::try_new(Backed::Bytes(raw.clone().into()), |value| {
             let (parsed, _) = crate::run(py, value.bytes(), &route.grammar, switch)?;
+            own_profile = parsed.switched.is_none();
             errors = parsed.errors.into_iter().map(Finding::from).collect();
             Ok::<_, PyErr>(parsed.twin)
         })?;
@@ -164,7 +167,7 @@ fn prepare_all<'py>(
             };
             keys.add(record_key.call1((opt_value(py, &twin.item)?, ask))?)?;
         }
-        lines.push(Prep::Parsed(fields.unbind(), message.unbind()));
+        lines.push(Prep::Parsed(fields.unbind(), message.unbind(), own_profile));
     }
     Ok((PreparedBatch { lines }, wants, keys))
 }
@@ -318,7 +321,7 @@ fn decide_all<'py>(
                     re: raw_text(&t.re),
                 })
             }
-            Prep::Parsed(fields, _) => d::Line::Parsed(fields.get().twin()),
+            Prep::Parsed(fields, _, _) => d::Line::Parsed(fields.get().twin()),
         };
         let proof = proof_of(Some(&sender))?;
         let value = line.get_item(0)?.cast_into::<PyBytes>()?;
@@ -348,7 +351,7 @@ fn decide_all<'py>(
             (outcome, env.looked_up.take())
         };
         let message = match prep {
-            Prep::Parsed(_, m) => Some(m.bind(py)),
+            Prep::Parsed(_, m, _) => Some(m.bind(py)),
             _ => None,
         };
         let dec = match outcome {
@@ -375,6 +378,11 @@ fn decide_all<'py>(
             Ok(d::Outcome::Decided(dec)) => dec,
         };
         let is_hold = matches!(dec.verdict, d::Verdict::Hold);
+        // a line the state keeps the text of: its parse is the one a reply to it reads
+        let keeps_text = dec
+            .effects
+            .iter()
+            .any(|e| matches!(e, d::Effect::RememberLine { entry, .. } if entry.keep_text));
         let theirs = their_problems(&dec, prep);
         let text_py = text.map(|_| &value);
         let (decision, effects) = decision_py(
@@ -384,7 +392,7 @@ fn decide_all<'py>(
         if let (Some(effects), Some(c)) = (effects, &conv) {
             state_py.call_method0(changing)?;
             let twin = match prep {
-                Prep::Parsed(fields, _) => Some(fields.get().twin()),
+                Prep::Parsed(fields, _, _) => Some(fields.get().twin()),
                 _ => None,
             };
             let line = text.map(|t| (t, twin));
@@ -397,6 +405,9 @@ fn decide_all<'py>(
                     .call1((string(py, &op.item)?, string(py, &op.ask)?))?;
                 let name = if op.bind { "bind" } else { "release" };
                 overlay.call_method1(name, (key, string(py, &op.holder)?))?;
+            }
+            if let (true, Prep::Parsed(fields, _, true)) = (keeps_text, prep) {
+                route.keep_parsed(fields.get().kept());
             }
             changed.add(c)?;
             if !partition.is_none() {

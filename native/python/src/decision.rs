@@ -117,8 +117,10 @@ type AuthorityRow = (
 
 // ------------------------------------------------------------------------------------------------ the decision
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
+
+use crate::fields::{Backed, Kept};
 
 use engine::decide::{self as d, Env, Finding};
 use pyo3::types::PyTuple;
@@ -170,17 +172,89 @@ fn opt_py<'py>(py: Python<'py>, b: &Option<Vec<u8>>) -> PyResult<Bound<'py, PyAn
     crate::opt_string(py, b.as_deref())
 }
 
+/// A kept line's parse as the kept lines' map holds it: found by its text (hashed and compared as its bytes), so
+/// that the map's keys are the parses themselves, not copies of their texts.
+#[derive(Clone)]
+struct ByText(Arc<Kept>);
+
+impl ByText {
+    fn bytes(&self) -> &[u8] {
+        self.0.borrow_owner().bytes()
+    }
+}
+
+impl std::hash::Hash for ByText {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.bytes().hash(state) // as `[u8]` hashes: a lookup by a text finds it (`Borrow`)
+    }
+}
+
+impl PartialEq for ByText {
+    fn eq(&self, other: &Self) -> bool {
+        self.bytes() == other.bytes()
+    }
+}
+
+impl Eq for ByText {}
+
+impl std::borrow::Borrow<[u8]> for ByText {
+    fn borrow(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+/// A line's text is an agent's to choose: its hash is seeded per process (foldhash's random state), so colliding
+/// texts cannot be prepared in advance.
+type Hashed = foldhash::fast::RandomState;
+
 /// The lines the state kept (forwarded HOs, checked RBs, questions), parsed, by profile then text: replies mostly
-/// follow their handoff within moments, so a small bounded map (oldest out first) spares parsing them again. Two
-/// levels, so that a lookup borrows its key (a `(profile, text)` key was two copies made for every lookup).
-type StoredKey = (Vec<u8>, Vec<u8>);
-/// The map, and its keys oldest first.
-type Stored = (
-    HashMap<Vec<u8>, HashMap<Vec<u8>, Arc<rw1::Twin<'static>>>>,
-    VecDeque<StoredKey>,
-);
+/// follow their handoff within moments, so a small bounded map (oldest out first) spares parsing them again. A
+/// line kept as its batch is decided is put in it with the parse its batch was prepared with (`keep_parsed`), so a
+/// reply in the same or a later batch finds it without a parse of its own.
+struct Stored {
+    by_profile: HashMap<Arc<[u8]>, HashSet<ByText, Hashed>, Hashed>,
+    /// what it holds, oldest first
+    order: VecDeque<(Arc<[u8]>, ByText)>,
+}
+
+impl Stored {
+    fn get(&self, profile: &[u8], text: &[u8]) -> Option<Arc<Kept>> {
+        self.by_profile.get(profile)?.get(text).map(|k| k.0.clone())
+    }
+
+    fn put(&mut self, profile: &Arc<[u8]>, kept: Arc<Kept>) {
+        let key = ByText(kept);
+        let texts = self.by_profile.entry(profile.clone()).or_default();
+        if texts.contains(key.bytes()) {
+            return;
+        }
+        texts.insert(key.clone());
+        self.order.push_back((profile.clone(), key));
+        if self.order.len() > STORED_MAX {
+            if let Some((profile, old)) = self.order.pop_front() {
+                if let Some(texts) = self.by_profile.get_mut(&profile) {
+                    texts.remove(old.bytes());
+                    if texts.is_empty() {
+                        self.by_profile.remove(&profile);
+                    }
+                }
+            }
+        }
+    }
+}
+
 static STORED: Mutex<Option<Stored>> = Mutex::new(None);
 const STORED_MAX: usize = 2048;
+
+fn with_stored<T>(f: impl FnOnce(&mut Stored) -> T) -> T {
+    let mut guard = STORED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    f(guard.get_or_insert_with(|| Stored {
+        by_profile: HashMap::default(),
+        order: VecDeque::new(),
+    }))
+}
 
 pub(crate) struct PyEnv<'py> {
     pub(crate) py: Python<'py>,
@@ -296,42 +370,30 @@ impl Env for PyEnv<'_> {
         self.keep(f)
     }
 
-    fn stored(&mut self, text: &[u8]) -> Option<Arc<rw1::Twin<'static>>> {
-        let mut guard = STORED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (map, order) = guard.get_or_insert_with(Default::default);
-        if let Some(hit) = map.get(&self.profile[..]).and_then(|m| m.get(text)) {
-            return Some(hit.clone());
+    fn stored(&mut self, text: &[u8]) -> Option<d::Stored> {
+        if let Some(hit) = with_stored(|s| s.get(&self.profile, text)) {
+            return Some(hit);
         }
         let grammar = self.grammar.clone();
         let name = self.profile.clone();
-        let parsed = rw1::parse(text, &grammar, |n| {
-            if n == &name[..] {
-                Ok(grammar.clone())
-            } else {
-                Err(b"a stored line switches profile".to_vec())
-            }
+        let mut clean = false;
+        let kept = Kept::new(Backed::Owned(text.into()), |t| {
+            let parsed = rw1::parse(t.bytes(), &grammar, |n| {
+                if n == &name[..] {
+                    Ok(grammar.clone())
+                } else {
+                    Err(b"a stored line switches profile".to_vec())
+                }
+            });
+            clean = parsed.errors.is_empty();
+            parsed.twin
         });
-        if !parsed.errors.is_empty() {
+        if !clean {
             return None;
         }
-        let twin = Arc::new(d::owned_twin(parsed.twin));
-        if order.len() >= STORED_MAX {
-            if let Some((profile, text)) = order.pop_front() {
-                if let Some(texts) = map.get_mut(&profile) {
-                    texts.remove(&text);
-                    if texts.is_empty() {
-                        map.remove(&profile);
-                    }
-                }
-            }
-        }
-        order.push_back((self.profile.to_vec(), text.to_vec()));
-        map.entry(self.profile.to_vec())
-            .or_default()
-            .insert(text.to_vec(), twin.clone());
-        Some(twin)
+        let kept = Arc::new(kept);
+        with_stored(|s| s.put(&self.profile, kept.clone()));
+        Some(kept)
     }
 }
 
@@ -452,6 +514,12 @@ pub struct DecideRoute {
 }
 
 impl DecideRoute {
+    /// Put a line the state keeps in the kept lines' map, parsed as its batch was prepared under this route's
+    /// profile (a line whose `p=` switched profiles is not: it is parsed again when a reply asks for it).
+    pub(crate) fn keep_parsed(&self, kept: &Arc<Kept>) {
+        with_stored(|s| s.put(&self.profile, kept.clone()));
+    }
+
     /// The route as the engine's decision reads it.
     pub(crate) fn policy(&self) -> d::Route<'_> {
         d::Route {

@@ -8,6 +8,8 @@
 //! its other fields held here ([`Fields`], the message's `_fields`); the message makes them on the first read of
 //! one (`rwcore._types.Message.__getattr__`), the same values `Fields::values` gives.
 
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::{PyDict, PyTuple};
@@ -17,10 +19,12 @@ use rw1::Twin;
 use crate::{opt_string, opt_value, string, value};
 
 /// A line's text as Python holds it (immutable, kept alive here): a consumed record's `bytes`, or a `str` handed to
-/// `parse_line` (its UTF-8, which Python keeps with the string).
+/// `parse_line` (its UTF-8, which Python keeps with the string); or a copy of a kept line's text read from a
+/// conversation's state.
 pub(crate) enum Backed {
     Bytes(PyBackedBytes),
     Str(PyBackedStr),
+    Owned(Box<[u8]>),
 }
 
 impl Backed {
@@ -28,6 +32,7 @@ impl Backed {
         match self {
             Backed::Bytes(b) => b,
             Backed::Str(s) => s.as_bytes(),
+            Backed::Owned(b) => b,
         }
     }
 }
@@ -43,19 +48,33 @@ self_cell::self_cell!(
     }
 );
 
-/// A parsed line's twin, held for the `rwcore.Message` made of it (see the module's documentation).
+impl engine::decide::HeldTwin for Kept {
+    fn twin(&self) -> &Twin<'_> {
+        self.borrow_dependent()
+    }
+}
+
+/// A parsed line's twin, held for the `rwcore.Message` made of it (see the module's documentation), and shared with
+/// the kept lines' parses when the line is kept (`decision::keep_parsed`).
 #[pyclass(module = "rwcore._native", frozen)]
 pub struct Fields {
-    kept: Kept,
+    kept: Arc<Kept>,
 }
 
 impl Fields {
     pub(crate) fn new(kept: Kept) -> Self {
-        Fields { kept }
+        Fields {
+            kept: Arc::new(kept),
+        }
     }
 
     pub(crate) fn twin(&self) -> &Twin<'_> {
         self.kept.borrow_dependent()
+    }
+
+    /// The line's text and its parse, shared.
+    pub(crate) fn kept(&self) -> &Arc<Kept> {
+        &self.kept
     }
 }
 

@@ -70,10 +70,12 @@ fn owned_all(v: &[Bound<'_, PyString>]) -> PyResult<Vec<Box<[u8]>>> {
     v.iter().map(owned).collect()
 }
 
-/// The Python string of bytes `rw1` gave back.
+/// The Python string of bytes `rw1` gave back. The interpreter checks the UTF-8 as it decodes it (checking it in
+/// Rust first read every byte twice); bytes it refuses are a lone surrogate as `surrogatepass` wrote it, or not
+/// text at all (the decode's error).
 fn string<'py>(py: Python<'py>, b: &[u8]) -> PyResult<Bound<'py, PyAny>> {
-    match std::str::from_utf8(b) {
-        Ok(s) => Ok(PyString::new(py, s).into_any()),
+    match PyString::from_bytes(py, b) {
+        Ok(s) => Ok(s.into_any()),
         Err(_) => PyBytes::new(py, b).call_method1("decode", ("utf-8", "surrogatepass")),
     }
 }
