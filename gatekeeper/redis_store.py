@@ -138,6 +138,7 @@ from gatekeeper.config import ConfigError, RedisSettings
 from gatekeeper.policy import BindingChange, ConversationState, Record, RecordKey
 from gatekeeper.policy.lifecycle import IndexEntry
 from gatekeeper.policy.state import COLLECT_PER_SAVE
+from gatekeeper.redis_packing import packed_in_one
 from gatekeeper.store import (
     CancelIntent,
     DataLost,
@@ -555,9 +556,13 @@ def client_from_settings(settings: RedisSettings, *, socket_timeout: float = 10.
     try:
         if settings.cluster:
             return RedisCluster.from_url(url, **kwargs)
-        return Redis.from_url(url, **kwargs)
+        client = Redis.from_url(url, **kwargs)
     except (ValueError, redis_exc.RedisClusterException) as exc:
         raise ConfigError(f"redis.url: {exc}") from None
+    # a batch's load and save name a few keys a conversation: packed by hiredis in one call (``redis_packing``)
+    pool = client.connection_pool
+    pool.connection_class = packed_in_one(pool.connection_class)
+    return client
 
 
 class RedisStore:
