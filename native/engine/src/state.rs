@@ -661,55 +661,81 @@ fn write_readback(r: &StoredReadback) -> Vec<u8> {
 
 /// A handoff's thread record in its list form, empty trailing fields after the item dropped.
 pub fn write_thread_record(h: &Handoff) -> Vec<u8> {
-    let mut fields: Vec<Vec<u8>> = Vec::with_capacity(12);
-    let s = |v: &[u8]| {
-        let mut o = Vec::new();
-        json::string(&mut o, v);
-        o
-    };
-    let o = |v: &Option<Vec<u8>>| v.as_deref().map_or_else(|| b"null".to_vec(), s);
-    let list = |items: Vec<Vec<u8>>| {
-        let mut out = b"[".to_vec();
-        out.extend_from_slice(&items.join(&b","[..]));
+    use std::io::Write as _;
+    let mut out = Vec::with_capacity(96);
+    out.push(b'[');
+    // the record's fields in order, written into one buffer; the trailing ones past the fifth that are empty (null,
+    // 0 or []) are left off: `keep` is the length through the last field kept
+    let mut keep = 1;
+    let list = |out: &mut Vec<u8>, items: &[&[u8]]| {
+        out.push(b'[');
+        for (i, v) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            json::string(out, v);
+        }
         out.push(b']');
-        out
     };
-    fields.push(h.line_no.to_string().into_bytes());
-    fields.push(s(&h.id));
-    fields.push(s(&h.sender));
-    fields.push(s(&h.receiver));
-    fields.push(o(&h.item));
-    fields.push(o(&h.exp));
-    fields.push(o(&h.due));
-    fields.push(list(
-        h.closes
-            .iter()
-            .map(|(a, b)| list(vec![s(a), s(b)]))
-            .collect(),
-    ));
-    fields.push(list(h.cancels.iter().map(|c| s(c)).collect()));
-    fields.push(list(
-        h.wrong
-            .iter()
-            .map(|(k, i, f, t)| list(vec![k.to_string().into_bytes(), s(i), s(f), s(t)]))
-            .collect(),
-    ));
-    fields.push(if h.acked {
-        b"1".to_vec()
-    } else {
-        b"0".to_vec()
-    });
-    fields.push(match &h.ran {
-        Some((a, b)) => list(vec![s(a), s(b)]),
-        None => b"null".to_vec(),
-    });
-    let empty = |f: &[u8]| f == b"null" || f == b"0" || f == b"[]";
-    let mut keep = fields.len();
-    while keep > 5 && empty(&fields[keep - 1]) {
-        keep -= 1;
+    for field in 0..12 {
+        if field > 0 {
+            out.push(b',');
+        }
+        let at = out.len();
+        match field {
+            0 => {
+                let _ = write!(out, "{}", h.line_no);
+            }
+            1 => json::string(&mut out, &h.id),
+            2 => json::string(&mut out, &h.sender),
+            3 => json::string(&mut out, &h.receiver),
+            4 => opt_string(&mut out, h.item.as_deref()),
+            5 => opt_string(&mut out, h.exp.as_deref()),
+            6 => opt_string(&mut out, h.due.as_deref()),
+            7 => {
+                out.push(b'[');
+                for (i, (a, b)) in h.closes.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    list(&mut out, &[a, b]);
+                }
+                out.push(b']');
+            }
+            8 => {
+                let cancels: Vec<&[u8]> = h.cancels.iter().map(Vec::as_slice).collect();
+                list(&mut out, &cancels);
+            }
+            9 => {
+                out.push(b'[');
+                for (i, (line, cx, from, to)) in h.wrong.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    let _ = write!(out, "[{line},");
+                    json::string(&mut out, cx);
+                    out.push(b',');
+                    json::string(&mut out, from);
+                    out.push(b',');
+                    json::string(&mut out, to);
+                    out.push(b']');
+                }
+                out.push(b']');
+            }
+            10 => out.push(if h.acked { b'1' } else { b'0' }),
+            _ => match &h.ran {
+                Some((a, b)) => list(&mut out, &[a, b]),
+                None => out.extend_from_slice(b"null"),
+            },
+        }
+        let written = &out[at..];
+        if field < 5 || !(written == b"null" || written == b"0" || written == b"[]") {
+            keep = out.len();
+        }
     }
-    fields.truncate(keep);
-    list(fields)
+    out.truncate(keep);
+    out.push(b']');
+    out
 }
 
 // ---------------------------------------------------------------- the state
@@ -1305,8 +1331,65 @@ mod tests {
             })
     }
 
+    /// A thread record as a list of fields each written on its own, the trailing empty ones past the fifth dropped:
+    /// what `write_thread_record` must write (it writes them into one buffer).
+    fn thread_record_field_by_field(h: &Handoff) -> Vec<u8> {
+        let s = |v: &[u8]| {
+            let mut o = Vec::new();
+            json::string(&mut o, v);
+            o
+        };
+        let o = |v: &Option<Vec<u8>>| v.as_deref().map_or_else(|| b"null".to_vec(), s);
+        let list = |items: Vec<Vec<u8>>| [&b"["[..], &items.join(&b","[..]), b"]"].concat();
+        let mut fields = vec![
+            h.line_no.to_string().into_bytes(),
+            s(&h.id),
+            s(&h.sender),
+            s(&h.receiver),
+            o(&h.item),
+            o(&h.exp),
+            o(&h.due),
+            list(
+                h.closes
+                    .iter()
+                    .map(|(a, b)| list(vec![s(a), s(b)]))
+                    .collect(),
+            ),
+            list(h.cancels.iter().map(|c| s(c)).collect()),
+            list(
+                h.wrong
+                    .iter()
+                    .map(|(k, i, f, t)| list(vec![k.to_string().into_bytes(), s(i), s(f), s(t)]))
+                    .collect(),
+            ),
+            if h.acked {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            },
+            match &h.ran {
+                Some((a, b)) => list(vec![s(a), s(b)]),
+                None => b"null".to_vec(),
+            },
+        ];
+        while fields.len() > 5 && matches!(&fields[fields.len() - 1][..], b"null" | b"0" | b"[]") {
+            fields.pop();
+        }
+        list(fields)
+    }
+
     proptest! {
         /// Every entry the state writes reads back as itself, and writes again to the same bytes.
+        /// A thread record written into one buffer is the record written field by field.
+        #[test]
+        fn a_thread_record_is_written_as_field_by_field(t in thread_record(), empty_tail in any::<bool>()) {
+            let mut t = t;
+            if empty_tail {
+                (t.exp, t.due, t.closes, t.cancels, t.wrong, t.acked, t.ran) = (None, None, vec![], vec![], vec![], false, None);
+            }
+            prop_assert_eq!(write_thread_record(&t), thread_record_field_by_field(&t));
+        }
+
         #[test]
         fn what_the_state_writes_it_reads_back(
             lines in proptest::collection::vec(line(), 0..3),
