@@ -33,12 +33,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import dataclasses
 import re
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+import msgspec
 import orjson
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -70,8 +70,8 @@ def sign_record(private_key: Ed25519PrivateKey, key_id: str, record: Record) -> 
     """``record`` with its signature by the approver key ``key_id`` (any signature it had is replaced)."""
     if not KEY_ID.fullmatch(key_id):
         raise ValueError(f"key id {key_id!r}: 1-64 of A-Z a-z 0-9 . _ : -")
-    unsigned = dataclasses.replace(record, signature=None)
-    return dataclasses.replace(
+    unsigned = msgspec.structs.replace(record, signature=None)
+    return msgspec.structs.replace(
         record, signature=f"{VERSION} {key_id} {b64url(private_key.sign(record_bytes(unsigned)))}"
     )
 
@@ -143,7 +143,7 @@ class ApproverRing:
                 f"the record for item {record.item} ask {record.ask} is not signed by an approver "
                 "(records.require_signed): it is not honoured",
             )
-        body = record_bytes(dataclasses.replace(record, signature=None))
+        body = record_bytes(msgspec.structs.replace(record, signature=None))
         cache_key = (body, sig)
         if cache_key in self._verified:
             self._verified.move_to_end(cache_key)

@@ -8,11 +8,11 @@ configured approver keys, and refuses to change a record whose approval a handof
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 
 from gatekeeper.approvals import ApproverRing, sign_record
@@ -243,7 +243,7 @@ def get(
 
 
 def _masked(r: Record, slots: frozenset[str]) -> Record:
-    return dataclasses.replace(r, values=mask_values(r.values, slots), resolved=mask_values(r.resolved, slots))
+    return msgspec.structs.replace(r, values=mask_values(r.values, slots), resolved=mask_values(r.resolved, slots))
 
 
 async def _get(settings: Settings, item: str, ask: str | None) -> list[tuple[Record, str | None]]:

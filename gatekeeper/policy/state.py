@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import msgspec
@@ -73,8 +72,7 @@ class RecordKey(msgspec.Struct, frozen=True, gc=False):
         return f"{self.item}|{self.ask}"
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(msgspec.Struct, frozen=True, gc=False):
     """An approved record, written by the approving system.
 
     ``values`` are the values the handoff must carry, as written on the line (``to``, ``ask`` and the profile's
@@ -82,14 +80,18 @@ class Record:
     ``prev``): the readback and the done report must match them. ``expect_acc`` are the sender's withheld criteria
     for a comprehension readback. ``signature`` is the approving system's signature of all of that
     (``gatekeeper.approvals``: ``v1 <approver key id> <signature>``), None when unsigned.
+
+    A struct, so that a record read from Redis is decoded straight into one (its stored form is ``to_dict``'s, the
+    signature under ``sig``); a stored record whose fields are of other types is read by ``from_dict``, which turns
+    them into these, as every record was read before.
     """
 
     item: str
     ask: str
     values: Mapping[str, Any]
-    resolved: Mapping[str, str] = field(default_factory=dict)
+    resolved: Mapping[str, str] = {}
     expect_acc: tuple[str, ...] | None = None
-    signature: str | None = None
+    signature: str | None = msgspec.field(default=None, name="sig")
 
     @property
     def key(self) -> RecordKey:

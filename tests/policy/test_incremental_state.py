@@ -15,7 +15,6 @@ conversations, several at once, cut into batches anywhere:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 
@@ -141,7 +140,9 @@ def test_the_compact_entries_read_back_and_the_earlier_form_still_reads() -> Non
     earlier = {**compact, "bound": True, "rec": {**record.to_dict(), "sig": "v1 k s"}}  # the record whole, as before
     state, written = _stored("o:s-1", earlier)
     assert written == {**compact, "bound": True}  # written back compact: no signature, no item and ask twice
-    assert state.handoffs["s-1"] == msgspec.structs.replace(ho, record=dataclasses.replace(record, signature="v1 k s"))
+    assert state.handoffs["s-1"] == msgspec.structs.replace(
+        ho, record=msgspec.structs.replace(record, signature="v1 k s")
+    )
     other = {"item": "inv:1", "ask": "PAY", "exec": True, "rec": {"item": "inv:9", "ask": "PAY", "values": {}}}
     state, written = _stored("o:s-2", other)
     assert written == other and state.handoffs["s-2"].record == Record("inv:9", "PAY", {})  # another key: its own

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -41,12 +41,12 @@ def test_a_signed_record_is_honoured_and_an_unsigned_one_only_where_signatures_a
 @pytest.mark.parametrize(
     "altered",
     [
-        lambda r: dataclasses.replace(r, values={**r.values, "amt": "99999.00"}),
-        lambda r: dataclasses.replace(r, values={**r.values, "acct": "99-99-99/12345678"}),
-        lambda r: dataclasses.replace(r, item="inv:MD-2026-999"),
-        lambda r: dataclasses.replace(r, ask="CHGBANK"),
-        lambda r: dataclasses.replace(r, resolved={"acct": "99-99-99/12345678"}),
-        lambda r: dataclasses.replace(r, expect_acc=("len:1w",)),
+        lambda r: msgspec.structs.replace(r, values={**r.values, "amt": "99999.00"}),
+        lambda r: msgspec.structs.replace(r, values={**r.values, "acct": "99-99-99/12345678"}),
+        lambda r: msgspec.structs.replace(r, item="inv:MD-2026-999"),
+        lambda r: msgspec.structs.replace(r, ask="CHGBANK"),
+        lambda r: msgspec.structs.replace(r, resolved={"acct": "99-99-99/12345678"}),
+        lambda r: msgspec.structs.replace(r, expect_acc=("len:1w",)),
     ],
 )
 def test_an_altered_record_is_refused_even_where_signatures_are_not_required(altered: object) -> None:
@@ -64,7 +64,7 @@ def test_a_signature_by_another_key_or_of_another_record_is_refused() -> None:
     unknown = sign_record(generate(), "mallory-1", RECORD)
     assert "not a configured approver key" in (REQUIRED.check(unknown) or _no()).message
     second = Record("inv:2", "PAY", {"to": "payer", "amt": "1.00"})
-    moved = dataclasses.replace(second, signature=SIGNED.signature)  # a signature moved to another record
+    moved = msgspec.structs.replace(second, signature=SIGNED.signature)  # a signature moved to another record
     assert (REQUIRED.check(moved) or _no()).code == BAD_SIGNATURE
 
 
@@ -75,7 +75,7 @@ def _no() -> object:
 @settings(max_examples=300, deadline=None)
 @given(sig=st.one_of(st.text(max_size=120), st.builds(lambda s: f"v1 finance-1 {s}", st.text(max_size=100))))
 def test_any_signature_text_is_a_problem_never_an_exception(sig: str) -> None:
-    problem = REQUIRED.check(dataclasses.replace(RECORD, signature=sig))
+    problem = REQUIRED.check(msgspec.structs.replace(RECORD, signature=sig))
     assert problem is not None and problem.code == BAD_SIGNATURE
 
 
@@ -104,14 +104,14 @@ def test_the_configuration_refuses_what_cannot_work() -> None:
 
 def test_a_handoff_against_a_record_nobody_approved_is_refused() -> None:
     """Issue 28's attack 5: a record written straight into Redis (a raw SET) paying 99999.00 to a new account."""
-    forged = dataclasses.replace(RECORD, values={**RECORD.values, "amt": "99999.00", "acct": "99-99-99/12345678"})
+    forged = msgspec.structs.replace(RECORD, values={**RECORD.values, "amt": "99999.00", "acct": "99-99-99/12345678"})
     ho = HO.replace("amt=5400.00", "amt=99999.00").replace("40-12-88/61102938", "99-99-99/12345678")
     w = World(policy=route(record_check=REQUIRED.check)).add(forged)
     d = w.send(ho)
     assert (d.verdict, d.reason) == (Verdict.DEAD_LETTER, Reason.NO_RECORD)
     assert [p.code for p in d.problems] == [UNSIGNED]
     assert w.bindings == {}  # nothing bound to it
-    tampered = dataclasses.replace(SIGNED, values=forged.values)  # the approver's signature, other values
+    tampered = msgspec.structs.replace(SIGNED, values=forged.values)  # the approver's signature, other values
     w2 = World(policy=route(record_check=REQUIRED.check)).add(tampered)
     assert [p.code for p in w2.send(ho).problems] == [BAD_SIGNATURE]
 
