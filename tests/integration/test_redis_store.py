@@ -516,7 +516,9 @@ def test_client_from_settings_tls_and_credentials() -> None:
     options: dict[str, Any] = {"tls": True, "username": "gk", "password": SecretStr("pw"), "tls_ca_file": "ca.pem"}
     client = client_from_settings(RedisSettings(url="redis://h:6380/0", **options))
     kwargs = client.connection_pool.connection_kwargs
-    assert client.connection_pool.connection_class.__name__ == "SSLConnection"
+    from redis.asyncio.connection import SSLConnection
+
+    assert issubclass(client.connection_pool.connection_class, SSLConnection)  # its commands packed in one call
     assert (kwargs["username"], kwargs["password"], kwargs["ssl_ca_certs"]) == ("gk", "pw", "ca.pem")
     with pytest.raises(ConfigError, match="unix"):
         client_from_settings(RedisSettings(url="unix:///tmp/redis.sock", tls=True))
