@@ -55,7 +55,7 @@ impl engine::decide::HeldTwin for Kept {
 }
 
 /// A parsed line's twin, held for the `rwcore.Message` made of it (see the module's documentation), and shared with
-/// the kept lines' parses when the line is kept (`decision::keep_parsed`).
+/// the kept lines' parses when the line is kept (`DecideRoute::keep_parsed`).
 #[pyclass(module = "rwcore._native", frozen)]
 pub struct Fields {
     kept: Arc<Kept>,
