@@ -458,29 +458,48 @@ def _conversation_tag(route: str, conversation: str) -> str:
     return f"{escape_tag(route).replace('/', '%2F')}/{escape_tag(conversation)}"
 
 
+@functools.lru_cache(maxsize=4096)
+def _conversation_keys(prefix: str, route: str, conversation: str) -> tuple[str, str, str]:
+    """A conversation's state hash, version-1 document and collection queue (``Keys.conversation``). Memoised: each
+    batch's load and save name them for every conversation in it, and a conversation's lines span batches."""
+    tag = _conversation_tag(route, conversation)
+    return f"{prefix}:cs:{{{tag}}}", f"{prefix}:conv:{{{tag}}}", f"{prefix}:gc:{{{tag}}}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _item_tag(item: str) -> str:
+    """An item's hash tag (``escape_tag``), memoised: a batch names each handoff's record and binding."""
+    return escape_tag(item)
+
+
 class Keys:
     """The key layout (see the module docstring)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
 
+    def conversation(self, route: str, conversation: str) -> tuple[str, str, str]:
+        """A conversation's keys: its state hash, its version-1 document and its collection queue (as ``state``,
+        ``conv`` and ``queue``)."""
+        return _conversation_keys(self.prefix, route, conversation)
+
     def queue(self, route: str, conversation: str) -> str:
         """A conversation's collection queue (``policy.state.collect``): ids by when they may be collected."""
-        return f"{self.prefix}:gc:{{{_conversation_tag(route, conversation)}}}"
+        return _conversation_keys(self.prefix, route, conversation)[2]
 
     def state(self, route: str, conversation: str) -> str:
         """A conversation's state hash."""
-        return f"{self.prefix}:cs:{{{_conversation_tag(route, conversation)}}}"
+        return _conversation_keys(self.prefix, route, conversation)[0]
 
     def conv(self, route: str, conversation: str) -> str:
         """A conversation's version-1 state document (earlier releases; read once and converted)."""
-        return f"{self.prefix}:conv:{{{_conversation_tag(route, conversation)}}}"
+        return _conversation_keys(self.prefix, route, conversation)[1]
 
     def record(self, key: RecordKey) -> str:
-        return f"{self.prefix}:rec:{{{escape_tag(key.item)}}}:{key.ask}"
+        return f"{self.prefix}:rec:{{{_item_tag(key.item)}}}:{key.ask}"
 
     def binding(self, key: RecordKey) -> str:
-        return f"{self.prefix}:bind:{{{escape_tag(key.item)}}}:{key.ask}"
+        return f"{self.prefix}:bind:{{{_item_tag(key.item)}}}:{key.ask}"
 
     def index(self, item: str) -> str:
         return f"{self.prefix}:recidx:{{{escape_tag(item)}}}"
@@ -826,7 +845,7 @@ class RedisStore:
         if not convs and not rkeys:
             return Loaded()
         segments = [["*"] if wants[conv] is None else sorted(wants[conv] or ()) for conv in convs]
-        states = [(self.keys.state(route, conv), self.keys.conv(route, conv)) for conv in convs]
+        states = [self.keys.conversation(route, conv)[:2] for conv in convs]
 
         def batch(pipe: Any) -> None:
             kv: list[Any] = [k for pair in states for k in pair]
@@ -911,7 +930,7 @@ class RedisStore:
             args = states[conv].save_args(fences.get(conv), *ttls, *scored, COLLECT_PER_SAVE, json=json)
             writes.append(
                 (
-                    (self.keys.state(route, conv), self.keys.conv(route, conv), self.keys.queue(route, conv)),
+                    self.keys.conversation(route, conv),
                     orjson.Fragment(args) if json else args,
                 )
             )
