@@ -229,8 +229,8 @@ pub trait Env {
 }
 
 /// A kept line's parse, shared rather than copied: the engine reads its twin, and whoever parsed it keeps the
-/// text the twin borrows (the bindings keep the consumed record's own bytes, so a handoff parsed as its batch was
-/// prepared is the parse its readback later reads).
+/// text the twin borrows (the Python extension keeps the consumed record's own bytes, so a handoff parsed as its
+/// batch was prepared is the parse its readback later reads).
 pub trait HeldTwin: Send + Sync {
     fn twin(&self) -> &Twin<'_>;
 }
