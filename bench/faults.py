@@ -28,7 +28,8 @@ subprocess, the table) are ``bench/e2e.py``'s. Scenarios, each on topics and a k
   ``min.insync.replicas=2``); the leaders of the output partition and of input partition 0 SIGKILLed mid-stream
   and started again 10 s later; each mode.
 - ``kafka-outage``: the same kind of cluster, every broker stopped gracefully (SIGTERM) for 12 s mid-stream, then
-  started again: ``/readyz`` 503 within 5 s of the last node's exit and 200 after, at most 200 log lines through the outage, nothing lost.
+  started again: ``/readyz`` 503 within 5 s of the last node's exit and 200 after, at most 200 log lines through
+  the outage, nothing lost.
 
 Lost = lines sent - input coordinates with at least one outcome (``gk.original.partition``/``gk.original.offset``
 on the output and dead-letter topics); duplicated = outcomes beyond one per coordinate. A scenario passes when
