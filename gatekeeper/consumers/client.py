@@ -3,6 +3,7 @@
     kafka = AioKafka(settings.kafka)                  # the real clients (aiokafka); tests use an in-memory fake
     consumer = kafka.consumer(topics, listener)       # a group member: fetch, pause/resume, seek, commit
     producer = kafka.producer(max_batch_size=16384)   # idempotent: send, send_batch (transactional_id=...: txns)
+    batches = kafka.record_batches(records, 16384)    # one partition's records as batches for send_batch
     limits = await kafka.topic_limits(topics)         # each topic's max.message.bytes, as far as it is known
     await kafka.probe(producer)                       # raises KafkaError when the cluster does not answer
 
@@ -15,6 +16,7 @@ order. Errors are aiokafka's (``KafkaError`` and its subclasses): the fake raise
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -67,15 +69,23 @@ class Consumer(Protocol):
     async def commit(self, offsets: Mapping[TopicPartition, int]) -> None: ...
 
 
+class Outgoing(Protocol):
+    """A record to produce (``gatekeeper.consumers.outcomes.Outcome`` is one)."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes: ...
+
+    @property
+    def headers(self) -> Sequence[tuple[str, bytes]]: ...
+
+
 class RecordBatch(Protocol):
-    """A batch of records for one partition, built by the caller (aiokafka's ``BatchBuilder``)."""
+    """A closed batch of records for one partition (``Kafka.record_batches``), for ``Producer.send_batch``."""
 
-    def append(
-        self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: list[tuple[str, bytes]]
-    ) -> Any:
-        """Add a record; None when the batch is full (its first record always goes in, whatever its size)."""
-
-    def close(self) -> None: ...
+    def record_count(self) -> int: ...
 
 
 class Producer(Protocol):
@@ -95,10 +105,9 @@ class Producer(Protocol):
         headers: list[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]: ...
 
-    def create_batch(self) -> RecordBatch: ...
-
     async def send_batch(self, batch: RecordBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
-        """Queue a batch built by ``create_batch`` (one future for all of its records: the metadata of its first)."""
+        """Queue a batch made by ``Kafka.record_batches`` (one future for all of its records: the metadata of its
+        first)."""
 
     async def partitions_for(self, topic: str) -> set[int]: ...
 
@@ -118,6 +127,10 @@ class Kafka(Protocol):
 
     def producer(self, *, max_batch_size: int | None = None, transactional_id: str | None = None) -> Producer:
         """An idempotent producer; transactional under ``transactional_id`` when one is given."""
+
+    def record_batches(self, records: Sequence[Outgoing], max_size: int) -> Sequence[RecordBatch]:
+        """One partition's ``records`` as batches for ``send_batch`` (an idempotent producer's: not transactional),
+        in order: each under ``max_size`` bytes, a record that large alone in one; stamped now."""
 
     async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]: ...
 
@@ -144,6 +157,13 @@ class AioKafka:
         )
         return producer
 
+    def record_batches(self, records: Sequence[Outgoing], max_size: int) -> Sequence[RecordBatch]:
+        """Made natively (``rwcore._native.record_batches``: the bytes aiokafka's ``BatchBuilder`` writes, without
+        its per-record Python); aiokafka's producer sends any object with its builder's methods."""
+        from rwcore import _native
+
+        return _native.record_batches(records, max_size, time.time_ns() // 1_000_000)
+
     async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]:
         from gatekeeper.consumers.kafka import topic_limits
 
@@ -153,4 +173,4 @@ class AioKafka:
         await producer.client.fetch_all_metadata()  # type: ignore[attr-defined]  # aiokafka's own client
 
 
-__all__ = ["AioKafka", "Consumer", "Kafka", "Producer", "Record", "RecordBatch"]
+__all__ = ["AioKafka", "Consumer", "Kafka", "Outgoing", "Producer", "Record", "RecordBatch"]

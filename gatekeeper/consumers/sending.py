@@ -60,7 +60,7 @@ from aiokafka import TopicPartition
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError, ProducerFenced, RecordTooLargeError
 
 from gatekeeper.config import KafkaSettings
-from gatekeeper.consumers.client import Kafka, Producer, RecordBatch
+from gatekeeper.consumers.client import Kafka, Producer
 from gatekeeper.consumers.holds import TP
 from gatekeeper.consumers.kafka import DEFAULT_MAX_MESSAGE_BYTES, transactional_id
 from gatekeeper.consumers.outcomes import Outcome, fit
@@ -409,10 +409,11 @@ class OutcomeSender:
 
     async def send(self, sends: Sequence[Send]) -> None:
         """Hand the records to the idempotent producer without waiting for their acknowledgements: ``produce``
-        waits for them (and sends again what failed). They go as record batches built here, one per partition
-        (more when one fills), each with one future for all of its records: the producer's per-record path makes a
-        future, a coroutine and a partitioner call for each (about a twentieth of the worker's CPU). A record to
-        be sent alone (after a size refusal) is left to ``produce``, which sends those one at a time."""
+        waits for them (and sends again what failed). They go as record batches made in one native call per
+        partition (``Kafka.record_batches``; more than one when one fills), each with one future for all of its
+        records: the producer's per-record path makes a future, a coroutine and a partitioner call for each, and its
+        batch builder a list of each record's headers. A record to be sent alone (after a size refusal) is left to
+        ``produce``, which sends those one at a time."""
         producer = await self.producer()
         partitions: dict[str, tuple[int, ...]] = {}
         by_partition: dict[tuple[str, int], list[Send]] = {}
@@ -428,24 +429,14 @@ class OutcomeSender:
                 known = partitions[o.topic] = tuple(sorted(await producer.partitions_for(o.topic)))
             by_partition.setdefault((o.topic, partition_of(o.key, known)), []).append(s)
         for (topic, partition), group in by_partition.items():
-            batch, members = producer.create_batch(), list[Send]()
-            for s in group:
-                o = s.outcome
-                if batch.append(timestamp=None, key=o.key, value=o.value, headers=list(o.headers)) is None:  # full
-                    await self._send_batch(producer, batch, topic, partition, members)
-                    batch, members = producer.create_batch(), []
-                    batch.append(timestamp=None, key=o.key, value=o.value, headers=list(o.headers))  # the first fits
-                s.index = len(members)
-                members.append(s)
-            await self._send_batch(producer, batch, topic, partition, members)
-
-    async def _send_batch(
-        self, producer: Producer, batch: RecordBatch, topic: str, partition: int, members: list[Send]
-    ) -> None:
-        batch.close()  # nothing the producer's per-record path sends joins it
-        fut = await producer.send_batch(batch, topic, partition=partition)
-        for s in members:
-            s.fut = fut
+            start = 0
+            for batch in self.kafka.record_batches([s.outcome for s in group], self.max_batch_size):
+                members = group[start : start + batch.record_count()]
+                start += len(members)
+                fut = await producer.send_batch(batch, topic, partition=partition)
+                for i, s in enumerate(members):
+                    s.index = i
+                    s.fut = fut
 
     async def produce(self, sends: Sequence[Send]) -> None:
         """Send until every one is acknowledged (size refusals trimmed and sent again at once); raises

@@ -11,21 +11,30 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
+from gatekeeper.config import KafkaSettings
+from gatekeeper.consumers.client import AioKafka
 from tests.fixtures_services import TopicFactory
 
 pytestmark = pytest.mark.integration
 
 TIMEOUT = 60.0
+
+
+class Out(NamedTuple):
+    key: bytes
+    value: bytes
+    headers: tuple[tuple[str, bytes], ...]
 
 
 def _group() -> str:
@@ -112,6 +121,33 @@ async def test_idempotent_producer_with_acks_all(kafka_bootstrap: str, topic_fac
     async with _consumer(kafka_bootstrap, topic) as consumer:
         records = await _take(consumer, 8)
         assert [r.value for r in records] == [f"v{i}".encode() for i in range(8)]
+
+
+async def test_native_record_batches_are_sent_by_an_idempotent_producer_and_read_back(
+    kafka_bootstrap: str, topic_factory: TopicFactory
+) -> None:
+    """The batches ``Kafka.record_batches`` makes natively go through aiokafka's ``send_batch`` as its own do: the
+    broker takes them in order (the producer's sequence numbers written into each), a record sent after them
+    follows, and a consumer reads every key, value, header and timestamp back."""
+    topic = await topic_factory(partitions=1)
+    records = [Out(b"k%d" % i, b"v%d-" % i * 20, (("gk.n", b"%d" % i), ("gk.empty", b""))) for i in range(30)]
+    before = int(time.time() * 1000)
+    async with _producer(kafka_bootstrap, enable_idempotence=True, acks="all") as producer:
+        batches = AioKafka(KafkaSettings(bootstrap_servers=kafka_bootstrap)).record_batches(records, 800)
+        assert len(batches) > 3
+        futures = [await producer.send_batch(b, topic, partition=0) for b in batches]
+        firsts = [(await f).offset for f in futures]
+        counts = [b.record_count() for b in batches]
+        assert firsts == [sum(counts[:n]) for n in range(len(counts))]
+        assert (await producer.send_and_wait(topic, b"after", key=b"k")).offset == 30
+
+    async with _consumer(kafka_bootstrap, topic) as consumer:
+        read = await _take(consumer, 31)
+    assert [(r.key, r.value, list(r.headers)) for r in read[:30]] == [
+        (o.key, o.value, list(o.headers)) for o in records
+    ]
+    assert all(before <= r.timestamp <= int(time.time() * 1000) for r in read[:30])
+    assert read[30].value == b"after"
 
 
 async def test_transaction_produces_and_commits_consumer_offsets(

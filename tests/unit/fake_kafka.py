@@ -175,27 +175,24 @@ class FakeConsumer:
 
 
 class FakeBatch:
-    """aiokafka's ``BatchBuilder`` in memory: records up to ``Cluster.batch_bytes`` (the first always fits)."""
+    """A record batch in memory (``Kafka.record_batches``): records up to ``Cluster.batch_bytes`` (the first always
+    goes in), as the real batches are filled up to the size asked for."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.records: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]] = []
         self.bytes = 0
-        self.closed = False
 
-    def append(
-        self, *, timestamp: int | None, key: bytes | None, value: bytes | None, headers: Any = ()
-    ) -> object | None:
-        assert isinstance(headers, list), "aiokafka's C batch builder takes headers as a list only"
+    def append(self, key: bytes | None, value: bytes | None, headers: Any) -> bool:
         size = self.cluster.size(key, value, headers)
-        if self.closed or (self.records and self.bytes + size > self.cluster.batch_bytes):
-            return None
+        if self.records and self.bytes + size > self.cluster.batch_bytes:
+            return False
         self.records.append((key, value, tuple(headers)))
         self.bytes += size
-        return object()
+        return True
 
-    def close(self) -> None:
-        self.closed = True
+    def record_count(self) -> int:
+        return len(self.records)
 
 
 class FakeProducer:
@@ -249,9 +246,6 @@ class FakeProducer:
         if self._flush is None:
             self._flush = asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._deliver()))
         return fut
-
-    def create_batch(self) -> FakeBatch:
-        return FakeBatch(self.cluster)
 
     async def send_batch(self, batch: FakeBatch, topic: str, *, partition: int) -> asyncio.Future[Any]:
         """The batch's records as ``send`` takes them (delivered, refused or failed together with what else is
@@ -355,6 +349,14 @@ class FakeKafka:
         producer = FakeProducer(self.cluster, transactional_id)
         self.producers.append(producer)
         return producer
+
+    def record_batches(self, records: Any, max_size: int) -> list[FakeBatch]:
+        out = [FakeBatch(self.cluster)]
+        for r in records:
+            if not out[-1].append(r.key, r.value, r.headers):
+                out.append(FakeBatch(self.cluster))
+                out[-1].append(r.key, r.value, r.headers)
+        return out if out[0].records else []
 
     async def topic_limits(self, topics: Iterable[str]) -> dict[str, int]:
         if not self.cluster.describe_limits:

@@ -25,6 +25,7 @@ mod fields;
 mod lines;
 mod notices;
 mod outcomes;
+mod record_batch;
 mod state;
 
 /// The protocol's integrity digest (`h=`) of a canonical JSON text already encoded as UTF-8 (with
@@ -1320,6 +1321,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     batch::register(m)?;
     fields::register(m)?;
     lines::register(m)?;
+    record_batch::register(m)?;
     Ok(())
 }
 
