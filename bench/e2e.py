@@ -15,11 +15,12 @@ Sections (each prints a table; ratios are against figures taken in the same run)
 - ``throughput``: catch-up on the same traffic (payment flows with ``rb=exec`` and the tool's readback, drafting
   flows with ``rb=acc``, cancels, a few per cent faulty and invalid lines; many conversations keyed by id), first
   through the passthrough, then through the gatekeeper: sustained lines/s (between 5% and 95% of the outcomes), the
-  ratio, CPU ms per 1,000 lines (the process's user + system time), Redis round trips per batch (its metrics);
+  ratio, CPU ms per 1,000 lines (the process's user + system time), Redis round trips per batch (its metrics),
+  Redis's own CPU per 1,000 lines (``INFO cpu``, over the same window);
 - ``latency``: the gatekeeper fed at a fixed rate, 90% and 50% of its measured throughput and 1,000 lines/s:
   producer timestamp to outcome timestamp, p50 and p99; beside them the passthrough's on the same traffic at the same
   rates (its outputs stamped with the input's timestamp): what the broker, the clients and the benchmark add with no
-  work done; and each process's CPU per 1,000 lines at that rate (what a live worker pays);
+  work done; and each process's CPU per 1,000 lines at that rate (what a live worker pays), and Redis's;
 - ``growth``: per-line cost in conversations of 10, 1,000 and 10,000 lines (one partition, the same line count);
 - ``open``: throughput and Redis memory per open handoff with 10,000 and 100,000 handoffs open (``--open`` for
   others, 1,000,000 included);
@@ -417,6 +418,7 @@ class Catchup:
     cpu_ms_per_1000: float
     seconds: float
     outcomes: int
+    redis_ms_per_1000: float = float("nan")  # Redis's own CPU over the same window (a gatekeeper's catch-up)
 
     @property
     def busy(self) -> float:
@@ -425,14 +427,24 @@ class Catchup:
         return self.rate * self.cpu_ms_per_1000 / 1e6
 
 
-async def catch_up(procs: Sequence[Process], topics: dict[str, str], n: int, timeout: float) -> Catchup:
-    """Wait until every one of ``n`` input lines has its outcome; the sustained rate between 5% and 95%."""
+async def redis_cpu(redis: Redis) -> float:
+    """Redis's CPU seconds so far (user and system, ``INFO cpu``): what it spent between two readings is the
+    traffic's (an idle gatekeeper's probes cost it 0.2% of a core)."""
+    info = await redis.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+async def catch_up(
+    procs: Sequence[Process], topics: dict[str, str], n: int, timeout: float, redis: Redis | None = None
+) -> Catchup:
+    """Wait until every one of ``n`` input lines has its outcome; the sustained rate between 5% and 95% (and, with
+    ``redis``, Redis's CPU over the same window)."""
     watch = AIOKafkaConsumer(bootstrap_servers=BOOTSTRAP)
     await watch.start()
     tps = [TopicPartition(topics["out"], 0), TopicPartition(topics["dlq"], 0)]
     t0 = time.monotonic()
     lo_t = hi_t = None
-    lo_cpu = hi_cpu = 0.0
+    lo_cpu = hi_cpu = lo_redis = hi_redis = 0.0
     done = 0
     try:
         while time.monotonic() - t0 < timeout:
@@ -440,8 +452,10 @@ async def catch_up(procs: Sequence[Process], topics: dict[str, str], n: int, tim
             now = time.monotonic()
             if lo_t is None and done >= 0.05 * n:
                 lo_t, lo_n, lo_cpu = now, done, sum(p.cpu_seconds() for p in procs)
+                lo_redis = await redis_cpu(redis) if redis is not None else 0.0
             if hi_t is None and done >= 0.95 * n:
                 hi_t, hi_n, hi_cpu = now, done, sum(p.cpu_seconds() for p in procs)
+                hi_redis = await redis_cpu(redis) if redis is not None else 0.0
             if done >= n:
                 break
             await asyncio.sleep(0.1)
@@ -453,7 +467,9 @@ async def catch_up(procs: Sequence[Process], topics: dict[str, str], n: int, tim
     if lo_t is None or hi_t is None or hi_t <= lo_t:
         return Catchup(n, float("nan"), float("nan"), total, done)
     rate = (hi_n - lo_n) / (hi_t - lo_t)
-    return Catchup(n, rate, 1e6 * (hi_cpu - lo_cpu) / max(1, hi_n - lo_n), total, done)
+    per = 1e6 / max(1, hi_n - lo_n)
+    redis_ms = per * (hi_redis - lo_redis) if redis is not None else float("nan")
+    return Catchup(n, rate, per * (hi_cpu - lo_cpu), total, done, redis_ms)
 
 
 # ---------------------------------------------------------------- sections
@@ -520,7 +536,7 @@ async def gatekeeper_run(
             stderr=subprocess.DEVNULL,
         )
     try:
-        result = await catch_up(procs, topics, len(lines), timeout=max(120.0, len(lines) / 500))
+        result = await catch_up(procs, topics, len(lines), timeout=max(120.0, len(lines) / 500), redis=env.redis)
     finally:
         if spy is not None:
             spy.send_signal(2)  # SIGINT: py-spy writes its file
@@ -573,8 +589,17 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
     for p in procs:
         p.stop()
     rows: list[list[Any]] = [
-        ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, base.busy, "-", base.outcomes],
-        ["gatekeeper", gk.rate, gk.rate / base.rate, gk.cpu_ms_per_1000, gk.busy, _per(trips, batches), gk.outcomes],
+        ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, base.busy, "-", "-", base.outcomes],
+        [
+            "gatekeeper",
+            gk.rate,
+            gk.rate / base.rate,
+            gk.cpu_ms_per_1000,
+            gk.busy,
+            _per(trips, batches),
+            gk.redis_ms_per_1000,
+            gk.outcomes,
+        ],
     ]
     if exactly_once:  # the same traffic, kafka.transactional: a transaction per input partition and batch
         eos, procs, eos_topics, _ = await gatekeeper_run(
@@ -593,12 +618,22 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
                 eos.cpu_ms_per_1000,
                 eos.busy,
                 _per(trips, batches),
+                eos.redis_ms_per_1000,
                 eos.outcomes,
             ]
         )
     table(
         f"throughput: catch-up on {len(t.lines):,} lines, {env.partitions} partitions",
-        ["consumer", "lines/s", "ratio", "CPU ms / 1,000 lines", "busy", "Redis round trips / batch", "outcomes"],
+        [
+            "consumer",
+            "lines/s",
+            "ratio",
+            "CPU ms / 1,000 lines",
+            "busy",
+            "Redis round trips / batch",
+            "Redis CPU ms / 1,000 lines",
+            "outcomes",
+        ],
         rows,
     )
     if profile and Path(profile).exists():
@@ -631,6 +666,7 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
         t = traffic(n, seed=11, tag=f"l{tag}")
         measured = []
         cpus: list[float] = []  # the gatekeeper's, then the passthrough's
+        redis_ms = float("nan")  # Redis's CPU while the gatekeeper ran (the passthrough does not use it)
         for passthrough in (False, True):
             name = f"lat{tag}{'p' if passthrough else ''}"
             topics = await env.topics(name)
@@ -642,18 +678,43 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
             )
             try:
                 await asyncio.sleep(4.0)  # joined
-                cpu = proc.cpu_seconds()
+                cpu, redis0 = proc.cpu_seconds(), await redis_cpu(env.redis)
                 measured.append(await paced(topics, t.lines, target))
                 cpus.append(1e6 * (proc.cpu_seconds() - cpu) / n)
+                if not passthrough:
+                    redis_ms = 1e6 * (await redis_cpu(env.redis) - redis0) / n
             finally:
                 proc.stop()
         gk, base = measured
         rows.append(
-            [label, target, len(gk), _pct(gk, 50), _pct(gk, 99), _pct(base, 50), _pct(base, 99), cpus[0], cpus[1]]
+            [
+                label,
+                target,
+                len(gk),
+                _pct(gk, 50),
+                _pct(gk, 99),
+                _pct(base, 50),
+                _pct(base, 99),
+                cpus[0],
+                cpus[1],
+                redis_ms,
+            ]
         )
     table(
-        "latency: producer timestamp to outcome timestamp (ms); CPU: the process's, ms per 1,000 lines at that load",
-        ["load", "lines/s", "lines", "p50", "p99", "passthrough p50", "passthrough p99", "CPU", "passthrough CPU"],
+        "latency: producer timestamp to outcome timestamp (ms); CPU: the process's, ms per 1,000 lines at that load "
+        "(Redis's: while the gatekeeper ran)",
+        [
+            "load",
+            "lines/s",
+            "lines",
+            "p50",
+            "p99",
+            "passthrough p50",
+            "passthrough p99",
+            "CPU",
+            "passthrough CPU",
+            "Redis CPU",
+        ],
         rows,
     )
 

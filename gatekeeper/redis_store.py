@@ -262,7 +262,7 @@ local function save_one(hash, doc, queue, A, i, j)
     redis.call('HSET', hash, unpack(A, x, math.min(x + 1999, j)))
   end
   for x = i + 7, i + 6 + n do redis.call('ZADD', queue, A[i + 3], A[x]) end
-  local due = redis.call('ZRANGEBYSCORE', queue, '-inf', A[i + 4], 'LIMIT', 0, tonumber(A[i + 5]))
+  local due = redis.call('ZRANGEBYSCORE', queue, '-inf', A[i + 4], 'LIMIT', '0', A[i + 5])
   for _, id in ipairs(due) do
     if collectable(hash, id) then
       redis.call('HDEL', hash, 'l:' .. id, 'o:' .. id, 'r:' .. id, 't:' .. id)

@@ -120,9 +120,9 @@ pub struct SaveArgs {
 }
 
 impl SaveArgs {
-    /// The arguments as a JSON array, the scores (`now`, `oldest`) given as the text Redis reads: what orjson
-    /// writes for the same list (only `"`, `\` and control characters escaped), one element of the batch save's
-    /// one JSON argument.
+    /// The arguments as a JSON array of strings, the scores (`now`, `oldest`) given as the text Redis reads and the
+    /// integers as their digits (what redis-py sends of the same list to a cluster): what orjson writes for that
+    /// list (only `"`, `\` and control characters escaped), one element of the batch save's one JSON argument.
     pub fn json(&self, now: &[u8], oldest: &[u8]) -> Vec<u8> {
         let text = |out: &mut Vec<u8>, s: &[u8]| rw1::canon::string(out, s);
         let mut out = Vec::with_capacity(
@@ -132,21 +132,28 @@ impl SaveArgs {
                 .map(|(k, v)| k.len() + v.len() + 8)
                 .sum::<usize>(),
         );
+        // integers as strings of their digits: the script hands them to Redis as they are, where a Lua number is
+        // formatted again by every call it is an argument of
+        let number = |out: &mut Vec<u8>, n: i64| {
+            out.push(b'"');
+            out.extend_from_slice(n.to_string().as_bytes());
+            out.push(b'"');
+        };
         out.push(b'[');
         match self.epoch {
-            Some(e) => out.extend_from_slice(e.to_string().as_bytes()),
+            Some(e) => number(&mut out, e),
             None => out.extend_from_slice(b"\"\""),
         }
         out.push(b',');
-        out.extend_from_slice(self.ttl.to_string().as_bytes());
+        number(&mut out, self.ttl);
         out.extend_from_slice(if self.legacy { b",\"1\"," } else { b",\"0\"," });
         text(&mut out, now);
         out.push(b',');
         text(&mut out, oldest);
         out.push(b',');
-        out.extend_from_slice(self.collect.to_string().as_bytes());
+        number(&mut out, self.collect);
         out.push(b',');
-        out.extend_from_slice(self.queued.len().to_string().as_bytes());
+        number(&mut out, self.queued.len() as i64);
         for id in &self.queued {
             out.push(b',');
             text(&mut out, id);
