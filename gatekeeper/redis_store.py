@@ -181,6 +181,44 @@ end
 #: ``cleared_by`` and ``passed_rb``), ``{}`` for a conversation never seen, or ``{"v1", document}``.
 _LOAD_FN = """
 local kinds = {'l:', 'o:', 'r:', 't:'}
+-- The ids an entry points at: a line's `re`, a handoff's `cleared_by` and `passed_rb`, a readback's `ho`. The engine
+-- writes them first, so they are read off the entry's opening: a key that opens the entry, holds a plain id and is
+-- not in the rest of its text, or a key in none of its text (a key's quoted name followed by a colon is found only
+-- where it is a key: in a JSON string a quote is escaped). Any other entry is decoded.
+local function decoded(k, v)
+  local e = cjson.decode(v)
+  if k == 1 then return e['re'] elseif k == 2 then return e['cleared_by'], e['passed_rb'] end
+  return e['ho']
+end
+local function absent(v, name, at)
+  return not string.find(v, '"' .. name .. '":', at, true)
+end
+local function opening(v, name, at)
+  local id, after = string.match(v, '^"' .. name .. '":"([A-Za-z0-9._%-]+)"()[,}]', at)
+  if id and absent(v, name, after) then return id, after + 1 end
+end
+local function pointers(k, v)
+  if k == 1 then
+    if absent(v, 're', 1) then return nil end
+    local re = opening(v, 're', 2)
+    if re then return re end
+  elseif k == 2 then
+    local c, at = opening(v, 'cleared_by', 2)
+    local p
+    if c then
+      p = opening(v, 'passed_rb', at)
+      if p or absent(v, 'passed_rb', at) then return c, p end
+    elseif absent(v, 'cleared_by', 1) then
+      if absent(v, 'passed_rb', 1) then return nil end
+      p = opening(v, 'passed_rb', 2)
+      if p then return nil, p end
+    end
+  else
+    local ho = opening(v, 'ho', 2)
+    if ho then return ho end
+  end
+  return decoded(k, v)
+end
 local function load_one(hash, doc, A, i, j)
   if redis.call('EXISTS', hash) == 0 then
     local old = redis.call('GET', doc)
@@ -204,9 +242,9 @@ local function load_one(hash, doc, A, i, j)
         out[#out + 1] = kinds[k] .. id
         out[#out + 1] = v
         if first and k < 4 then
-          local e = cjson.decode(v)
-          if k == 1 then point(e['re']) elseif k == 2 then point(e['cleared_by']); point(e['passed_rb'])
-          else point(e['ho']) end
+          local a, b = pointers(k, v)
+          point(a)
+          point(b)
         end
       end
     end

@@ -206,13 +206,33 @@ _JSON_VALUES = st.recursive(
 @example(values={}, at=2.0**49 + 0.25, text="")  # two shortest forms equally near: the even digit, as orjson writes
 def test_the_native_entries_are_written_as_orjson_wrote_them(values: dict[str, object], at: float, text: str) -> None:
     """The state's entries are written natively in the bytes the Python codec wrote with orjson (times, any value
-    a record holds, any text): an entry stored by an earlier release reads and writes back unchanged."""
+    a record holds, any text): an entry stored by an earlier release without pointers reads and writes back
+    unchanged (one with pointers now opens with them: ``test_an_entry_opens_with_the_ids_it_points_at``)."""
     entry = {"item": text, "ask": "PAY", "exec": True, "rec": {"values": values}, "gkcx": ["cx-1", "EXPIRED", at]}
     raw = orjson.dumps(entry).decode()
     assert ConversationState.from_fields({"o:x": raw}).field("o:x") == raw
     line = {"d": "ab", "t": "HO", "v": "forward", "at": round(at, 3), "x": text}
     raw = orjson.dumps(line).decode()
     assert ConversationState.from_fields({"l:x": raw}).field("l:x") == raw
+
+
+@given(
+    re=st.one_of(st.none(), st.text(max_size=8)),
+    cleared=st.one_of(st.none(), st.text(max_size=8)),
+    passed=st.one_of(st.none(), st.text(max_size=8)),
+)
+def test_an_entry_opens_with_the_ids_it_points_at(re: str | None, cleared: str | None, passed: str | None) -> None:
+    """What the Redis load reads off an entry's opening (``redis_store._LOAD_FN``'s ``pointers``): a line opens with
+    its ``re``, a handoff with its ``cleared_by`` then its ``passed_rb`` (those it has), the rest in their order."""
+    line = {"d": "ab", "t": "RB", "v": "forward", "at": 1.5} | ({} if re is None else {"re": re})
+    written = ConversationState.from_fields({"l:x": orjson.dumps(line).decode()}).field("l:x")
+    assert written is not None and orjson.loads(written) == line
+    assert list(orjson.loads(written))[:2] == (["re", "d"] if re is not None else ["d", "t"])
+    handoff: dict[str, object] = {"item": "inv:1", "ask": "PAY", "exec": True}
+    pointed = {k: v for k, v in (("cleared_by", cleared), ("passed_rb", passed)) if v}
+    written = ConversationState.from_fields({"o:x": orjson.dumps(handoff | pointed).decode()}).field("o:x")
+    assert written is not None and orjson.loads(written) == handoff | pointed
+    assert list(orjson.loads(written))[: len(pointed) + 1] == [*pointed, "item"]
 
 
 class _Saving(MemoryStore):

@@ -512,9 +512,17 @@ fn write_problem(out: &mut Vec<u8>, p: &Finding) {
     out.push(b'}');
 }
 
+// The ids an entry points at are written first when it has them (a line's `re`; a handoff's `cleared_by`,
+// `passed_rb`; a readback's `ho` always): the Redis load script reads them off the entry's opening instead of decoding
+// the entry (`redis_store._LOAD_FN`'s `pointers`).
+
 fn write_line(l: &StoredLine) -> Vec<u8> {
     let mut out = b"{".to_vec();
     let mut first = true;
+    if let Some(re) = &l.re {
+        key(&mut out, &mut first, "re");
+        json::string(&mut out, re);
+    }
     key(&mut out, &mut first, "d");
     json::string(&mut out, &l.digest);
     key(&mut out, &mut first, "t");
@@ -526,10 +534,6 @@ fn write_line(l: &StoredLine) -> Vec<u8> {
     if let Some(r) = &l.reason {
         key(&mut out, &mut first, "r");
         json::string(&mut out, r);
-    }
-    if let Some(re) = &l.re {
-        key(&mut out, &mut first, "re");
-        json::string(&mut out, re);
     }
     if !l.problems.is_empty() {
         key(&mut out, &mut first, "p");
@@ -561,6 +565,12 @@ fn write_line(l: &StoredLine) -> Vec<u8> {
 fn write_handoff(h: &StoredHandoff) -> Vec<u8> {
     let mut out = b"{".to_vec();
     let mut first = true;
+    for (k, v) in [("cleared_by", &h.cleared_by), ("passed_rb", &h.passed_rb)] {
+        if let Some(v) = v.as_deref().filter(|s| !s.is_empty()) {
+            key(&mut out, &mut first, k);
+            json::string(&mut out, v);
+        }
+    }
     key(&mut out, &mut first, "item");
     json::string(&mut out, &h.item);
     key(&mut out, &mut first, "ask");
@@ -617,8 +627,6 @@ fn write_handoff(h: &StoredHandoff) -> Vec<u8> {
         ("superseded_by", &h.superseded_by),
         ("relay_of", &h.relay_of),
         ("relayed_by", &h.relayed_by),
-        ("cleared_by", &h.cleared_by),
-        ("passed_rb", &h.passed_rb),
     ] {
         if let Some(v) = v.as_deref().filter(|s| !s.is_empty()) {
             key(&mut out, &mut first, k);
