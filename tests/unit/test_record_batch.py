@@ -1,4 +1,4 @@
-"""The native record batches (``_native.record_batches``, native/python/src/record_batch.rs) against aiokafka's own
+"""The native record batches (``_native.record_batches``, native/engine/src/record_batch.rs) against aiokafka's own
 builder, the C one its producer runs (its pure-Python one lets a batch reach the size where the C one stops short):
 for any records and batch size, the same batches, byte for byte, before and after the producer's state is written
 into them; and what aiokafka's producer calls on a builder answers as its ``BatchBuilder`` does for a closed

@@ -12,7 +12,8 @@
 //! - [`lifecycle`]: a handoff's deadlines and its place in the lifecycle indexes;
 //! - [`outcomes`]: the records a decided line produces, by trim level, their text masked ([`masking`]) and their
 //!   JSON made inert ([`inert`]);
-//! - [`notices`]: the refusal notice a dead-lettered line's sender is told.
+//! - [`notices`]: the refusal notice a dead-lettered line's sender is told;
+//! - [`record_batch`]: the outcomes' records as the Kafka record batches the producer sends.
 
 pub mod authority;
 pub mod decide;
@@ -23,5 +24,6 @@ pub mod lifecycle;
 pub mod masking;
 pub mod notices;
 pub mod outcomes;
+pub mod record_batch;
 pub mod rules;
 pub mod state;
