@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import pytest
+
 from aiokafka.record._crecords.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 from hypothesis import given, settings
@@ -99,3 +101,9 @@ def test_a_record_larger_than_a_batch_goes_alone_and_nothing_is_an_empty_batch()
     recs = [Rec(b"a", b"x" * 50, ()), Rec(b"b", b"y" * 500, ()), Rec(b"c", b"z", ())]
     assert [b.record_count() for b in _native.record_batches(recs, 200, 0)] == [1, 1, 1]
     assert _native.record_batches([], 200, 0) == []
+
+
+def test_a_key_or_value_that_is_not_bytes_is_refused_not_sent_as_null() -> None:
+    for bad in (Rec(b"k", "text", ()), Rec("k", b"v", ()), Rec(b"k", b"v", (("gk.n", "text"),))):
+        with pytest.raises(TypeError):
+            _native.record_batches([bad], 16384, 0)

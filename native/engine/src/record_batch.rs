@@ -11,10 +11,9 @@ const CRC_AT: usize = 17;
 /// The CRC-32C covers the batch from its attributes to its end.
 const ATTRIBUTES_AT: usize = 21;
 const MAGIC: u8 = 2;
-const TRANSACTIONAL: i16 = 0x10;
 
 /// `n` as Kafka writes a signed varint: zig-zag, then seven bits a byte, the lowest first.
-pub fn varint(out: &mut Vec<u8>, n: i64) {
+fn varint(out: &mut Vec<u8>, n: i64) {
     let mut z = ((n << 1) ^ (n >> 63)) as u64;
     while z >= 0x80 {
         out.push((z as u8 & 0x7f) | 0x80);
@@ -23,7 +22,7 @@ pub fn varint(out: &mut Vec<u8>, n: i64) {
     out.push(z as u8);
 }
 
-pub fn varint_len(n: i64) -> usize {
+fn varint_len(n: i64) -> usize {
     let z = ((n << 1) ^ (n >> 63)) as u64;
     (64 - z.max(1).leading_zeros() as usize).div_ceil(7)
 }
@@ -110,10 +109,11 @@ impl Builder {
         self.buf.len()
     }
 
-    /// The whole batch: its header written (the producer's id, epoch and first sequence number), its CRC.
-    pub fn finish(&mut self, timestamp: i64, transactional: bool, producer: Producer) -> &[u8] {
+    /// The whole batch: its header written (the producer's id, epoch and first sequence number), its CRC. Not
+    /// transactional (an idempotent producer's batch: attributes 0, no compression).
+    pub fn finish(&mut self, timestamp: i64, producer: Producer) -> &[u8] {
         let length = (self.buf.len() - AFTER_LENGTH) as i32;
-        let attributes = if transactional { TRANSACTIONAL } else { 0 };
+        let attributes: i16 = 0;
         let last_offset = (self.count - 1).max(0);
         let mut head = Vec::with_capacity(HEADER);
         head.extend_from_slice(&0i64.to_be_bytes()); // base offset: the broker's to set
@@ -218,7 +218,7 @@ mod tests {
                 taken += 1;
                 prop_assert!(taken == 1 || b.size() < max_size);
             }
-            let bytes = b.finish(7, false, Producer::default()).to_vec();
+            let bytes = b.finish(7, Producer::default()).to_vec();
             let length = i32::from_be_bytes(bytes[8..12].try_into().unwrap()) as usize;
             prop_assert_eq!(length + AFTER_LENGTH, bytes.len());
             let crc = u32::from_be_bytes(bytes[CRC_AT..CRC_AT + 4].try_into().unwrap());

@@ -61,10 +61,7 @@ impl RecordBatch {
         if let Some(b) = &self.built {
             return b.bind(py).clone();
         }
-        let bytes = PyBytes::new(
-            py,
-            self.builder.finish(self.timestamp, false, self.producer),
-        );
+        let bytes = PyBytes::new(py, self.builder.finish(self.timestamp, self.producer));
         self.built = Some(bytes.clone().unbind());
         bytes
     }
@@ -111,9 +108,10 @@ fn record_batches(
             .zip(&named)
             .map(|(k, (_, v))| (&k[..], v.as_ref().map(|v| v.as_bytes())))
             .collect();
+        let (key, value) = (bytes_or_none(&key)?, bytes_or_none(&value)?);
         let record = Record {
-            key: key.cast::<PyBytes>().ok().map(|k| k.as_bytes()),
-            value: value.cast::<PyBytes>().ok().map(|v| v.as_bytes()),
+            key: key.as_ref().map(|k| k.as_bytes()),
+            value: value.as_ref().map(|v| v.as_bytes()),
             headers: &headers,
         };
         if !current.append(&record) {
@@ -128,6 +126,14 @@ fn record_batches(
         out.push(batch(current));
     }
     Ok(out)
+}
+
+/// A key or value as aiokafka's builder takes it, None or bytes: anything else is a TypeError, never a null record.
+fn bytes_or_none<'py>(v: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(v.cast::<PyBytes>()?.clone()))
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
