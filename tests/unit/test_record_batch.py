@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import pytest
-
 from aiokafka.record._crecords.default_records import DefaultRecordBatchBuilder
 from aiokafka.record.default_records import DefaultRecordBatch
 from hypothesis import given, settings
