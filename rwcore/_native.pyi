@@ -52,6 +52,12 @@ def encode(
 ) -> tuple[str, list[_Finding]]:
     """A twin's line, written as the reference writes it, and the errors the parser finds in it."""
 
+def encode_twin(
+    msg: dict[Any, Any], slots: dict[Any, Any], grammar: Grammar, switch: Callable[[str], Any]
+) -> tuple[str, list[_Finding]]:
+    """``encode`` of a JSON twin (a dict, its slots a dict): its envelope read off it, a key it lacks as None (``type``
+    and ``id``: KeyError)."""
+
 def canonical(msg: Any) -> str:
     """A message's canonical JSON."""
 
@@ -124,6 +130,7 @@ class Tracker:
     def feed(self, msg: Any, line_no: int | None = None) -> list[_Finding]: ...
     def probe(self, msg: Any, line_no: int | None = None) -> list[_Finding]: ...
     def feed_invalid(self, line_no: int | None, messages: list[str]) -> list[_Finding]: ...
+    def feed_line(self, line: str, line_no: int | None, grammar: Grammar, switch: Callable[[str], Any]) -> bool: ...
     def skip(self, line_no: int | None = None) -> None: ...
     @property
     def last_line(self) -> int: ...

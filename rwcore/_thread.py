@@ -209,16 +209,20 @@ class ThreadTracker:
 
 
 def _thread(lines: Iterable[str], resolve: Callable[[], Profile], now: str | None) -> CheckResult:
-    from rwcore._codec import parse_line
+    from rwcore._codec import _switch, parse_line
 
     clock = now or now_utc()
     tracker = ThreadTracker()
+    feed_line = tracker._t.feed_line  # parsed and taken natively, no Message made (parse_line below: the rest)
     prof: Profile | None = None
     for n, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         if prof is None:
             prof = resolve()  # as the reference, a bad profile name is refused at the first line, not before
+            grammar, switch = prof.grammar, _switch(prof)
+        if type(line) is str and feed_line(line, n, grammar, switch):
+            continue
         parsed = parse_line(line, prof)
         if parsed.message is None or parsed.errors:
             tracker.feed_invalid(n, parsed.errors)

@@ -10,6 +10,7 @@ import rogerwilco as rw
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rwcore import get_profile, parse_line
 from rwcore._thread import STATE_VERSION, THREAD_CODES, HandoffView, ThreadTracker, check_thread
 from rwcore._types import Message, Problem
 
@@ -172,6 +173,25 @@ def test_invalid_and_skipped_lines_keep_their_numbers() -> None:
     assert r.problems[0].message.startswith("line 3: ")
     assert r.problems[1].message.startswith("line 6: ")
     assert t.last_line == 6
+
+
+def test_a_line_that_is_not_utf8_is_parsed_by_python_as_before() -> None:
+    """The whole-thread check parses and feeds each line natively; a line Python cannot give as UTF-8 (a lone
+    surrogate) is left to the Python parse, and is taken as that parse reads it, its number kept."""
+    bad = PAY_HO.replace("scheduler-1", "scheduler-9").replace("item=", "item=\ud800", 1)
+    tracker = ThreadTracker()
+    assert tracker._t.feed_line(bad, 1, get_profile(None).grammar, lambda name: get_profile(name)) is False
+    assert len(tracker) == 0 and tracker.last_line == 0  # nothing taken
+    lines = [PAY_HO, bad, "RW1 ZZ x-1"]
+    want = ThreadTracker()
+    for n, line in enumerate(lines, 1):
+        parsed = parse_line(line)
+        if parsed.message is None or parsed.errors:
+            want.feed_invalid(n, parsed.errors)
+        else:
+            want.feed(parsed.message, n)
+    assert len(want) == 2  # the surrogate's line is a handoff
+    assert check_thread(lines, None, NOW) == want.report(NOW).compat()
 
 
 def test_line_numbers_must_increase() -> None:

@@ -14,6 +14,8 @@
 
 use std::collections::{HashMap, HashSet};
 
+type Hashed = foldhash::fast::RandomState;
+
 use engine::decide::{self as d, Finding};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple};
@@ -273,8 +275,10 @@ fn decide_all<'py>(
     let decisions = PyList::empty(py);
     let changed = PySet::empty(py)?;
     let hit = PyDict::new(py);
-    let mut held: HashSet<Vec<u8>> = HashSet::new();
-    let mut conv_problems: HashMap<Vec<u8>, Option<Finding>> = HashMap::new();
+    // keyed by conversation ids, which agents choose: foldhash, seeded per process (SipHash was a hundredth of a
+    // line for two lookups)
+    let mut held: HashSet<Vec<u8>, Hashed> = HashSet::default();
+    let mut conv_problems: HashMap<Vec<u8>, Option<Finding>, Hashed> = HashMap::default();
     let hold = kit
         .verdicts
         .get_item("hold")?
@@ -304,10 +308,14 @@ fn decide_all<'py>(
         };
         let native = state_py.getattr(state_native)?.cast_into::<State>()?;
         let conversation_problem = match &conv_bytes {
-            Some(c) => conv_problems
-                .entry(c.to_vec())
-                .or_insert_with(|| engine::gate::conversation_problem(c).map(Finding::from))
-                .clone(),
+            Some(c) => match conv_problems.get(&c[..]) {
+                Some(found) => found.clone(),
+                None => {
+                    let found = engine::gate::conversation_problem(c).map(Finding::from);
+                    conv_problems.insert(c.to_vec(), found.clone());
+                    found
+                }
+            },
             None => None,
         };
         let line_view = match prep {

@@ -477,6 +477,40 @@ fn encode<'py>(
     )
 }
 
+/// [`encode`] of a JSON twin whose slots are a dict: its envelope's values read off it here, a key it lacks as
+/// None (rwcore's compatible `encode`: the Python reading each of them was a third of the call).
+#[pyfunction]
+fn encode_twin<'py>(
+    py: Python<'py>,
+    msg: &Bound<'py, PyDict>,
+    slots: &Bound<'py, PyDict>,
+    grammar: &Bound<'py, Grammar>,
+    switch: &Bound<'py, PyAny>,
+) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyList>)> {
+    let get = |k: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyAny>> {
+        Ok(msg.get_item(k)?.unwrap_or_else(|| py.None().into_bound(py)))
+    };
+    let required = |k: &Bound<'py, PyString>| -> PyResult<Bound<'py, PyAny>> {
+        msg.get_item(k)?
+            .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(k.clone().unbind()))
+    };
+    encode(
+        py,
+        &required(pyo3::intern!(py, "type"))?,
+        &required(pyo3::intern!(py, "id"))?,
+        [
+            get(pyo3::intern!(py, "re"))?,
+            get(pyo3::intern!(py, "from"))?,
+            get(pyo3::intern!(py, "to"))?,
+            get(pyo3::intern!(py, "item"))?,
+        ],
+        slots,
+        &get(pyo3::intern!(py, "tail"))?,
+        grammar,
+        switch,
+    )
+}
+
 /// The line `rw1` writes of a twin's parts, and the errors the parser finds in it (none: the line is valid).
 fn written_line<'py>(
     py: Python<'py>,
@@ -1115,6 +1149,34 @@ impl Tracker {
         problems(py, std::slice::from_ref(&p))
     }
 
+    /// Parse `line` under `grammar` (`switch`: the profile a `p=` names) and take it: a valid line as `feed` takes
+    /// its message, one with errors as `feed_invalid` takes their messages; nothing returned (the whole-thread
+    /// check reads only the report). False, nothing taken, for a line that is not UTF-8 text (a lone surrogate):
+    /// the caller parses that one itself. No message is made: the compatible `check_thread` made one a line only
+    /// to feed it here.
+    fn feed_line(
+        &mut self,
+        py: Python<'_>,
+        line: &Bound<'_, PyString>,
+        line_no: Option<i64>,
+        grammar: &Bound<'_, Grammar>,
+        switch: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        let Ok(t) = line.to_str() else {
+            return Ok(false);
+        };
+        let (parsed, _) = run(py, t.as_bytes(), &grammar.get().inner, switch)?;
+        if parsed.errors.is_empty() {
+            guarded(|| self.inner.feed(&parsed.twin, line_no))?.map_err(PyValueError::new_err)?;
+        } else {
+            let messages: Vec<&[u8]> = parsed.errors.iter().map(|p| &p.message[..]).collect();
+            self.inner
+                .feed_invalid(line_no, &messages)
+                .map_err(PyValueError::new_err)?;
+        }
+        Ok(true)
+    }
+
     /// Count a line that carries no message.
     #[pyo3(signature = (line_no=None))]
     fn skip(&mut self, line_no: Option<i64>) -> PyResult<()> {
@@ -1298,6 +1360,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parse, m)?)?;
     m.add_function(wrap_pyfunction!(parse_compat, m)?)?;
     m.add_function(wrap_pyfunction!(encode, m)?)?;
+    m.add_function(wrap_pyfunction!(encode_twin, m)?)?;
     m.add_function(wrap_pyfunction!(encode_held, m)?)?;
     m.add_function(wrap_pyfunction!(message_digest, m)?)?;
     m.add_function(wrap_pyfunction!(h_of_line, m)?)?;

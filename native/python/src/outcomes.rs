@@ -111,6 +111,18 @@ fn named_of(m: &Bound<'_, PyAny>) -> PyResult<Option<o::Named>> {
     }))
 }
 
+/// `f` of each item of a decision's problems or notes: a tuple (nearly always empty) read in place, anything else
+/// iterated (an iterator was made for each of them, two a line).
+fn each<T>(
+    items: &Bound<'_, PyAny>,
+    f: impl Fn(&Bound<'_, PyAny>) -> PyResult<T>,
+) -> PyResult<Vec<T>> {
+    if let Ok(t) = items.cast::<PyTuple>() {
+        return t.iter().map(|p| f(&p)).collect();
+    }
+    items.try_iter()?.map(|p| f(&p?)).collect()
+}
+
 fn decided_of(d: &Bound<'_, PyAny>) -> PyResult<o::Decided> {
     let py = d.py();
     let verdict = opt_member(&d.getattr(pyo3::intern!(py, "verdict"))?)?.unwrap_or_default();
@@ -126,14 +138,10 @@ fn decided_of(d: &Bound<'_, PyAny>) -> PyResult<o::Decided> {
         }
     };
     let reason = opt_member(&d.getattr(pyo3::intern!(py, "reason"))?)?;
-    let mut problems = Vec::new();
-    for p in d.getattr(pyo3::intern!(py, "problems"))?.try_iter()? {
-        problems.push(finding_of(&p?)?);
-    }
-    let mut notes = Vec::new();
-    for p in d.getattr(pyo3::intern!(py, "notes"))?.try_iter()? {
-        notes.push(str_attr(&p?, pyo3::intern!(py, "code"))?);
-    }
+    let problems = each(&d.getattr(pyo3::intern!(py, "problems"))?, finding_of)?;
+    let notes = each(&d.getattr(pyo3::intern!(py, "notes"))?, |p| {
+        str_attr(p, pyo3::intern!(py, "code"))
+    })?;
     Ok(o::Decided {
         verdict,
         internal_error: reason.as_deref() == Some(b"internal-error"),
@@ -427,8 +435,9 @@ fn same_or_new<'py>(
 #[derive(Default)]
 struct MadeOnce<'py> {
     topics: Vec<(Vec<u8>, Bound<'py, PyAny>)>,
-    /// per header name (a `'static` constant's address and length), its last value and the pair made of it
-    pairs: std::collections::HashMap<(usize, usize), LastPair<'py>>,
+    /// per header name (a `'static` constant's address and length), its last value and the pair made of it (Fx:
+    /// the keys are addresses in this library, no one else's choice, and SipHash was a twelfth of the call)
+    pairs: rustc_hash::FxHashMap<(usize, usize), LastPair<'py>>,
 }
 
 impl<'py> MadeOnce<'py> {
