@@ -1,7 +1,7 @@
 """Type stubs of ``rwcore._native``, the Rust extension (native/python/src/lib.rs)."""
 
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, overload
 
 from rwcore._codec import Parsed
 from rwcore._profiles import Profile
@@ -339,7 +339,21 @@ def due_deadline(due: str) -> float | None: ...
 def by_deadline(by: str) -> float | None: ...
 
 # the outcome records (engine::outcomes) and masking (engine::masking, engine::inert)
-_Record = tuple[str, str, bytes | None, bytes, tuple[tuple[str, bytes], ...], int, int]
+class Headers(Sequence[tuple[str, bytes]]):
+    """A record's headers as the engine wrote them: a sequence of ``(name, value)`` pairs made only when read; equal
+    to and hashed as the tuple of its pairs, added to a tuple as that tuple is."""
+
+    def __init__(self, pairs: Iterable[tuple[str, bytes]]) -> None: ...
+    def __len__(self) -> int: ...
+    @overload
+    def __getitem__(self, at: int) -> tuple[str, bytes]: ...
+    @overload
+    def __getitem__(self, at: slice) -> tuple[tuple[str, bytes], ...]: ...
+    def __add__(self, other: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]: ...
+    def __radd__(self, other: tuple[tuple[str, bytes], ...]) -> tuple[tuple[str, bytes], ...]: ...
+    def __hash__(self) -> int: ...
+
+_Record = tuple[str, str, bytes | None, bytes, Headers, int, int]
 
 class OutcomeRoute:
     """What building a route's outcomes reads of the route, read once."""

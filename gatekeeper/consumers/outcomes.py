@@ -117,6 +117,9 @@ class OutcomeKind(enum.StrEnum):
 _KINDS = {k.value: k for k in OutcomeKind}
 
 Headers = tuple[tuple[str, bytes], ...]
+#: An outcome's headers: a tuple of pairs, or as the engine wrote them (``_native.Headers``, a sequence of the same
+#: pairs, equal to their tuple, made as Python objects only when read: the record batch builder reads its bytes)
+RecordHeaders = Headers | _native.Headers
 
 
 class Source(msgspec.Struct, frozen=True, gc=False):
@@ -167,7 +170,7 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     topic: str
     key: bytes | None
     value: bytes
-    headers: Headers
+    headers: RecordHeaders
     source: Source
     level: int = 0
     #: what the next trim level is made from: the line's arguments to the engine (its outcomes share them) and the
@@ -202,7 +205,7 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
 
 
 def _outcome(
-    record: tuple[str, str, bytes | None, bytes, Headers, int, int], source: Source, draft: Any, place: int
+    record: tuple[str, str, bytes | None, bytes, RecordHeaders, int, int], source: Source, draft: Any, place: int
 ) -> Outcome:
     kind, topic, key, value, headers, level, size = record
     return Outcome(_KINDS[kind], topic, key, value, headers, source, level, draft, place, size)

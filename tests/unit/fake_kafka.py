@@ -29,6 +29,8 @@ from typing import Any
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSizeTooLargeError, ProducerFenced
 
+from rwcore import _native
+
 
 @dataclass
 class FakeRecord:
@@ -37,7 +39,7 @@ class FakeRecord:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] = ()
+    headers: tuple[tuple[str, bytes], ...] | _native.Headers = ()  # the engine's kept as they are (immutable)
     timestamp: int | None = 1_790_000_000_000
 
 
@@ -74,7 +76,8 @@ class Cluster:
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any = ()) -> int:
         log = self.logs[(topic, partition)]
-        log.append(FakeRecord(topic, partition, len(log), key, value, tuple(headers or ())))
+        kept = headers if isinstance(headers, _native.Headers) else tuple(headers or ())
+        log.append(FakeRecord(topic, partition, len(log), key, value, kept))
         return len(log) - 1
 
     def records(self, topic: str) -> list[FakeRecord]:

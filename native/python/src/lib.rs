@@ -22,6 +22,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod batch;
 mod decision;
 mod fields;
+mod headers;
 mod lines;
 mod notices;
 mod outcomes;
@@ -1385,6 +1386,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     fields::register(m)?;
     lines::register(m)?;
     record_batch::register(m)?;
+    headers::register(m)?;
     Ok(())
 }
 

@@ -2,15 +2,14 @@
 //! and the masking of sensitive values (`gatekeeper.masking`). Attributes are read off the Python values once; the
 //! records come back as plain tuples for the producer.
 
-use std::sync::Mutex;
-
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
 use engine::masking::{self, Masker};
-use engine::outcomes::{self as o, Header, View};
+use engine::outcomes::{self as o, View};
 
 use crate::decision::finding_of;
+use crate::headers::Headers;
 use crate::{opt_py_str, string, text};
 
 fn attr<'py>(v: &Bound<'py, PyAny>, name: &Bound<'py, PyString>) -> PyResult<Bound<'py, PyAny>> {
@@ -40,27 +39,6 @@ fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
         out.push((text(&k)?.into_owned(), value.as_bytes().to_vec()));
     }
     Ok(out)
-}
-
-/// The Python strings of the gatekeeper's own header names, made once each: a name the engine writes is a
-/// `'static` constant, known here by where it lives (interning it again for every header of every record was
-/// about a twentieth of a line's instructions).
-static NAMES: Mutex<Vec<(usize, usize, Py<PyString>)>> = Mutex::new(Vec::new());
-
-fn name_py<'py>(py: Python<'py>, k: &'static [u8]) -> PyResult<Bound<'py, PyAny>> {
-    let at = (k.as_ptr() as usize, k.len());
-    let mut names = NAMES
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
-    if let Some((_, _, s)) = names.iter().find(|(p, n, _)| (*p, *n) == at) {
-        return Ok(s.bind(py).clone().into_any());
-    }
-    let made = match std::str::from_utf8(k) {
-        Ok(text) => PyString::intern(py, text),
-        Err(_) => string(py, k)?.cast_into::<PyString>()?,
-    };
-    names.push((at.0, at.1, made.clone().unbind()));
-    Ok(made.into_any())
 }
 
 fn source_of(s: &Bound<'_, PyAny>) -> PyResult<o::Source> {
@@ -201,7 +179,7 @@ fn record_py<'py>(py: Python<'py>, r: &View<'_>) -> PyResult<Bound<'py, PyTuple>
             string(py, r.topic)?,
             key,
             PyBytes::new(py, &r.value).into_any(),
-            MadeOnce::default().headers(py, r.headers())?.into_any(),
+            Bound::new(py, headers_of_view(r))?.into_any(),
             r.level.into_pyobject(py)?.into_any(),
             r.size().into_pyobject(py)?.into_any(),
         ],
@@ -395,7 +373,7 @@ fn build_outcomes_all<'py>(
                 made_once.topic(py, view.topic)?,
                 same_or_new(py, view.key, &key)?,
                 same_or_new(py, Some(&view.value), &value)?,
-                made_once.headers(py, view.headers())?,
+                Bound::new(py, headers_of_view(&view))?,
                 &source,
                 &zero,
                 &args,
@@ -408,9 +386,6 @@ fn build_outcomes_all<'py>(
     }
     Ok(all)
 }
-
-/// A header's last value, and the `(name, value)` pair made of it.
-type LastPair<'py> = (Vec<u8>, Option<Bound<'py, PyTuple>>);
 
 /// `bytes` of a record's key or value: the consumed record's own object when they are its bytes (a forwarded or
 /// dead-lettered record carries them unchanged), a new one otherwise.
@@ -428,16 +403,10 @@ fn same_or_new<'py>(
     })
 }
 
-/// What a route's batch of records shares, made once per call: its topics' names, and each gatekeeper header's
-/// `(name, value)` pair while its value stays the same (the version, the input topic, the verdict, the decision's
-/// time, a partition's number: most of a record's headers repeat the record's before it). Every pair made was two
-/// Python objects, made and freed for each of the ten headers of every record.
+/// What a route's batch of records shares, made once per call: its topics' names.
 #[derive(Default)]
 struct MadeOnce<'py> {
     topics: Vec<(Vec<u8>, Bound<'py, PyAny>)>,
-    /// per header name (a `'static` constant's address and length), its last value and the pair made of it (Fx:
-    /// the keys are addresses in this library, no one else's choice, and SipHash was a twelfth of the call)
-    pairs: rustc_hash::FxHashMap<(usize, usize), LastPair<'py>>,
 }
 
 impl<'py> MadeOnce<'py> {
@@ -449,34 +418,11 @@ impl<'py> MadeOnce<'py> {
         self.topics.push((t.to_vec(), made.clone()));
         Ok(made)
     }
+}
 
-    fn headers<'h>(
-        &mut self,
-        py: Python<'py>,
-        hs: impl Iterator<Item = &'h Header>,
-    ) -> PyResult<Bound<'py, PyTuple>> {
-        let items = hs
-            .map(|(k, v)| match k {
-                std::borrow::Cow::Borrowed(k) => {
-                    let at = (k.as_ptr() as usize, k.len());
-                    let slot = self.pairs.entry(at).or_default();
-                    if let Some(pair) = slot.1.as_ref().filter(|_| slot.0 == *v) {
-                        return Ok(pair.clone());
-                    }
-                    let pair = PyTuple::new(py, [name_py(py, k)?, PyBytes::new(py, v).into_any()])?;
-                    slot.0.clear(); // its buffer kept: a value that changes every record costs no allocation
-                    slot.0.extend_from_slice(v);
-                    slot.1 = Some(pair.clone());
-                    Ok(pair)
-                }
-                // the consumed record's own headers
-                std::borrow::Cow::Owned(k) => {
-                    PyTuple::new(py, [string(py, k)?, PyBytes::new(py, v).into_any()])
-                }
-            })
-            .collect::<PyResult<Vec<_>>>()?;
-        PyTuple::new(py, items)
-    }
+/// A record's headers as the engine wrote them (`headers::Headers`: no Python pair made unless Python reads one).
+fn headers_of_view(r: &View<'_>) -> Headers {
+    Headers::of(r.headers().map(|(k, v)| (&k[..], &v[..])))
 }
 
 /// An upper estimate of a record's size in a batch (what `max.message.bytes` limits).
@@ -486,8 +432,12 @@ fn record_size(
     value: &Bound<'_, PyBytes>,
     headers: &Bound<'_, PyAny>,
 ) -> PyResult<usize> {
+    let key = key.as_ref().map(|k| k.as_bytes());
+    if let Ok(native) = headers.cast::<Headers>() {
+        return Ok(o::size(key, value.as_bytes(), native.get().pairs()));
+    }
     Ok(o::size(
-        key.as_ref().map(|k| k.as_bytes()),
+        key,
         value.as_bytes(),
         headers_of(headers)?.iter().map(|(k, v)| (&k[..], &v[..])),
     ))

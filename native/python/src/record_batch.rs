@@ -7,6 +7,7 @@ use pyo3::types::{PyBytes, PyString};
 
 use engine::record_batch::{Builder, Producer, Record};
 
+use crate::headers::Headers;
 use crate::text;
 
 /// A record batch for aiokafka's `send_batch`: the methods its producer calls on a `BatchBuilder`. It is closed
@@ -68,8 +69,8 @@ impl RecordBatch {
 }
 
 /// The record batches of `records` (each with a `key`, a `value` and `headers`, pairs of a `str` name and a
-/// `bytes` value), in order, for one partition: each under `max_size` bytes (a record that large alone in one),
-/// every record stamped `timestamp` (milliseconds since the epoch).
+/// `bytes` value, or the engine's `Headers`), in order, for one partition: each under `max_size` bytes (a record
+/// that large alone in one), every record stamped `timestamp` (milliseconds since the epoch).
 #[pyfunction]
 fn record_batches(
     records: &Bound<'_, PyAny>,
@@ -95,19 +96,27 @@ fn record_batches(
         let item = item?;
         let key = item.getattr(key_name)?;
         let value = item.getattr(value_name)?;
+        let held = item.getattr(headers_name)?;
+        let native = held.cast::<Headers>().ok().map(|h| h.get());
         named.clear();
-        for h in item.getattr(headers_name)?.try_iter()? {
-            named.push(h?.extract()?);
+        if native.is_none() {
+            for h in held.try_iter()? {
+                named.push(h?.extract()?);
+            }
         }
         let names = named
             .iter()
             .map(|(k, _)| text(k))
             .collect::<PyResult<Vec<_>>>()?;
-        let headers: Vec<(&[u8], Option<&[u8]>)> = names
-            .iter()
-            .zip(&named)
-            .map(|(k, (_, v))| (&k[..], v.as_ref().map(|v| v.as_bytes())))
-            .collect();
+        let headers: Vec<(&[u8], Option<&[u8]>)> = match native {
+            // the engine's headers, read as their bytes
+            Some(h) => h.pairs().map(|(k, v)| (k, Some(v))).collect(),
+            None => names
+                .iter()
+                .zip(&named)
+                .map(|(k, (_, v))| (&k[..], v.as_ref().map(|v| v.as_bytes())))
+                .collect(),
+        };
         let (key, value) = (bytes_or_none(&key)?, bytes_or_none(&value)?);
         let record = Record {
             key: key.as_ref().map(|k| k.as_bytes()),
