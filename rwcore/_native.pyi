@@ -344,6 +344,9 @@ class Headers(Sequence[tuple[str, bytes]]):
     to and hashed as the tuple of its pairs, added to a tuple as that tuple is."""
 
     def __init__(self, pairs: Iterable[tuple[str, bytes]]) -> None: ...
+    @property
+    def nbytes(self) -> int:
+        """The bytes its names and values take (UTF-8), all together."""
     def __len__(self) -> int: ...
     @overload
     def __getitem__(self, at: int) -> tuple[str, bytes]: ...

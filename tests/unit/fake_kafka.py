@@ -84,6 +84,8 @@ class Cluster:
         return [r for p in range(self.partitions[topic]) for r in self.logs[(topic, p)]]
 
     def size(self, key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes]]) -> int:
+        if isinstance(headers, _native.Headers):  # the engine's, not read as pairs (as a broker reads bytes)
+            return 70 + len(key or b"") + len(value or b"") + headers.nbytes + 10 * len(headers)
         return 70 + len(key or b"") + len(value or b"") + sum(len(k) + len(v) + 10 for k, v in headers)
 
 
@@ -183,14 +185,14 @@ class FakeBatch:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.records: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]] = []
+        self.records: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | _native.Headers]] = []
         self.bytes = 0
 
     def append(self, key: bytes | None, value: bytes | None, headers: Any) -> bool:
         size = self.cluster.size(key, value, headers)
         if self.records and self.bytes + size > self.cluster.batch_bytes:
             return False
-        self.records.append((key, value, tuple(headers)))
+        self.records.append((key, value, headers if isinstance(headers, _native.Headers) else tuple(headers)))
         self.bytes += size
         return True
 
@@ -237,7 +239,7 @@ class FakeProducer:
         key: bytes | None = None,
         partition: int | None = None,
         timestamp_ms: int | None = None,
-        headers: list[tuple[str, bytes]] | None = None,
+        headers: Iterable[tuple[str, bytes]] | None = None,
     ) -> asyncio.Future[Any]:
         assert self.started and not self.stopped, "send on a producer that is not running"
         if self.fenced:
@@ -245,7 +247,8 @@ class FakeProducer:
         if partition is None:
             partition = (sum(key or b"") % self.cluster.partitions[topic]) if key else 0
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._batches.setdefault((topic, partition), []).append(((key, value, tuple(headers or ())), fut))
+        kept = headers if isinstance(headers, _native.Headers) else tuple(headers or ())
+        self._batches.setdefault((topic, partition), []).append(((key, value, kept), fut))
         if self._flush is None:
             self._flush = asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._deliver()))
         return fut
@@ -256,7 +259,7 @@ class FakeProducer:
         assert partition in range(self.cluster.partitions[topic]), "send_batch to a partition the topic lacks"
         self.batches_sent += 1
         futs = [
-            await self.send(topic, value, key=key, partition=partition, headers=list(headers))
+            await self.send(topic, value, key=key, partition=partition, headers=headers)
             for key, value, headers in batch.records
         ]
         whole: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

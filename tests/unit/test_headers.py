@@ -24,6 +24,7 @@ def test_headers_are_the_tuple_of_their_pairs(
     assert h == _native.Headers(items) and (h == _native.Headers(other)) == (items == other)
     assert hash(h) == hash(items)
     assert len(h) == len(items) and bool(h) == bool(items)
+    assert h.nbytes == sum(len(k.encode("utf-8", "surrogatepass")) + len(v) for k, v in items)
     assert tuple(h) == items and list(h) == list(items)
     assert h + other == items + other and other + h == other + items
     assert h[1:3] == items[1:3] and h[::-1] == items[::-1]

@@ -67,6 +67,12 @@ impl Headers {
         Ok(Headers::of(read.iter().map(|(k, v)| (&k[..], &v[..]))))
     }
 
+    /// The bytes its names and values take (UTF-8), all together.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.data.len()
+    }
+
     fn __len__(&self) -> usize {
         self.lengths.len()
     }
