@@ -14,8 +14,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-type Hashed = foldhash::fast::RandomState;
-
 use engine::decide::{self as d, Finding};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PySet, PyString, PyTuple};
@@ -24,6 +22,9 @@ use crate::decision::{proof_of, DecideRoute};
 use crate::fields::{Backed, Fields, Kept, MessageKit};
 use crate::state::{Effects, State};
 use crate::{guarded, opt_string, opt_value, string, value};
+
+/// Maps keyed by what agents choose (conversation ids): foldhash, seeded per process.
+type Hashed = foldhash::fast::RandomState;
 
 /// One line as the gate and the parser left it.
 enum Prep {

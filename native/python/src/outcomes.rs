@@ -1,6 +1,6 @@
 //! The bindings of `engine::outcomes` and `engine::masking`: a decided line's records (`gatekeeper.consumers.outcomes`)
 //! and the masking of sensitive values (`gatekeeper.masking`). Attributes are read off the Python values once; the
-//! records come back as plain tuples for the producer.
+//! records come back as plain tuples for the producer, their headers as the engine wrote them (`Headers`).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
