@@ -50,8 +50,11 @@ pub fn char_len(s: &[u8]) -> usize {
     s.iter().filter(|&&b| b & 0xC0 != 0x80).count()
 }
 
-/// `c.isspace()`.
+/// `c.isspace()`: for ASCII (nearly every character asked about) without the table's search.
 pub fn is_space(c: u32) -> bool {
+    if c < 0x80 {
+        return matches!(c, 0x09..=0x0D | 0x1C..=0x20);
+    }
     SPACES.binary_search(&c).is_ok()
 }
 
@@ -183,6 +186,13 @@ mod tests {
         let mut out = Vec::new();
         repr(s.as_bytes(), &mut out);
         String::from_utf8(out).unwrap_or_default()
+    }
+
+    #[test]
+    fn an_ascii_space_is_the_tables() {
+        for c in 0..0x80 {
+            assert_eq!(is_space(c), SPACES.binary_search(&c).is_ok(), "{c:#x}");
+        }
     }
 
     #[test]
