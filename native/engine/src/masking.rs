@@ -78,39 +78,39 @@ pub struct Token {
 /// The `key=value` tokens of `text`, left to right, not overlapping: a key is a lowercase ASCII letter and then
 /// lowercase letters, digits and `_`, not preceded by an ASCII letter, digit or `_`; its value is everything up to
 /// the next whitespace (at least one character). The regex `(?<![A-Za-z0-9_])([a-z][a-z0-9_]*)=(\S+)` as Python
-/// matches it, scanned by hand: the regex crate has no look-behind.
+/// matches it, scanned by hand (the regex crate has no look-behind) from each `=` (memchr): a key is the run of
+/// name characters before it, which must open with a letter and follow no word character (any later start in the
+/// run follows a name character); an `=` inside the last token's value starts nothing. Each character of a line
+/// was decoded before, which a dead letter's log line paid for every character of its line.
 pub fn tokens(text: &[u8]) -> Vec<Token> {
     let mut out = Vec::new();
-    let mut prev: Option<u32> = None;
-    let mut i = 0;
-    while i < text.len() {
-        let (c, n) = decode(text, i);
-        if text[i].is_ascii_lowercase() && !prev.is_some_and(is_word) {
-            let mut eq = i + 1;
-            while eq < text.len() && is_name(text[eq]) {
-                eq += 1;
-            }
-            if text.get(eq) == Some(&b'=') {
-                let mut end = eq + 1;
-                let mut last = None;
-                while end < text.len() {
-                    let (c2, n2) = decode(text, end);
-                    if is_space(c2) {
-                        break;
-                    }
-                    last = Some(c2);
-                    end += n2;
-                }
-                if last.is_some() {
-                    out.push(Token { start: i, eq, end });
-                    prev = last;
-                    i = end;
-                    continue;
-                }
-            }
+    let mut from = 0; // where the last token ended: an `=` before it is inside that token
+    for eq in memchr::memchr_iter(b'=', text) {
+        if eq < from {
+            continue;
         }
-        prev = Some(c);
-        i += n;
+        let mut start = eq;
+        while start > from && is_name(text[start - 1]) {
+            start -= 1;
+        }
+        if start == eq || !text[start].is_ascii_lowercase() {
+            continue;
+        }
+        if start > 0 && is_word(u32::from(text[start - 1])) {
+            continue; // a byte of a character past ASCII is no word character, whichever byte of it this is
+        }
+        let mut end = eq + 1;
+        while end < text.len() {
+            let (c, n) = decode(text, end);
+            if is_space(c) {
+                break;
+            }
+            end += n;
+        }
+        if end > eq + 1 {
+            out.push(Token { start, eq, end });
+            from = end;
+        }
     }
     out
 }
@@ -282,6 +282,63 @@ mod tests {
             "****€€€é".as_bytes()
         );
         assert_eq!(mask_list(b"12345+x+"), b"****45+****+****");
+    }
+
+    /// `tokens` as it was written before, character by character: the property test's oracle.
+    fn tokens_by_character(text: &[u8]) -> Vec<Token> {
+        let mut out = Vec::new();
+        let mut prev: Option<u32> = None;
+        let mut i = 0;
+        while i < text.len() {
+            let (c, n) = decode(text, i);
+            if text[i].is_ascii_lowercase() && !prev.is_some_and(is_word) {
+                let mut eq = i + 1;
+                while eq < text.len() && is_name(text[eq]) {
+                    eq += 1;
+                }
+                if text.get(eq) == Some(&b'=') {
+                    let mut end = eq + 1;
+                    let mut last = None;
+                    while end < text.len() {
+                        let (c2, n2) = decode(text, end);
+                        if is_space(c2) {
+                            break;
+                        }
+                        last = Some(c2);
+                        end += n2;
+                    }
+                    if last.is_some() {
+                        out.push(Token { start: i, eq, end });
+                        prev = last;
+                        i = end;
+                        continue;
+                    }
+                }
+            }
+            prev = Some(c);
+            i += n;
+        }
+        out
+    }
+
+    proptest! {
+        /// The tokens found from each `=` are those found character by character, for any text made of what tokens
+        /// are made of and what could confuse a scanner.
+        #[test]
+        fn tokens_from_each_equals_sign_are_the_character_scans(
+            parts in proptest::collection::vec(
+                proptest::sample::select(vec![
+                    "a", "c", "x", "z", "_", "1", "9", "A", "Z", "=", "+", " ", "\t", "\n", "-", "/", "é", "€",
+                    "\u{2003}", "\u{a0}", "\u{1f600}", "\u{202e}", "\u{1c}", "acct=", "=x", "a=b=c",
+                ]),
+                0..60,
+            ),
+            raw in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let text = parts.concat();
+            prop_assert_eq!(tokens(text.as_bytes()), tokens_by_character(text.as_bytes()));
+            prop_assert_eq!(tokens(&raw), tokens_by_character(&raw));
+        }
     }
 
     #[test]
