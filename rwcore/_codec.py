@@ -264,16 +264,19 @@ def encode_checked(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profi
     parse under ``prof`` (warnings pass). Native (native/rw1/src/encode.rs): tokens in the reference's order (the
     envelope, the profile's slot order, then any other keys), a value that is None or "" left out, a list joined
     with ``+``, a boolean ``Y`` or ``N``, any other value formatted; the tail after `` // ``, newlines made spaces."""
-    get = msg.get
-    line, errors = _native.encode(
-        msg["type"],
-        msg["id"],
-        (get("re"), get("from"), get("to"), get("item")),
-        slots if isinstance(slots, dict) else dict(slots),
-        get("tail"),
-        prof.grammar,
-        _switch(prof),
-    )
+    if type(msg) is dict and type(slots) is dict:  # the twin's envelope read natively
+        line, errors = _native.encode_twin(msg, slots, prof.grammar, _switch(prof))
+    else:
+        get = msg.get
+        line, errors = _native.encode(
+            msg["type"],
+            msg["id"],
+            (get("re"), get("from"), get("to"), get("item")),
+            slots if isinstance(slots, dict) else dict(slots),
+            get("tail"),
+            prof.grammar,
+            _switch(prof),
+        )
     if errors:
         raise FormError("; ".join(message for _, _, message, _, _, _ in errors))
     return line

@@ -36,7 +36,6 @@ from rwcore._profiles import (
     core_data,
     profile_dict,
     profile_from_spec,
-    reference_cache,
     reference_profile,
 )
 from rwcore._types import CheckResult
@@ -81,23 +80,11 @@ def load_profile(name: str | None) -> dict[str, Any]:
     return profile_dict(reference_profile(name))
 
 
-#: The native parser's arguments (grammar, ``p=`` switch) of each profile name ``parse`` was called with, as
-#: ``reference_profile`` resolves it; emptied with the profile cache (``clear_profile_cache``).
-_PARSING: dict[str | None, tuple[Any, Any]] = reference_cache()
-_NAMES: Final = (str, type(None))
-#: The same for ``encode``, by the profile name it was given (a name, not None or "": those take the twin's ``p=``).
-_ENCODING: dict[str, tuple[Any, Any]] = reference_cache()
-
-
 def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict[str, Any], list[str], list[str]]:
     """Parse one line: ``(message, errors, warnings)``, the message as the JSON twin (a dict).
 
     ``spec`` replaces ``profile``: a compiled :class:`~rwcore.Profile`, or the reference's spec dict (as
     ``load_profile`` returns it; compiled on every call, so pass a Profile where speed matters)."""
-    if spec is None and type(line) is str and type(profile) in _NAMES:
-        known = _PARSING.get(profile)  # the parser's arguments, by profile name: one lookup a line
-        if known is not None:
-            return _native.parse_compat(line, *known)
     if spec is None:
         prof = reference_profile(profile)
     elif isinstance(spec, Profile):
@@ -106,10 +93,7 @@ def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict
         prof = profile_from_spec(spec)
     if type(line) is not str:
         must_be_line(line)
-    known = (prof.grammar, _switch(prof))
-    if spec is None and type(profile) in _NAMES:
-        _PARSING[profile] = known
-    return _native.parse_compat(line, *known)
+    return _native.parse_compat(line, prof.grammar, _switch(prof))
 
 
 def validate(line: str, profile: str | None = None, strict: bool = False) -> list[str]:
@@ -125,24 +109,12 @@ def encode(msg: dict[str, Any], profile: str | None = None) -> str:
     slots = msg.get("slots", {})
     if type(slots) is not dict and not isinstance(slots, Mapping):
         raise FormError("slots must be an object")
-    named = profile if type(profile) is str and profile != "" else None
-    known = _ENCODING.get(named) if named is not None else None  # the encoder's arguments, by profile name
-    prof = encoding_profile(profile, slots, strict=True) if known is None else None
+    prof = encoding_profile(profile, slots, strict=True)
     if msg.get("v", VERSION) != VERSION:
         raise FormError(f"version must be {VERSION}")
     if "type" not in msg or "id" not in msg:
         raise FormError("a JSON twin needs type and id")
-    if type(msg) is not dict or type(slots) is not dict:
-        return encode_checked(msg, slots, prof if prof is not None else reference_profile(profile))
-    if known is None:
-        assert prof is not None
-        known = (prof.grammar, _switch(prof))
-        if named is not None:
-            _ENCODING[named] = known
-    line, errors = _native.encode_twin(msg, slots, *known)
-    if errors:
-        raise FormError("; ".join(message for _, _, message, _, _, _ in errors))
-    return line
+    return encode_checked(msg, slots, prof)
 
 
 def to_json(line: str, profile: str | None = None) -> str:

@@ -349,7 +349,6 @@ _CACHE_LIMIT = 4096
 # Fast paths, keyed by name alone, for lookups with no extra folders (RWCORE_PROFILE_PATH as first read).
 _NAMED: dict[str | None, Profile] = {}
 _REFERENCE: dict[str | None, Profile] = {}
-_DERIVED: list[dict[Any, Any]] = []  # caches of other modules' kept by what _REFERENCE holds (``reference_cache``)
 _ENV: list[tuple[str, ...]] = []
 
 
@@ -494,13 +493,6 @@ def profile_dict(prof: Profile) -> dict[str, Any]:
     return spec
 
 
-def reference_cache() -> dict[Any, Any]:
-    """A new dict kept by name of what ``reference_profile`` resolves, emptied with the profile cache."""
-    made: dict[Any, Any] = {}
-    _DERIVED.append(made)
-    return made
-
-
 def clear_profile_cache() -> None:
     """Forget every compiled profile and re-read ``RWCORE_PROFILE_PATH`` at the next lookup (for tests, or a process
     whose profile folders changed). Profiles already handed out stay valid."""
@@ -508,5 +500,3 @@ def clear_profile_cache() -> None:
     _NAMED.clear()
     _REFERENCE.clear()
     _ENV.clear()
-    for derived in _DERIVED:
-        derived.clear()

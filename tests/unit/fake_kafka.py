@@ -31,6 +31,14 @@ from aiokafka.errors import KafkaConnectionError, KafkaTimeoutError, MessageSize
 
 from rwcore import _native
 
+KeptHeaders = tuple[tuple[str, bytes], ...] | _native.Headers
+
+
+def kept(headers: Iterable[tuple[str, bytes]] | None) -> KeptHeaders:
+    """A record's headers as the fake broker keeps them: the engine's as they are (immutable bytes, as a broker keeps
+    them), any others as a tuple of their pairs."""
+    return headers if isinstance(headers, _native.Headers) else tuple(headers or ())
+
 
 @dataclass
 class FakeRecord:
@@ -39,7 +47,7 @@ class FakeRecord:
     offset: int
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes], ...] | _native.Headers = ()  # the engine's kept as they are (immutable)
+    headers: KeptHeaders = ()
     timestamp: int | None = 1_790_000_000_000
 
 
@@ -76,8 +84,7 @@ class Cluster:
 
     def append(self, topic: str, partition: int, key: bytes | None, value: bytes | None, headers: Any = ()) -> int:
         log = self.logs[(topic, partition)]
-        kept = headers if isinstance(headers, _native.Headers) else tuple(headers or ())
-        log.append(FakeRecord(topic, partition, len(log), key, value, kept))
+        log.append(FakeRecord(topic, partition, len(log), key, value, kept(headers)))
         return len(log) - 1
 
     def records(self, topic: str) -> list[FakeRecord]:
@@ -185,14 +192,14 @@ class FakeBatch:
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        self.records: list[tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...] | _native.Headers]] = []
+        self.records: list[tuple[bytes | None, bytes | None, KeptHeaders]] = []
         self.bytes = 0
 
     def append(self, key: bytes | None, value: bytes | None, headers: Any) -> bool:
         size = self.cluster.size(key, value, headers)
         if self.records and self.bytes + size > self.cluster.batch_bytes:
             return False
-        self.records.append((key, value, headers if isinstance(headers, _native.Headers) else tuple(headers)))
+        self.records.append((key, value, kept(headers)))
         self.bytes += size
         return True
 
@@ -247,8 +254,7 @@ class FakeProducer:
         if partition is None:
             partition = (sum(key or b"") % self.cluster.partitions[topic]) if key else 0
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        kept = headers if isinstance(headers, _native.Headers) else tuple(headers or ())
-        self._batches.setdefault((topic, partition), []).append(((key, value, kept), fut))
+        self._batches.setdefault((topic, partition), []).append(((key, value, kept(headers)), fut))
         if self._flush is None:
             self._flush = asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(self._deliver()))
         return fut

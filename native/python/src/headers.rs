@@ -5,9 +5,10 @@
 
 use pyo3::basic::CompareOp;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyTuple};
 
-use crate::{string, text};
+use crate::outcomes::headers_of;
+use crate::string;
 
 /// The headers of a record: names and values one after another in `data`, each header's name and value lengths in
 /// `lengths`. Immutable; equal to (and hashed as) the tuple of its pairs, and added to a tuple as that tuple is.
@@ -59,11 +60,7 @@ impl Headers {
     /// The headers of these `(name, value)` pairs: a `str` and `bytes` each.
     #[new]
     fn new(pairs: &Bound<'_, PyAny>) -> PyResult<Headers> {
-        let mut read: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
-        for pair in pairs.try_iter()? {
-            let (k, v): (Bound<'_, PyString>, Bound<'_, PyBytes>) = pair?.extract()?;
-            read.push((text(&k)?.into_owned(), v.as_bytes().to_vec()));
-        }
+        let read = headers_of(pairs)?;
         Ok(Headers::of(read.iter().map(|(k, v)| (&k[..], &v[..]))))
     }
 

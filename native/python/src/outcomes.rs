@@ -32,7 +32,8 @@ fn opt_member(v: &Bound<'_, PyAny>) -> PyResult<Option<Vec<u8>>> {
     Ok(Some(text(v.cast::<PyString>()?)?.into_owned()))
 }
 
-fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
+/// Headers as Python holds them, `(str, bytes)` pairs, read into bytes.
+pub(crate) fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::new();
     for item in v.try_iter()? {
         let (k, value): (Bound<'_, PyString>, Bound<'_, PyBytes>) = item?.extract()?;
