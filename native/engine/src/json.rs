@@ -7,6 +7,8 @@
 //! collection rule read them, and earlier releases' entries must keep their digests): a serializer's float or
 //! escape rules are not ours to change.
 
+use std::cell::Cell;
+
 use serde_json::Value as Json;
 
 /// `s` as a JSON string (the protocol's canonical form writes strings the same way).
@@ -69,7 +71,31 @@ fn scientific(out: &mut Vec<u8>, digits: &[u8], exp: i32, pad: bool) {
 }
 
 /// A float as JSON (orjson's form: fixed from 1e-5 up to 1e16, else `1e-6`, `1e+16`); not finite: `null`.
+///
+/// The last float written is remembered (by its bits, per thread): the floats of a save are nearly all its batch's
+/// decision time, written once for every line it decided.
 pub fn float(out: &mut Vec<u8>, f: f64) {
+    thread_local! {
+        static LAST: Cell<Option<(u64, [u8; 32], u8)>> = const { Cell::new(None) };
+    }
+    let bits = f.to_bits();
+    if let Some((b, text, n)) = LAST.get() {
+        if b == bits {
+            out.extend_from_slice(&text[..usize::from(n)]);
+            return;
+        }
+    }
+    let start = out.len();
+    write_float(out, f);
+    let written = &out[start..];
+    if written.len() <= 32 {
+        let mut text = [0u8; 32];
+        text[..written.len()].copy_from_slice(written);
+        LAST.set(Some((bits, text, written.len() as u8)));
+    }
+}
+
+fn write_float(out: &mut Vec<u8>, f: f64) {
     if !f.is_finite() {
         out.extend_from_slice(b"null");
         return;
@@ -109,11 +135,24 @@ pub fn py_float(f: f64) -> Vec<u8> {
 
 /// Python's `round(f, 3)`: the float nearest the decimal rounded at the third place (the exact value rounded, so
 /// no double rounding).
+///
+/// The last one is remembered (per thread), as [`float`]'s: a batch's lines are remembered at its decision time.
 pub fn round3(f: f64) -> f64 {
+    thread_local! {
+        static LAST: Cell<Option<(u64, f64)>> = const { Cell::new(None) };
+    }
     if !f.is_finite() {
         return f;
     }
-    format!("{f:.3}").parse().unwrap_or(f)
+    let bits = f.to_bits();
+    if let Some((b, rounded)) = LAST.get() {
+        if b == bits {
+            return rounded;
+        }
+    }
+    let rounded = format!("{f:.3}").parse().unwrap_or(f);
+    LAST.set(Some((bits, rounded)));
+    rounded
 }
 
 /// Any JSON value, as written by the gatekeeper's codec.
@@ -278,5 +317,22 @@ mod tests {
         assert_eq!(round3(2.675), 2.675);
         assert_eq!(round3(0.0015), 0.002); // a little over too
         assert_eq!(round3(1.0625), 1.062); // an exact tie goes to the even digit, as in Python
+    }
+
+    proptest::proptest! {
+        /// What `float` and `round3` remember of the last value is only that value's: any sequence of values, some
+        /// repeated, gives what each alone gives.
+        #[test]
+        fn a_remembered_float_is_only_its_own(xs in proptest::collection::vec(
+            proptest::prop_oneof![proptest::num::f64::ANY, proptest::sample::select(vec![0.0, -0.0, 1.5, 1e16])], 1..12)
+        ) {
+            for x in xs.iter().chain(xs.iter().rev()) {
+                let mut alone = Vec::new();
+                write_float(&mut alone, *x);
+                proptest::prop_assert_eq!(f(*x).into_bytes(), alone);
+                let rounded = if x.is_finite() { format!("{x:.3}").parse().unwrap_or(*x) } else { *x };
+                proptest::prop_assert_eq!(round3(*x).to_bits(), rounded.to_bits());
+            }
+        }
     }
 }
