@@ -395,6 +395,19 @@ def sensitive_values(text: str, slots: Iterable[str]) -> list[str]: ...
 def learnable(value: str) -> list[str]: ...
 def problem_values(problems: Iterable[Any], slots: Iterable[str]) -> list[str]: ...
 def key_partition(key: bytes, count: int) -> int: ...
+def take_in(
+    records: Iterable[Any],
+    topic: str,
+    partition: int,
+    header: str | None,
+    now: float,
+    source: Callable[..., Any],
+    pending: Callable[..., Any],
+    out: list[Any],
+) -> int: ...
+def count_done(
+    done: list[tuple[Any, Any]], now: float, forward: Any
+) -> tuple[dict[str, list[float]], dict[tuple[str, str], int], list[int]]: ...
 
 class RecordBatch:
     """A Kafka record batch (v2, uncompressed) for aiokafka's ``send_batch``: a closed ``BatchBuilder``."""

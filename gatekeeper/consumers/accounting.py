@@ -22,6 +22,7 @@ from gatekeeper.masking import mask_line
 from gatekeeper.metrics import HANDOFF_PROBLEM_CODES, Metrics
 from gatekeeper.policy import Decision
 from gatekeeper.policy.model import ALERT, DEAD_LETTER, FORWARD, INTERNAL_ERROR
+from rwcore import _native
 
 log = logging.getLogger("gatekeeper.consumers.loop")  # the worker's logger: operators filter on it
 
@@ -68,14 +69,10 @@ class Tally:
 @dataclass(slots=True)
 class _RouteCount:
     """What a batch counts of one route's lines, read and kept once a batch: its runtime, whether it is a dry run,
-    its lines' latencies, the types of its lines that are plainly forwarded (counted at the end: a ``Counter`` of
-    strings counts them in C), and what the breaker is told (the lines decided now, the reasons of those
-    dead-lettered)."""
+    and what the breaker is told (the lines decided now, the reasons of those dead-lettered)."""
 
     rt: RouteRuntime
     dry: bool
-    seconds: list[float] = field(default_factory=list)
-    forwarded: list[str] = field(default_factory=list)
     told: int = 0
     reasons: list[str] = field(default_factory=list)
 
@@ -95,6 +92,15 @@ def account(
     # more than the rest of its line's counting)
     lines: Counter[tuple[str, str, str]] = Counter()
     acked: Counter[tuple[str, OutcomeKind]] = Counter()
+    seconds: dict[str, list[float]] = {}
+
+    def route_count(name: str) -> _RouteCount:
+        r = per_route.get(name)
+        if r is None:
+            rt = routes[name]
+            r = per_route[name] = _RouteCount(rt, rt.targets.dry_run)
+        return r
+
     try:
         sent = list(compress(b.sends or (), map(_ACKED, b.sends or ())))
         for route, run in groupby(sent, _ROUTE):  # a run of one route's records: their kinds counted in C
@@ -105,21 +111,17 @@ def account(
                 if s.outcome.kind is OutcomeKind.NOTICE:
                     reason = (s.outcome.header("gk.notice.reason") or b"none").decode("ascii", "replace")
                     count.add(m.refusal_notices, s.route, reason)
-        for p, d in b.done:
+        done = b.done
+        seconds, plain, others = _native.count_done(done, now, FORWARD)  # most lines, counted natively
+        for (name, typ), n in plain.items():
+            route_count(name).told += n
+            lines[name, typ, FORWARD] += n
+        for i in others:  # the lines with something more to count, one by one
+            p, d = done[i]
             name = p.route
-            r = per_route.get(name)
-            if r is None:
-                rt = routes[name]
-                r = per_route[name] = _RouteCount(rt, rt.targets.dry_run)
+            r = route_count(name)
             msg = d.message
             verdict = d.verdict
-            r.seconds.append(now - p.first_seen)  # observed once a batch (``BatchHistogram``), none below zero
-            if (
-                verdict is FORWARD and not (d.repeated or d.raise_alert or d.problems or d.notes) and p.forced is None
-            ):  # most lines: nothing to count but the line itself
-                r.forwarded.append(msg.type if msg is not None else "none")
-                r.told += 1
-                continue
             dead = verdict is DEAD_LETTER
             # the members themselves as label values: a StrEnum is its value (``.value`` is a Python-level call)
             lines[name, msg.type if msg is not None else "none", FORWARD if dead and r.dry else verdict] += 1
@@ -147,19 +149,13 @@ def account(
             if dead or alerts:
                 log_decision(p, d, r.rt, r.dry)
     finally:  # what was counted before a line that raised is added all the same, as when each line added its own
-        for name, r in per_route.items():
-            for typ, n in Counter(r.forwarded).items():
-                lines[name, typ, FORWARD] += n
         for (route, kind), n in acked.items():
             count.add_n(m.outcomes, n, route, kind)
         for labels, n in lines.items():
             count.add_n(m.lines, n, *labels)
         count.flush(child)
-        for name, r in per_route.items():
-            seconds = r.seconds
-            if seconds and min(seconds) < 0.0:  # a clock set back meanwhile: no line took less than nothing
-                seconds = [max(0.0, s) for s in seconds]
-            m.line_seconds.observe_all(name, seconds)
+        for name, observed in seconds.items():  # none below zero: a clock set back meanwhile
+            m.line_seconds.observe_all(name, observed)
     return {name: (r.told, r.reasons) for name, r in per_route.items() if r.told}
 
 

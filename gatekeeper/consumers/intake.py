@@ -7,13 +7,13 @@ then dead-letters the line ``no-conversation``). Every record taken in moves its
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from operator import attrgetter
 from typing import Any
 
 from aiokafka import TopicPartition
 
 from gatekeeper.consumers.holds import TP, Pending, Watermarks
 from gatekeeper.consumers.outcomes import Source
+from rwcore import _native
 
 
 def conversation_of(key: bytes | None, headers: Iterable[tuple[str, bytes]], header: str | None) -> str | None:
@@ -33,9 +33,6 @@ def conversation_of(key: bytes | None, headers: Iterable[tuple[str, bytes]], hea
     return None
 
 
-_OFFSET = attrgetter("offset")
-
-
 def take_in(
     records: Mapping[TopicPartition, Sequence[Any]],
     conversation_headers: Mapping[str, str | None],
@@ -43,25 +40,17 @@ def take_in(
     now: float,
 ) -> list[Pending]:
     """The pending lines of a fetch, in partition order; ``conversation_headers`` maps each input topic to its
-    route's ``conversation_header``."""
+    route's ``conversation_header``. A partition's records are taken in by one native call
+    (``_native.take_in``: ``conversation_of``'s rule, each record's ``Source`` and ``Pending`` made there)."""
     out: list[Pending] = []
     last: dict[TP, int] = {}
     for tp, recs in records.items():
         if not recs:
             continue
-        topic, partition = tp.topic, tp.partition
-        header = conversation_headers[topic]
-        for r in recs:
-            # the common record, as fast as it goes: no headers, a key that is the conversation, a value
-            headers = tuple((str(k), bytes(v) if v is not None else b"") for k, v in r.headers) if r.headers else ()
-            key, value = r.key, r.value
-            source = Source(topic, partition, r.offset, value if value is not None else b"", key, r.timestamp, headers)
-            if key and key.isascii():  # nearly every record: its key is its conversation, no decoding can fail
-                conversation: str | None = key.decode("ascii")
-            else:
-                conversation = conversation_of(key, headers, header)
-            out.append(Pending(source, topic, conversation, now))
-        last[(tp.topic, tp.partition)] = max(map(_OFFSET, recs))
+        topic = tp.topic
+        last[(topic, tp.partition)] = _native.take_in(
+            recs, topic, tp.partition, conversation_headers[topic], now, Source, Pending, out
+        )
     # once a fetch, and only once every record of it is a pending line: none is passed before it is taken in
     for partition, offset in last.items():
         watermarks.consumed(partition, offset)

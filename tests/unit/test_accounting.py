@@ -22,7 +22,7 @@ from gatekeeper.logs import configure_logging
 from gatekeeper.metrics import Metrics
 from gatekeeper.policy import Decision, Reason, Verdict
 from gatekeeper.store import MemoryStore
-from rwcore import Message, Problem
+from rwcore import Message, Problem, _native
 
 NOW = 1_790_000_000.0
 ORPHANED = "thread-orphaned"  # one of HANDOFF_PROBLEM_CODES
@@ -260,3 +260,26 @@ def test_what_was_counted_before_a_line_that_raises_is_added() -> None:
     assert (
         metrics.registry.get_sample_value("gatekeeper_dead_letters_total", {"route": "in", "reason": "invalid"}) is None
     )
+
+
+def test_the_plainly_forwarded_lines_are_counted_in_one_call_and_the_others_are_left_in_their_places() -> None:
+    """``_native.count_done``: every line's latency by route (none below zero), the plain forwards by (route, type)
+    whatever the routes' interleaving and however their type strings are made, the other lines' places in order."""
+    ho_again = Message(v="RW1", type="".join(["H", "O"]), id="s-2", from_="s", to="p")  # an equal, distinct str
+    done = [
+        (_line("a", 0, age=0.25), Decision(FWD, None, message=HO)),
+        (_line("b", 0, age=0.5), Decision(FWD, None, message=ho_again)),
+        (_line("a", 1, age=-2.0), Decision(FWD, None)),  # no message: "none"
+        (_line("a", 2), Decision(DL, Reason.INVALID)),
+        (_line("b", 1), Decision(FWD, None, message=HO, repeated=True)),
+        (_line("a", 3), Decision(FWD, None, message=ho_again)),
+        (_line("a", 4, forced="partition"), Decision(FWD, None, message=HO)),
+        (_line("b", 2), Decision(FWD, None, message=HO, notes=(Problem(ORPHANED, "x"),))),
+        (_line("b", 3), Decision(AL, Reason.CHECK_RB, message=RB)),
+        (_line("a", 5), Decision(FWD, None, message=RB, raise_alert=True)),
+    ]
+    seconds, plain, others = _native.count_done(done, NOW, FWD)
+    assert seconds == {"a": [0.25, 0.0, 0.5, 0.5, 0.5, 0.5], "b": [0.5, 0.5, 0.5, 0.5]}
+    assert plain == {("a", "HO"): 2, ("b", "HO"): 1, ("a", "none"): 1}
+    assert others == [3, 4, 6, 7, 8, 9]
+    assert _native.count_done([], NOW, FWD) == ({}, {}, [])

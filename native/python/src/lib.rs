@@ -20,9 +20,11 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod batch;
+mod counting;
 mod decision;
 mod fields;
 mod headers;
+mod intake;
 mod lines;
 mod notices;
 mod outcomes;
@@ -1376,6 +1378,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("TRANSLATION_PROFILES", rw1::translation::PROFILES.to_vec())?;
     m.add_class::<Grammar>()?;
     m.add_class::<Tracker>()?;
+    counting::register(m)?;
     decision::register(m)?;
     decision::register_decide(m)?;
     decision::register_holders(m)?;
@@ -1387,6 +1390,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     lines::register(m)?;
     record_batch::register(m)?;
     headers::register(m)?;
+    intake::register(m)?;
     Ok(())
 }
 
