@@ -19,8 +19,10 @@ const HEADER_PREFIX: &[u8] = b"gk.";
 /// What each trim level drops, in order (`gk.trimmed` lists those done).
 const TRIMMED: [&str; 3] = ["problems", "headers", "value"];
 
-/// A header: its name (text; the gatekeeper's own names are static) and value.
-pub type Header = (Cow<'static, [u8]>, Vec<u8>);
+/// A header: its name (text) and value, each borrowed where it can be (the gatekeeper's own names are static; the
+/// consumed record's coordinates, key, value and own headers, the route's topics and the version are read where
+/// they are: a line's records copied them some thirty times).
+pub type Header<'a> = (Cow<'a, [u8]>, Cow<'a, [u8]>);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -48,17 +50,17 @@ pub enum Verdict {
     DeadLetter,
 }
 
-/// The consumed record an outcome answers for.
+/// The consumed record an outcome answers for, borrowed from whoever holds it.
 #[derive(Debug, Clone, Default)]
-pub struct Source {
-    pub topic: Vec<u8>,
+pub struct Source<'a> {
+    pub topic: Cow<'a, [u8]>,
     pub partition: i64,
     pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Vec<u8>,
+    pub key: Option<&'a [u8]>,
+    pub value: &'a [u8],
     /// epoch milliseconds
     pub timestamp: Option<i64>,
-    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
+    pub headers: Vec<(Cow<'a, [u8]>, &'a [u8])>,
     /// the attempt a dead letter of this record is (1, or one more than a replayed dead letter's)
     pub attempt: i64,
 }
@@ -117,7 +119,7 @@ pub struct Notice {
 #[derive(Debug, Clone)]
 pub struct Line<'a> {
     pub decided: &'a Decided,
-    pub source: &'a Source,
+    pub source: &'a Source<'a>,
     pub targets: &'a Targets,
     pub conversation: Option<&'a [u8]>,
     /// the route's sensitive slots (the defaults added)
@@ -137,7 +139,7 @@ pub struct Record {
     pub topic: Vec<u8>,
     pub key: Option<Vec<u8>>,
     pub value: Vec<u8>,
-    pub headers: Vec<Header>,
+    pub headers: Vec<(Vec<u8>, Vec<u8>)>,
     pub level: u8,
 }
 
@@ -170,23 +172,23 @@ type Doc = Vec<(&'static str, Field)>;
 /// Everything an outcome may carry, by trim level: rendered at level 0, and again one level further each time the
 /// record does not fit its topic.
 #[derive(Debug, Clone)]
-pub struct Draft {
+pub struct Draft<'a> {
     kind: Kind,
-    topic: Vec<u8>,
-    dead_letter: Vec<u8>,
-    key: Option<Vec<u8>>,
-    value: Vec<u8>,
-    required: Vec<Header>,
+    topic: &'a [u8],
+    dead_letter: &'a [u8],
+    key: Option<&'a [u8]>,
+    value: Cow<'a, [u8]>,
+    required: Vec<Header<'a>>,
     /// dropped at level 1
-    problems: Vec<Header>,
+    problems: Vec<Header<'a>>,
     /// dropped at level 2
-    optional: Vec<Header>,
+    optional: Vec<Header<'a>>,
     alert: Option<Doc>,
-    /// the required headers of a forwarded record moved to the dead-letter topic
-    dlq_required: Vec<Header>,
+    /// a forward's: the attempt its dead letter would be, were it moved to the dead-letter topic (`moved`)
+    attempt: i64,
 }
 
-fn h(name: &'static str, value: impl Into<Vec<u8>>) -> Header {
+fn h<'a>(name: &'static str, value: impl Into<Cow<'a, [u8]>>) -> Header<'a> {
     (Cow::Borrowed(name.as_bytes()), value.into())
 }
 
@@ -274,16 +276,18 @@ fn iso_bytes(epoch: f64) -> Result<Vec<u8>, String> {
 
 /// The record's own headers, without any `gk.*` header (only the gatekeeper writes those: an agent cannot forge a
 /// verdict). The prefix is compared as Python's `str.lower` sees it.
-pub fn passthrough(headers: &[(Vec<u8>, Vec<u8>)]) -> impl Iterator<Item = Header> + '_ {
+pub fn passthrough<'a>(
+    headers: &'a [(Cow<'a, [u8]>, &'a [u8])],
+) -> impl Iterator<Item = Header<'a>> + 'a {
     headers
         .iter()
         .filter(|(k, _)| !rw1::pytext::lower(k).starts_with(HEADER_PREFIX))
-        .map(|(k, v)| (Cow::Owned(k.clone()), v.clone()))
+        .map(|(k, v)| (Cow::Borrowed(&k[..]), Cow::Borrowed(*v)))
 }
 
-fn origin(source: &Source) -> [Header; 3] {
+fn origin<'a>(source: &'a Source<'a>) -> [Header<'a>; 3] {
     [
-        h("gk.original.topic", source.topic.clone()),
+        h("gk.original.topic", &source.topic[..]),
         h("gk.original.partition", decimal(source.partition)),
         h("gk.original.offset", decimal(source.offset)),
     ]
@@ -352,7 +356,7 @@ fn verdict_name(v: Verdict) -> &'static [u8] {
 /// The drafts of one decided line's outcomes (render each at level 0 for its record): one forward or dead letter,
 /// then an alert when the decision raises one, then the notice for a dead letter of an enforcing route with a
 /// conversation. Err: a time that has no date (the line's outcome cannot be built).
-pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
+pub fn build<'a>(line: &Line<'a>) -> Result<Vec<Draft<'a>>, String> {
     let Line {
         decided: d,
         source,
@@ -366,13 +370,13 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
         Cow::Borrowed(line.masker)
     } else {
         Cow::Owned(line.masker.clone().knowing(
-            Some(String::from_utf8_lossy(&source.value).as_bytes()),
+            Some(String::from_utf8_lossy(source.value).as_bytes()),
             &d.problems,
         ))
     };
     let masked: Vec<Finding> = d.problems.iter().map(|p| masker.problem(p)).collect();
     let problems_doc = problems_json(&masked);
-    let problems_h: Vec<Header> = if masked.is_empty() {
+    let problems_h: Vec<Header<'a>> = if masked.is_empty() {
         Vec::new()
     } else {
         vec![h("gk.problems", problems_doc.clone())]
@@ -385,7 +389,7 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
         common_optional.push(h("gk.conversation", c));
     }
     if d.repeated {
-        common_optional.push(h("gk.repeated", "true"));
+        common_optional.push(h("gk.repeated", &b"true"[..]));
     }
     if !d.notes.is_empty() {
         let mut codes: Vec<&[u8]> = d.notes.iter().map(Vec::as_slice).collect();
@@ -397,28 +401,25 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
     let reason = d.reason.clone();
     let dead = d.verdict == Verdict::DeadLetter;
     let [topic_h, partition_h, offset_h] = origin(source);
-    let dlq_required = |reason: Vec<u8>| {
-        vec![
-            topic_h.clone(),
-            partition_h.clone(),
-            offset_h.clone(),
-            h("gk.reason", reason),
-            h("gk.version", line.version),
-            h("gk.attempt", decimal(source.attempt)),
-            h("gk.decided.at", decided_at.clone()),
-        ]
-    };
     let notice = line
         .notice
         .filter(|_| dead && !targets.dry_run && conversation.is_some());
-    let own: Vec<Header> = passthrough(&source.headers).collect();
+    let own: Vec<Header<'a>> = passthrough(&source.headers).collect();
     let mut out = Vec::with_capacity(3);
     if dead && !targets.dry_run {
         let tier = d
             .problems
             .iter()
             .find_map(|p| p.tier.as_deref().filter(|t| !t.is_empty()));
-        let mut required = dlq_required(reason.clone().unwrap_or_default());
+        let mut required = vec![
+            topic_h,
+            partition_h,
+            offset_h,
+            h("gk.reason", reason.clone().unwrap_or_default()),
+            h("gk.version", line.version),
+            h("gk.attempt", decimal(source.attempt)),
+            h("gk.decided.at", decided_at.clone()),
+        ];
         if d.internal_error {
             if let Some(first) = masked.first() {
                 let class = first.got.clone().filter(|g| !g.is_empty());
@@ -437,25 +438,25 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
             optional.push(h("gk.check", check.clone()));
         }
         if let Some(tier) = tier {
-            optional.push(h("gk.tier", tier));
+            optional.push(h("gk.tier", tier.as_bytes().to_vec()));
         }
         optional.extend(common_optional);
         optional.extend(own);
         out.push(Draft {
             kind: Kind::DeadLetter,
-            topic: targets.dead_letter.clone(),
-            dead_letter: targets.dead_letter.clone(),
-            key: source.key.clone(),
-            value: source.value.clone(),
+            topic: &targets.dead_letter,
+            dead_letter: &targets.dead_letter,
+            key: source.key,
+            value: Cow::Borrowed(source.value),
             required,
             problems: if problems_h.is_empty() {
-                vec![h("gk.problems", "[]")]
+                vec![h("gk.problems", &b"[]"[..])]
             } else {
                 problems_h
             },
             optional,
             alert: None,
-            dlq_required: Vec::new(),
+            attempt: 0,
         });
     } else {
         let verdict = if d.verdict == Verdict::Alert {
@@ -467,9 +468,9 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
             h("gk.verdict", verdict_name(verdict)),
             h("gk.checked.at", decided_at.clone()),
             h("gk.version", line.version),
-            topic_h.clone(),
-            partition_h.clone(),
-            offset_h.clone(),
+            topic_h,
+            partition_h,
+            offset_h,
         ];
         if d.verdict == Verdict::Alert {
             if let Some(r) = &reason {
@@ -477,7 +478,7 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
             }
         }
         if targets.dry_run {
-            required.push(h("gk.dry-run", "true"));
+            required.push(h("gk.dry-run", &b"true"[..]));
             if dead {
                 required.push(h("gk.would.verdict", verdict_name(Verdict::DeadLetter)));
                 required.push(h("gk.would.reason", reason.clone().unwrap_or_default()));
@@ -491,15 +492,15 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
         optional.extend(own);
         out.push(Draft {
             kind: Kind::Output,
-            topic: targets.output.clone(),
-            dead_letter: targets.dead_letter.clone(),
-            key: source.key.clone(),
-            value: source.value.clone(),
+            topic: &targets.output,
+            dead_letter: &targets.dead_letter,
+            key: source.key,
+            value: Cow::Borrowed(source.value),
             required,
             problems: if flagged { problems_h } else { Vec::new() },
             optional,
             alert: None,
-            dlq_required: dlq_required(OUTCOME_TOO_LARGE.to_vec()),
+            attempt: source.attempt,
         });
     }
     if alerts {
@@ -511,13 +512,13 @@ pub fn build(line: &Line<'_>) -> Result<Vec<Draft>, String> {
     Ok(out)
 }
 
-fn alert(
-    line: &Line<'_>,
+fn alert<'a>(
+    line: &Line<'a>,
     masker: &Masker,
     problems: Vec<u8>,
     decided_at: Vec<u8>,
     reason: Option<Vec<u8>>,
-) -> Result<Draft, String> {
+) -> Result<Draft<'a>, String> {
     let Line {
         decided: d,
         source,
@@ -539,7 +540,7 @@ fn alert(
         None => original.extend_from_slice(b"null"),
     }
     original.push(b'}');
-    let text = String::from_utf8_lossy(&source.value)
+    let text = String::from_utf8_lossy(source.value)
         .into_owned()
         .into_bytes();
     let doc: Doc = vec![
@@ -576,10 +577,10 @@ fn alert(
     let [topic_h, partition_h, offset_h] = origin(source);
     Ok(Draft {
         kind: Kind::Alert,
-        topic: targets.alerts.clone(),
-        dead_letter: targets.dead_letter.clone(),
-        key: source.key.clone(),
-        value: Vec::new(),
+        topic: &targets.alerts,
+        dead_letter: &targets.dead_letter,
+        key: source.key,
+        value: Cow::Borrowed(&[][..]),
         required: vec![
             topic_h,
             partition_h,
@@ -589,43 +590,48 @@ fn alert(
         problems: Vec::new(),
         optional: Vec::new(),
         alert: Some(doc),
-        dlq_required: Vec::new(),
+        attempt: 0,
     })
 }
 
 /// The refusal notice's record: the notice's line on the output topic, keyed by the conversation, with no
 /// `gk.original.*` header (it is not the outcome of the input record at those coordinates).
-fn notice_draft(line: &Line<'_>, n: &Notice, conversation: &[u8]) -> Draft {
+fn notice_draft<'a>(line: &Line<'a>, n: &'a Notice, conversation: &'a [u8]) -> Draft<'a> {
     let mut required = vec![
-        h("gk.author", n.author.clone()),
-        h("gk.notice.refused", n.re.clone()),
-        h("gk.notice.reason", n.reason.clone()),
-        h("gk.notice.why", n.why.clone()),
+        h("gk.author", &n.author[..]),
+        h("gk.notice.refused", &n.re[..]),
+        h("gk.notice.reason", &n.reason[..]),
+        h("gk.notice.why", &n.why[..]),
         h("gk.conversation", conversation),
         h("gk.version", line.version),
     ];
     if line.decided.repeated {
-        required.push(h("gk.repeated", "true"));
+        required.push(h("gk.repeated", &b"true"[..]));
     }
     if let Some(sig) = &n.sig {
-        required.push(h("gk.sig", sig.clone()));
+        required.push(h("gk.sig", &sig[..]));
     }
     Draft {
         kind: Kind::Notice,
-        topic: line.targets.output.clone(),
-        dead_letter: line.targets.dead_letter.clone(),
-        key: Some(conversation.to_vec()),
-        value: n.line.clone(),
+        topic: &line.targets.output,
+        dead_letter: &line.targets.dead_letter,
+        key: Some(conversation),
+        value: Cow::Borrowed(&n.line[..]),
         required,
         problems: Vec::new(),
         optional: Vec::new(),
         alert: None,
-        dlq_required: Vec::new(),
+        attempt: 0,
     }
 }
 
-fn trimmed(level: u8) -> Option<Header> {
-    (level > 0).then(|| h("gk.trimmed", TRIMMED[..usize::from(level).min(3)].join(",")))
+fn trimmed(level: u8) -> Option<Header<'static>> {
+    (level > 0).then(|| {
+        h(
+            "gk.trimmed",
+            TRIMMED[..usize::from(level).min(3)].join(",").into_bytes(),
+        )
+    })
 }
 
 /// A record at a trim level, borrowing its draft: its headers are those of `parts`, in order, then `extra`.
@@ -635,13 +641,13 @@ pub struct View<'d> {
     pub topic: &'d [u8],
     pub key: Option<&'d [u8]>,
     pub value: Cow<'d, [u8]>,
-    pub parts: [&'d [Header]; 3],
-    pub extra: Vec<Header>,
+    pub parts: [&'d [Header<'d>]; 3],
+    pub extra: Vec<Header<'d>>,
     pub level: u8,
 }
 
 impl View<'_> {
-    pub fn headers(&self) -> impl Iterator<Item = &Header> {
+    pub fn headers(&self) -> impl Iterator<Item = &Header<'_>> {
         self.parts
             .iter()
             .flat_map(|p| p.iter())
@@ -664,13 +670,16 @@ impl View<'_> {
             topic: self.topic.to_vec(),
             key: self.key.map(<[u8]>::to_vec),
             value: self.value.to_vec(),
-            headers: self.headers().cloned().collect(),
+            headers: self
+                .headers()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect(),
             level: self.level,
         }
     }
 }
 
-impl Draft {
+impl Draft<'_> {
     /// The record at a trim level (`view`), owned.
     #[cfg(test)]
     pub fn render(&self, level: u8) -> Option<Record> {
@@ -682,10 +691,10 @@ impl Draft {
     /// never sent without its value: at level 3 it moves to the dead-letter topic (`outcome-too-large`), at level 4
     /// without its value. A notice is never trimmed.
     pub fn view(&self, level: u8) -> Option<View<'_>> {
-        let none: &[Header] = &[];
+        let none: &[Header<'_>] = &[];
         let problems = if level < 1 { &self.problems[..] } else { none };
         let optional = if level < 2 { &self.optional[..] } else { none };
-        let key = self.key.as_deref();
+        let key = self.key;
         let view = |kind, topic, value, parts, extra| View {
             kind,
             topic,
@@ -733,7 +742,7 @@ impl Draft {
                 let parts = [&self.required[..], none, none];
                 Some(view(
                     Kind::Alert,
-                    &self.topic,
+                    self.topic,
                     Cow::Owned(doc_json(&doc)),
                     parts,
                     trimmed(level).into_iter().collect(),
@@ -742,7 +751,7 @@ impl Draft {
             Kind::Notice => (level == 0).then(|| {
                 view(
                     Kind::Notice,
-                    &self.topic,
+                    self.topic,
                     Cow::Borrowed(&self.value[..]),
                     [&self.required[..], none, none],
                     Vec::new(),
@@ -761,7 +770,7 @@ impl Draft {
                 extra.extend(trimmed(level));
                 Some(view(
                     Kind::DeadLetter,
-                    &self.topic,
+                    self.topic,
                     value,
                     [&self.required[..], problems, optional],
                     extra,
@@ -770,31 +779,61 @@ impl Draft {
             Kind::Output => match level {
                 0..=2 => Some(view(
                     Kind::Output,
-                    &self.topic,
+                    self.topic,
                     Cow::Borrowed(&self.value[..]),
                     [&self.required[..], problems, optional],
                     trimmed(level).into_iter().collect(),
                 )),
-                3 => Some(view(
-                    Kind::DeadLetter,
-                    &self.dead_letter,
-                    Cow::Borrowed(&self.value[..]),
-                    [&self.dlq_required[..], none, none],
-                    vec![h("gk.trimmed", "problems,headers,moved")],
-                )),
-                4 => Some(view(
-                    Kind::DeadLetter,
-                    &self.dead_letter,
-                    Cow::Borrowed(&[][..]),
-                    [&self.dlq_required[..], none, none],
-                    vec![
-                        h("gk.value.omitted", decimal(self.value.len() as i64)),
-                        h("gk.trimmed", "problems,headers,moved,value"),
-                    ],
-                )),
+                3 => {
+                    let mut extra = self.moved();
+                    extra.push(h("gk.trimmed", &b"problems,headers,moved"[..]));
+                    Some(view(
+                        Kind::DeadLetter,
+                        self.dead_letter,
+                        Cow::Borrowed(&self.value[..]),
+                        [none, none, none],
+                        extra,
+                    ))
+                }
+                4 => {
+                    let mut extra = self.moved();
+                    extra.push(h("gk.value.omitted", decimal(self.value.len() as i64)));
+                    extra.push(h("gk.trimmed", &b"problems,headers,moved,value"[..]));
+                    Some(view(
+                        Kind::DeadLetter,
+                        self.dead_letter,
+                        Cow::Borrowed(&[][..]),
+                        [none, none, none],
+                        extra,
+                    ))
+                }
                 _ => None,
             },
         }
+    }
+}
+
+impl Draft<'_> {
+    /// A forward moved to the dead-letter topic (trim level 3): a dead letter's required headers, made from the
+    /// forward's own when it is moved (rarely) rather than beside every forward: its coordinates and version as
+    /// the forward has them, `gk.reason` `outcome-too-large`, its attempt, and its decision time (the forward's
+    /// `gk.checked.at`).
+    fn moved(&self) -> Vec<Header<'_>> {
+        let of = |name: &str| {
+            self.required
+                .iter()
+                .find(|(k, _)| &k[..] == name.as_bytes())
+                .map_or(Cow::Borrowed(&[][..]), |(_, v)| Cow::Borrowed(&v[..]))
+        };
+        vec![
+            h("gk.original.topic", of("gk.original.topic")),
+            h("gk.original.partition", of("gk.original.partition")),
+            h("gk.original.offset", of("gk.original.offset")),
+            h("gk.reason", OUTCOME_TOO_LARGE),
+            h("gk.version", of("gk.version")),
+            h("gk.attempt", decimal(self.attempt)),
+            h("gk.decided.at", of("gk.checked.at")),
+        ]
     }
 }
 
@@ -858,17 +897,17 @@ mod tests {
         }
     }
 
-    fn source() -> Source {
+    fn source() -> Source<'static> {
         Source {
-            topic: b"agents.pay".to_vec(),
+            topic: Cow::Borrowed(b"agents.pay"),
             partition: 2,
             offset: 41,
-            key: Some(b"c-1".to_vec()),
-            value: b"RW1 HO h1 acct=40-12-88/61102938".to_vec(),
+            key: Some(b"c-1"),
+            value: b"RW1 HO h1 acct=40-12-88/61102938",
             timestamp: Some(1_790_845_200_000),
             headers: vec![
-                (b"trace".to_vec(), b"x".to_vec()),
-                (b"GK.verdict".to_vec(), b"forged".to_vec()),
+                (Cow::Borrowed(b"trace"), b"x"),
+                (Cow::Borrowed(b"GK.verdict"), b"forged"),
             ],
             attempt: 1,
         }
@@ -951,6 +990,45 @@ mod tests {
         assert_eq!(iso(0.9999996).unwrap(), "1970-01-01T00:00:01.000Z");
         assert!(iso(f64::NAN).is_none());
         assert!(iso(1e18).is_none());
+    }
+
+    #[test]
+    fn a_forward_moved_to_the_dead_letter_topic_carries_a_dead_letter_s_required_headers() {
+        let moved = |level| {
+            let r = &records(&decided(Verdict::Forward, vec![]), level)[0];
+            assert_eq!((r.kind, &r.topic[..]), (Kind::DeadLetter, &b"dlq"[..]));
+            r.headers
+                .iter()
+                .map(|(k, v)| {
+                    format!(
+                        "{}={}",
+                        String::from_utf8_lossy(k),
+                        String::from_utf8_lossy(v)
+                    )
+                })
+                .collect::<Vec<_>>()
+        };
+        let required = [
+            "gk.original.topic=agents.pay",
+            "gk.original.partition=2",
+            "gk.original.offset=41",
+            "gk.reason=outcome-too-large",
+            "gk.version=0.1.0",
+            "gk.attempt=1",
+            "gk.decided.at=2026-10-01T09:00:00.000Z",
+        ];
+        let at3 = moved(3);
+        assert_eq!(at3[..7], required);
+        assert_eq!(at3[7..], ["gk.trimmed=problems,headers,moved"]);
+        let at4 = moved(4);
+        assert_eq!(at4[..7], required);
+        assert_eq!(
+            at4[7..],
+            [
+                "gk.value.omitted=32",
+                "gk.trimmed=problems,headers,moved,value"
+            ]
+        );
     }
 
     #[test]

@@ -42,21 +42,59 @@ pub(crate) fn headers_of(v: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>
     Ok(out)
 }
 
-fn source_of(s: &Bound<'_, PyAny>) -> PyResult<o::Source> {
-    let py = s.py();
-    Ok(o::Source {
-        topic: text(&attr(s, pyo3::intern!(py, "topic"))?.cast_into::<PyString>()?)?.into_owned(),
-        partition: attr(s, pyo3::intern!(py, "partition"))?.extract()?,
-        offset: attr(s, pyo3::intern!(py, "offset"))?.extract()?,
-        key: opt_bytes(&attr(s, pyo3::intern!(py, "key"))?)?,
-        value: attr(s, pyo3::intern!(py, "value"))?
-            .cast_into::<PyBytes>()?
-            .as_bytes()
-            .to_vec(),
-        timestamp: attr(s, pyo3::intern!(py, "timestamp"))?.extract()?,
-        headers: headers_of(&attr(s, pyo3::intern!(py, "headers"))?)?,
-        attempt: attr(s, pyo3::intern!(py, "attempt"))?.extract()?,
-    })
+/// A consumed record's Python values (`gatekeeper.consumers.outcomes.Source`), held while the engine reads them
+/// where they are: its `Source` borrows from these (its value, key and headers were copied for every line).
+struct SourceRefs<'py> {
+    topic: Bound<'py, PyString>,
+    partition: i64,
+    offset: i64,
+    key: Option<Bound<'py, PyBytes>>,
+    value: Bound<'py, PyBytes>,
+    timestamp: Option<i64>,
+    headers: Vec<(Bound<'py, PyString>, Bound<'py, PyBytes>)>,
+    attempt: i64,
+}
+
+impl<'py> SourceRefs<'py> {
+    fn of(s: &Bound<'py, PyAny>) -> PyResult<Self> {
+        let py = s.py();
+        let key = attr(s, pyo3::intern!(py, "key"))?;
+        let mut headers = Vec::new();
+        for item in attr(s, pyo3::intern!(py, "headers"))?.try_iter()? {
+            headers.push(item?.extract()?);
+        }
+        Ok(SourceRefs {
+            topic: attr(s, pyo3::intern!(py, "topic"))?.cast_into::<PyString>()?,
+            partition: attr(s, pyo3::intern!(py, "partition"))?.extract()?,
+            offset: attr(s, pyo3::intern!(py, "offset"))?.extract()?,
+            key: if key.is_none() {
+                None
+            } else {
+                Some(key.cast_into::<PyBytes>()?)
+            },
+            value: attr(s, pyo3::intern!(py, "value"))?.cast_into::<PyBytes>()?,
+            timestamp: attr(s, pyo3::intern!(py, "timestamp"))?.extract()?,
+            headers,
+            attempt: attr(s, pyo3::intern!(py, "attempt"))?.extract()?,
+        })
+    }
+
+    fn source(&self) -> PyResult<o::Source<'_>> {
+        Ok(o::Source {
+            topic: text(&self.topic)?,
+            partition: self.partition,
+            offset: self.offset,
+            key: self.key.as_ref().map(|k| k.as_bytes()),
+            value: self.value.as_bytes(),
+            timestamp: self.timestamp,
+            headers: self
+                .headers
+                .iter()
+                .map(|(k, v)| Ok((text(k)?, v.as_bytes())))
+                .collect::<PyResult<_>>()?,
+            attempt: self.attempt,
+        })
+    }
 }
 
 fn str_attr(v: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) -> PyResult<Vec<u8>> {
@@ -217,8 +255,9 @@ impl OutcomeRoute {
 
 /// The drafts of one decided line's records: `decision`, `source` and the notice read off their Python values;
 /// `conversation`, `notice`, `sig` and `notice_sig` may be None. Both bindings below build through it.
+/// `made` is given the drafts, which borrow what was read.
 #[allow(clippy::too_many_arguments)]
-fn drafts_of(
+fn with_drafts<T>(
     route: &OutcomeRoute,
     decision: &Bound<'_, PyAny>,
     source: &Bound<'_, PyAny>,
@@ -227,13 +266,15 @@ fn drafts_of(
     notice: &Bound<'_, PyAny>,
     sig: &Bound<'_, PyAny>,
     notice_sig: &Bound<'_, PyAny>,
-) -> PyResult<Vec<o::Draft>> {
+    made: impl FnOnce(Vec<o::Draft<'_>>) -> PyResult<T>,
+) -> PyResult<T> {
     let decided = decided_of(decision)?;
-    let source = source_of(source)?;
+    let refs = SourceRefs::of(source)?;
+    let source = refs.source()?;
     let conversation = if conversation.is_none() {
         None
     } else {
-        Some(text(conversation.cast::<PyString>()?)?.into_owned())
+        Some(text(conversation.cast::<PyString>()?)?)
     };
     let notice = if notice.is_none() {
         None
@@ -252,7 +293,9 @@ fn drafts_of(
         sig: sig.as_deref(),
         version: &route.version,
     };
-    crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)
+    let drafts =
+        crate::guarded(|| o::build(&line))?.map_err(pyo3::exceptions::PyValueError::new_err)?;
+    made(drafts)
 }
 
 /// The records of one decided line (`gatekeeper.consumers.outcomes.build` documents them) at trim level `level`,
@@ -274,7 +317,7 @@ fn build_outcomes<'py>(
     notice_sig: &Bound<'py, PyAny>,
     level: u8,
 ) -> PyResult<Bound<'py, PyList>> {
-    let drafts = drafts_of(
+    with_drafts(
         route.get(),
         decision,
         source,
@@ -283,15 +326,17 @@ fn build_outcomes<'py>(
         notice,
         sig,
         notice_sig,
-    )?;
-    let out = PyList::empty(py);
-    for draft in &drafts {
-        match crate::guarded(|| draft.view(level))? {
-            Some(view) => out.append(record_py(py, &view)?)?,
-            None => out.append(py.None())?,
-        }
-    }
-    Ok(out)
+        |drafts| {
+            let out = PyList::empty(py);
+            for draft in &drafts {
+                match crate::guarded(|| draft.view(level))? {
+                    Some(view) => out.append(record_py(py, &view)?)?,
+                    None => out.append(py.None())?,
+                }
+            }
+            Ok(out)
+        },
+    )
 }
 
 /// The outcomes of a route's decided lines in one call (`gatekeeper.consumers.outcomes.build_all`): for each line
@@ -336,7 +381,23 @@ fn build_outcomes_all<'py>(
                 .extract::<(Bound<'py, PyAny>, Bound<'py, PyAny>)>()?,
             None => (none.clone(), none.clone()),
         };
-        let drafts = drafts_of(
+        let value = attr(&source, pyo3::intern!(py, "value"))?;
+        let key = attr(&source, pyo3::intern!(py, "key"))?;
+        let args = PyTuple::new(
+            py,
+            [
+                route.clone().into_any(),
+                decision.clone(),
+                source.clone(),
+                conversation.clone(),
+                now_py.clone().into_any(),
+                notice.clone(),
+                sig.clone(),
+                notice_sig.clone(),
+            ],
+        )?;
+        let out = PyList::empty(py);
+        with_drafts(
             route.get(),
             &decision,
             &source,
@@ -345,44 +406,31 @@ fn build_outcomes_all<'py>(
             &notice,
             &sig,
             &notice_sig,
+            |drafts| {
+                for (place, draft) in drafts.iter().enumerate() {
+                    let Some(view) = crate::guarded(|| draft.view(0))? else {
+                        continue;
+                    };
+                    let kind = kinds
+                        .get_item(view.kind.name())?
+                        .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(view.kind.name()))?;
+                    let made = outcome.call1((
+                        kind,
+                        made_once.topic(py, view.topic)?,
+                        same_or_new(py, view.key, &key)?,
+                        same_or_new(py, Some(&view.value), &value)?,
+                        Bound::new(py, headers_of_view(&view))?,
+                        &source,
+                        &zero,
+                        &args,
+                        place,
+                        view.size(),
+                    ))?;
+                    out.append(made)?;
+                }
+                Ok(())
+            },
         )?;
-        let value = attr(&source, pyo3::intern!(py, "value"))?;
-        let key = attr(&source, pyo3::intern!(py, "key"))?;
-        let args = PyTuple::new(
-            py,
-            [
-                route.clone().into_any(),
-                decision,
-                source.clone(),
-                conversation,
-                now_py.clone().into_any(),
-                notice,
-                sig,
-                notice_sig,
-            ],
-        )?;
-        let out = PyList::empty(py);
-        for (place, draft) in drafts.iter().enumerate() {
-            let Some(view) = crate::guarded(|| draft.view(0))? else {
-                continue;
-            };
-            let kind = kinds
-                .get_item(view.kind.name())?
-                .ok_or_else(|| pyo3::exceptions::PyKeyError::new_err(view.kind.name()))?;
-            let made = outcome.call1((
-                kind,
-                made_once.topic(py, view.topic)?,
-                same_or_new(py, view.key, &key)?,
-                same_or_new(py, Some(&view.value), &value)?,
-                Bound::new(py, headers_of_view(&view))?,
-                &source,
-                &zero,
-                &args,
-                place,
-                view.size(),
-            ))?;
-            out.append(made)?;
-        }
         all.append(out)?;
     }
     Ok(all)
@@ -397,8 +445,9 @@ fn same_or_new<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     Ok(match b {
         None => py.None().into_bound(py),
+        // the engine's record borrows the consumed record's own bytes: the same buffer, nothing to compare
         Some(b) => match theirs.cast::<PyBytes>() {
-            Ok(t) if t.as_bytes() == b => t.clone().into_any(),
+            Ok(t) if std::ptr::eq(t.as_bytes(), b) || t.as_bytes() == b => t.clone().into_any(),
             _ => PyBytes::new(py, b).into_any(),
         },
     })
