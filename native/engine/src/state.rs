@@ -9,6 +9,7 @@
 //! in the exact bytes the gatekeeper has always written ([`crate::json`]).
 
 use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 use rw1::thread::{Handoff, Tracker};
@@ -24,7 +25,7 @@ pub const STATE_VERSION: i64 = 2;
 pub const HEADER: &[u8] = b"h";
 
 /// A line's first decision (`l:<id>`).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct StoredLine {
     pub digest: Vec<u8>,
     pub typ: Vec<u8>,
@@ -87,7 +88,7 @@ pub struct StoredReadback {
 /// The loaded part of one conversation's state, or the whole of a new one.
 #[derive(Debug, Clone, Default)]
 pub struct State {
-    pub lines: IndexMap<Vec<u8>, StoredLine>,
+    pub lines: IndexMap<Vec<u8>, LineInfo>,
     pub handoffs: IndexMap<Vec<u8>, StoredHandoff>,
     pub readbacks: IndexMap<Vec<u8>, StoredReadback>,
     pub tracker: Tracker,
@@ -792,7 +793,7 @@ impl State {
             match k {
                 b"l:" => {
                     st.lines
-                        .insert(id.to_vec(), line_of(&parse(raw, name)?, name)?);
+                        .insert(id.to_vec(), Arc::new(line_of(&parse(raw, name)?, name)?));
                 }
                 b"o:" => {
                     st.handoffs
@@ -887,7 +888,7 @@ impl State {
         }
         let (k, id) = kind(name);
         Ok(match k {
-            b"l:" => self.lines.get(id).map(write_line),
+            b"l:" => self.lines.get(id).map(|l| write_line(l)),
             b"o:" => self.handoffs.get(id).map(write_handoff),
             b"r:" => self.readbacks.get(id).map(write_readback),
             b"t:" => self.tracker.handoff(id).map(write_thread_record),
@@ -977,15 +978,7 @@ impl State {
     // ------------------------------------------------------------ what the decision reads
 
     pub fn line_info(&self, id: &[u8]) -> Option<LineInfo> {
-        self.lines.get(id).map(|l| LineInfo {
-            digest: l.digest.clone(),
-            typ: l.typ.clone(),
-            verdict: l.verdict.clone(),
-            reason: l.reason.clone(),
-            re: l.re.clone(),
-            text: l.text.clone(),
-            answered: l.answered.clone(),
-        })
+        self.lines.get(id).cloned()
     }
 
     /// A handoff as the decision reads it (its record's resolved values and criteria: the values it carried were
@@ -1030,7 +1023,7 @@ impl State {
     // ------------------------------------------------------------ what effects change
 
     pub fn remember_line(&mut self, id: &[u8], line: StoredLine) {
-        self.lines.insert(id.to_vec(), line);
+        self.lines.insert(id.to_vec(), Arc::new(line));
         self.mark(b"l:", id);
     }
 
@@ -1128,6 +1121,7 @@ impl State {
         self.dirty.insert(field_name(b"l:", id));
         self.lines
             .get_mut(id)
+            .map(Arc::make_mut)
             .ok_or_else(|| format!("KeyError: {}", repr(id)))
     }
 
@@ -1428,7 +1422,7 @@ mod tests {
             }
             let st = State::from_fields(fields.iter().map(|(k, v)| (&k[..], &v[..]))).unwrap();
             for (i, l) in lines.iter().enumerate() {
-                prop_assert_eq!(&st.lines[format!("L{i}").as_bytes()], l);
+                prop_assert_eq!(&*st.lines[format!("L{i}").as_bytes()], l);
             }
             for (i, h) in handoffs.iter().enumerate() {
                 prop_assert_eq!(&st.handoffs[format!("O{i}").as_bytes()], h);
