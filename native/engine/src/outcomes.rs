@@ -302,7 +302,8 @@ fn text_or_null(out: &mut Vec<u8>, v: Option<&[u8]>) {
 
 /// The problems as the JSON list of `gk.problems` and an alert (inert; masked by the caller).
 pub fn problems_json(problems: &[Finding]) -> Vec<u8> {
-    let mut out = b"[".to_vec();
+    let mut out = Vec::with_capacity(2 + problems.len() * 192);
+    out.push(b'[');
     for (n, p) in problems.iter().enumerate() {
         if n > 0 {
             out.push(b',');
@@ -647,7 +648,7 @@ pub struct View<'d> {
 }
 
 impl View<'_> {
-    pub fn headers(&self) -> impl Iterator<Item = &Header<'_>> {
+    pub fn headers(&self) -> impl Iterator<Item = &Header<'_>> + Clone {
         self.parts
             .iter()
             .flat_map(|p| p.iter())
