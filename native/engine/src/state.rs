@@ -60,7 +60,9 @@ pub struct StoredHandoff {
     pub item: Vec<u8>,
     pub ask: Vec<u8>,
     pub exec_ask: bool,
-    pub record: Option<StoredRecord>,
+    /// shared with the decision's effects that opened it (a record's values are a JSON map: copying it was about
+    /// sixteen allocations a handoff)
+    pub record: Option<Arc<StoredRecord>>,
     pub bound: bool,
     /// the binding's value it holds; None: bound by an earlier release
     pub holder: Option<Vec<u8>>,
@@ -346,7 +348,7 @@ fn handoff_of(mut v: Json, name: &[u8]) -> Result<StoredHandoff, Bad> {
             for (k, x) in r {
                 full.insert(k, x);
             }
-            Some(record_of(full))
+            Some(Arc::new(record_of(full)))
         }
         Some(_) => return Err("a handoff's record: not an object".into()),
     };
@@ -1295,7 +1297,7 @@ mod tests {
                     item,
                     ask,
                     exec_ask,
-                    record,
+                    record: record.map(Arc::new),
                     bound,
                     holder: if bound { nonempty(holder) } else { None },
                     superseded_by: nonempty(superseded_by),

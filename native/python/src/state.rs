@@ -4,6 +4,7 @@
 //! values.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use engine::decide::{self as d, Finding};
 use engine::state::{self as s, StoredHandoff, StoredLine, StoredReadback, StoredRecord};
@@ -629,7 +630,7 @@ impl State {
             record: if rec.is_none() {
                 None
             } else {
-                Some(record_of(&rec)?)
+                Some(Arc::new(record_of(&rec)?))
             },
             bound: attr(e, "bound")?.is_truthy()?,
             holder: opt_bytes(&attr(e, "holder")?)?,
@@ -853,7 +854,7 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
 pub struct Effects {
     pub(crate) effects: Vec<d::Effect>,
     pub(crate) problems: d::Problems,
-    pub(crate) record: Option<StoredRecord>,
+    pub(crate) record: Option<Arc<StoredRecord>>,
     pub(crate) text: Option<Vec<u8>>,
     pub(crate) twin: Option<rw1::Twin<'static>>,
     pub(crate) now: f64,
@@ -882,7 +883,7 @@ impl Effects {
         let fed = effects.iter().any(|e| matches!(e, d::Effect::FeedThread));
         Ok(Effects {
             record: match looked_up {
-                Some(r) if opens_with_lookup => Some(record_of(r)?),
+                Some(r) if opens_with_lookup => Some(Arc::new(record_of(r)?)),
                 _ => None,
             },
             twin: twin.filter(|_| fed).map(|t| d::owned_twin(t.clone())),
