@@ -137,7 +137,7 @@ pub const UNVERIFIED_COMPREHENSION: &str = "comprehension-unverified";
 /// the allocations of a line).
 pub type LineInfo = std::sync::Arc<crate::state::StoredLine>;
 
-fn dead(line: &LineInfo) -> bool {
+fn was_dead_lettered(line: &LineInfo) -> bool {
     line.verdict == b"dead-letter"
 }
 
@@ -904,14 +904,14 @@ impl<'a, E: Env> Decider<'a, E> {
                     Problems::Own(vec![problem]),
                 );
             }
-            if !(self.replay && dead(&seen)) {
+            if !(self.replay && was_dead_lettered(&seen)) {
                 return self.repeat(&seen);
             }
         }
         let re = text_of(msg.re.as_ref());
         if REPLY_TYPES.contains(&typ) {
             if let Some(re) = re {
-                if let Some(target) = self.env.line(re).filter(dead) {
+                if let Some(target) = self.env.line(re).filter(was_dead_lettered) {
                     let ran = typ == b"DN"
                         && msg.slot(b"out").map(Value::py_str).as_deref() != Some(b"NOOP");
                     let message = [
@@ -981,7 +981,7 @@ impl<'a, E: Env> Decider<'a, E> {
         let re = text_of(msg.re.as_ref())?;
         let line = self.env.line(re)?;
         let typ = msg.typ.as_deref().unwrap_or_default();
-        if dead(&line) && !(typ == b"HO" && line.typ == b"RB") {
+        if was_dead_lettered(&line) && !(typ == b"HO" && line.typ == b"RB") {
             return None;
         }
         let (kind, ho_id) = match &line.typ[..] {
@@ -1636,7 +1636,7 @@ impl<'a, E: Env> Decider<'a, E> {
         let target = self.env.line(re)?;
         if target.typ == b"RB" {
             let rb = self.env.readback(re);
-            let failed = dead(&target) || rb.as_ref().is_some_and(|r| !r.passed);
+            let failed = was_dead_lettered(&target) || rb.as_ref().is_some_and(|r| !r.passed);
             let ho_id = match &rb {
                 Some(r) => r.ho.clone(),
                 None => target.re.clone().unwrap_or_default(),
