@@ -90,7 +90,8 @@ pub struct StoredReadback {
 /// The loaded part of one conversation's state, or the whole of a new one.
 #[derive(Debug, Clone, Default)]
 pub struct State {
-    pub lines: IndexMap<Vec<u8>, LineInfo>,
+    /// each shared with the decisions that read it (`decide::LineInfo`), changed copy-on-write
+    pub lines: IndexMap<Vec<u8>, Arc<StoredLine>>,
     pub handoffs: IndexMap<Vec<u8>, StoredHandoff>,
     pub readbacks: IndexMap<Vec<u8>, StoredReadback>,
     pub tracker: Tracker,
