@@ -164,7 +164,14 @@ async def test_sigkill_mid_stream_loses_nothing(
             return len(g.output) + len(g.dead) >= LINES and len(coordinates(g)) >= LINES
 
         got = await collector.wait(complete, timeout=90)
-        status, body = await asyncio.to_thread(http_get, f"{url}/readyz")
+        # the first process may have answered every line before it was killed: the restarted one can still be
+        # connecting when the outcomes are complete, so its readiness is waited for (as a probe would retry it)
+        deadline = time.monotonic() + 30.0
+        while True:
+            status, body = await asyncio.to_thread(http_get, f"{url}/readyz")
+            if status == 200 or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.2)
         assert status == 200, body
         assert (await asyncio.to_thread(http_get, f"{url}/healthz"))[0] == 200
         assert (await asyncio.to_thread(http_get, f"{url}/nope"))[0] == 404
