@@ -317,31 +317,41 @@ def _log_summary(daemon: faults.Daemon) -> str:
     return f"daemon log: {levels['warning']} warnings, {levels['error'] + levels['critical']} errors ({top})"
 
 
-def _say_log_tail(daemon: faults.Daemon, outcomes: faults.Outcomes, n: int = 40) -> None:
-    """The daemon's last ``n`` log lines that are not debug (each cut at 300 characters), and which partitions'
-    outcomes stopped: a failing run on a CI machine leaves nothing else to read."""
-    lines: list[str] = []
+async def _say_why_lost(daemon: faults.Daemon, outcomes: faults.Outcomes, in_topic: str) -> None:
+    """Lines were lost: which (offset ranges per input partition), how far each input partition was answered, the
+    outcome topics' high watermarks and last stable offsets (a transaction left open shows there), and the daemon's
+    last words, its own (``gatekeeper.*``, its dead letters' lines left out) apart from the Kafka client's
+    reconnect noise; each log line cut at 240 characters. Said during the scenario and again after the table (``faults.say_why``)."""
+    own: list[str] = []
+    client: list[str] = []
     for path in sorted(daemon.dir.glob("process-*.log")):
         for line in path.read_text(errors="replace").splitlines():
             try:
-                debug = json.loads(line).get("level") == "debug"
-            except (ValueError, AttributeError):
-                debug = False  # not a JSON record (a traceback's line): shown
-            if not debug:
-                lines.append(line[:300])
+                rec = json.loads(line)
+            except ValueError:
+                own.append(line[:240])  # not a JSON record (a traceback's line): shown
+                continue
+            if not isinstance(rec, dict) or rec.get("level") == "debug" or rec.get("msg") == "line dead-letter":
+                continue  # a dead letter's line is the traffic's, not the fault's
+            (own if str(rec.get("logger", "")).startswith("gatekeeper") else client).append(line[:240])
     by_partition: dict[int, int] = {}
     for part, offset in outcomes.count:
         by_partition[part] = max(by_partition.get(part, -1), offset)
-    say(f"  lines missing: {outcomes.total:,} outcomes cover {outcomes.covered:,} lines")
-    say(f"  the highest input offset answered per input partition: {dict(sorted(by_partition.items()))}")
-    for tp in outcomes.tps:  # a last stable offset behind the high watermark: a transaction left open
-        say(
+    why = faults.say_why
+    why(f"  broker-leader: {outcomes.total:,} outcomes cover {outcomes.covered:,} lines")
+    why(f"  unanswered: {await faults.unanswered(outcomes, in_topic)}")
+    why(f"  the highest input offset answered per input partition: {dict(sorted(by_partition.items()))}")
+    for tp in outcomes.tps:
+        why(
             f"  {tp.topic}-{tp.partition}: high watermark {outcomes.reader.highwater(tp)}, "
             f"last stable offset {outcomes.reader.last_stable_offset(tp)}"
         )
-    say("  the daemon's last log lines:")
-    for line in lines[-n:]:
-        say(f"    {line}")
+    why("  the daemon's last log lines of its own:")
+    for line in own[-24:]:
+        why(f"    {line}")
+    why("  and the Kafka client's last:")
+    for line in client[-8:]:
+        why(f"    {line}")
 
 
 async def _grow(outcomes: faults.Outcomes, timeout: float) -> bool:
@@ -491,7 +501,7 @@ async def _run(
             notes += f"; the daemon exited {daemon.proc.returncode}"
         notes += f"; {_log_summary(daemon)}"
         if outcomes.covered < stream.sent:  # lost lines: what the daemon said last, where CI shows it
-            _say_log_tail(daemon, outcomes)
+            await _say_why_lost(daemon, outcomes, topics["in"])
         seconds = time.monotonic() - t0
         return faults.Result(
             "broker-leader",
@@ -664,6 +674,7 @@ async def main() -> int:
         ["scenario", "mode", "faults injected", "lines sent", "lost", "duplicated", "seconds", "verdict", "notes"],
         [r.row() for r in results],
     )
+    faults.say_why_again()
     return 0 if results and all(r.passed for r in results) else 1
 
 

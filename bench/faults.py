@@ -313,12 +313,29 @@ def _mode(transactional: bool) -> str:
     return "exactly-once" if transactional else "at-least-once"
 
 
+#: What the failing scenarios said about their failures (the lines unanswered, the daemon's last words), said again
+#: after the table: a CI log's excerpt shows its end, where the table and this are, not a scenario's middle.
+WHY: list[str] = []
+
+
+def say_why(text: str) -> None:
+    say(text)
+    WHY.append(text)
+
+
+def say_why_again() -> None:
+    if WHY:
+        say("what the failing scenarios said (again, after the table):")
+        for text in WHY:
+            say(text)
+
+
 async def _catch_up(outcomes: Outcomes, stream: Stream, timeout: float) -> None:
     await stream.finish()
     await outcomes.wait(lambda o: o.covered >= stream.sent, timeout)
     await asyncio.sleep(2.0)  # late duplicates show here
     if outcomes.covered < stream.sent:
-        say(f"  unanswered after the catch-up: {await unanswered(outcomes, stream.topic)}")
+        say_why(f"  unanswered after the catch-up: {await unanswered(outcomes, stream.topic)}")
 
 
 async def unanswered(outcomes: Outcomes, topic: str) -> str:
@@ -714,6 +731,7 @@ async def main() -> int:
         ["scenario", "mode", "faults injected", "lines sent", "lost", "duplicated", "seconds", "verdict", "notes"],
         [r.row() for r in results],
     )
+    say_why_again()
     return 0 if results and all(r.passed for r in results) else 1
 
 
