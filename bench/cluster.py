@@ -321,7 +321,8 @@ async def _say_why_lost(daemon: faults.Daemon, outcomes: faults.Outcomes, in_top
     """Lines were lost: which (offset ranges per input partition), how far each input partition was answered, the
     outcome topics' high watermarks and last stable offsets (a transaction left open shows there), and the daemon's
     last words, its own (``gatekeeper.*``, its dead letters' lines left out) apart from the Kafka client's
-    reconnect noise; each log line cut at 240 characters. Said during the scenario and again after the table (``faults.say_why``)."""
+    reconnect noise; each log line cut at 240 characters. Said during the scenario and again after the table
+    (``faults.say_why``)."""
     own: list[str] = []
     client: list[str] = []
     for path in sorted(daemon.dir.glob("process-*.log")):
