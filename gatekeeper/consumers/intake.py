@@ -17,20 +17,10 @@ from rwcore import _native
 
 
 def conversation_of(key: bytes | None, headers: Iterable[tuple[str, bytes]], header: str | None) -> str | None:
-    """The conversation of a record: its key (UTF-8), else the route's conversation header, else None."""
-    if key:
-        try:
-            return key.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-    if header is not None:
-        for name, value in headers:
-            if name == header and value:
-                try:
-                    return value.decode("utf-8")
-                except UnicodeDecodeError:
-                    return None
-    return None
+    """The conversation of a record: its key (UTF-8), else the first of its headers named ``header`` (the route's
+    ``conversation_header``) that has a value, as UTF-8 (a value that is not: none), else None. The rule is the
+    native intake's (``_native.conversation_of``): replay and the worker read a record's conversation alike."""
+    return _native.conversation_of(key, headers, header)
 
 
 def take_in(

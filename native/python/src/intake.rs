@@ -2,9 +2,9 @@
 //! its `Source` and its pending line, with its conversation, in one call a partition rather than a Python loop a
 //! record.
 //!
-//! The conversation's rule is `intake.conversation_of`'s, which replay still uses and which the intake's tests hold
-//! this to: the key as UTF-8, else the first header of the route's `conversation_header` name with a value, as
-//! UTF-8 (a value that is not: no conversation), else none.
+//! The conversation's rule, here only (`conversation_of`: the worker's intake and, through
+//! `intake.conversation_of`, replay): the key as UTF-8, else the first header of the route's `conversation_header`
+//! name with a value, as UTF-8 (a value that is not: no conversation), else none.
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
@@ -31,6 +31,20 @@ fn headers_of<'py>(py: Python<'py>, headers: &Bound<'py, PyAny>) -> PyResult<Bou
         pairs.push(PyTuple::new(py, [name, value])?);
     }
     PyTuple::new(py, pairs)
+}
+
+/// A record's conversation by the module's rule, or None: `key` (bytes or None), `headers` (`(name, value)` pairs,
+/// read as the intake reads a record's), `header` (the route's `conversation_header`, or None).
+#[pyfunction]
+#[pyo3(name = "conversation_of")]
+fn conversation_of_record<'py>(
+    py: Python<'py>,
+    key: &Bound<'py, PyAny>,
+    headers: &Bound<'py, PyAny>,
+    header: Option<&Bound<'py, PyString>>,
+) -> PyResult<Option<Bound<'py, PyString>>> {
+    let header = header.map(|h| h.to_str()).transpose()?;
+    conversation_of(py, key, &headers_of(py, headers)?, header)
 }
 
 /// The record's conversation (see the module's rule), or None.
@@ -121,5 +135,6 @@ fn take_in<'py>(
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(take_in, m)?)?;
+    m.add_function(wrap_pyfunction!(conversation_of_record, m)?)?;
     Ok(())
 }
