@@ -16,7 +16,7 @@ use rw1::thread::{Handoff, Tracker};
 use rw1::Twin;
 use serde_json::{Map, Value as Json};
 
-use crate::decide::{Finding, HandoffInfo, LineInfo, ReadbackInfo, RecordInfo};
+use crate::decide::{Finding, HandoffInfo, LineInfo, ReadbackInfo};
 use crate::json;
 
 /// The state's format version (1 was one JSON document per conversation).
@@ -92,7 +92,8 @@ pub struct StoredReadback {
 pub struct State {
     /// each shared with the decisions that read it (`decide::LineInfo`), changed copy-on-write
     pub lines: IndexMap<Vec<u8>, Arc<StoredLine>>,
-    pub handoffs: IndexMap<Vec<u8>, StoredHandoff>,
+    /// shared with the decisions that read them (copy-on-write: `Arc::make_mut` where an effect changes one)
+    pub handoffs: IndexMap<Vec<u8>, Arc<StoredHandoff>>,
     pub readbacks: IndexMap<Vec<u8>, StoredReadback>,
     pub tracker: Tracker,
     /// lines fed to the thread (the whole conversation's count)
@@ -803,7 +804,7 @@ impl State {
                 }
                 b"o:" => {
                     st.handoffs
-                        .insert(id.to_vec(), handoff_of(parse(raw, name)?, name)?);
+                        .insert(id.to_vec(), Arc::new(handoff_of(parse(raw, name)?, name)?));
                 }
                 b"r:" => {
                     st.readbacks
@@ -895,7 +896,7 @@ impl State {
         let (k, id) = kind(name);
         Ok(match k {
             b"l:" => self.lines.get(id).map(|l| write_line(l)),
-            b"o:" => self.handoffs.get(id).map(write_handoff),
+            b"o:" => self.handoffs.get(id).map(|h| write_handoff(h)),
             b"r:" => self.readbacks.get(id).map(write_readback),
             b"t:" => self.tracker.handoff(id).map(write_thread_record),
             _ => {
@@ -987,26 +988,12 @@ impl State {
         self.lines.get(id).cloned()
     }
 
-    /// A handoff as the decision reads it (its record's resolved values and criteria: the values it carried were
-    /// checked when it was).
+    /// A handoff as the decision reads it: its id and the entry, shared.
     pub fn handoff_info(&self, id: &[u8]) -> Option<HandoffInfo> {
-        let h = self.handoffs.get(id)?;
+        let entry = self.handoffs.get(id)?;
         Some(HandoffInfo {
             id: id.to_vec(),
-            item: h.item.clone(),
-            ask: h.ask.clone(),
-            exec_ask: h.exec_ask,
-            record: h.record.as_ref().map(|r| RecordInfo {
-                values: Vec::new(),
-                resolved: r.resolved.clone(),
-                expect_acc: r.expect_acc.clone(),
-            }),
-            bound: h.bound,
-            holder: h.holder.clone(),
-            superseded_by: h.superseded_by.clone(),
-            relayed_by: h.relayed_by.clone(),
-            cleared_by: h.cleared_by.clone(),
-            passed_rb: h.passed_rb.clone(),
+            entry: Arc::clone(entry),
         })
     }
 
@@ -1034,7 +1021,7 @@ impl State {
     }
 
     pub fn open_handoff(&mut self, id: &[u8], handoff: StoredHandoff) {
-        self.handoffs.insert(id.to_vec(), handoff);
+        self.handoffs.insert(id.to_vec(), Arc::new(handoff));
         self.mark(b"o:", id);
     }
 
@@ -1042,6 +1029,7 @@ impl State {
         self.dirty.insert(field_name(b"o:", ho));
         self.handoffs
             .get_mut(ho)
+            .map(Arc::make_mut)
             .ok_or_else(|| format!("KeyError: {}", repr(ho)))
     }
 
@@ -1112,7 +1100,7 @@ impl State {
 
     /// The state's part of a release: the handoff no longer holds the binding.
     pub fn unbind(&mut self, ho: &[u8]) {
-        if let Some(h) = self.handoffs.get_mut(ho) {
+        if let Some(h) = self.handoffs.get_mut(ho).map(Arc::make_mut) {
             h.bound = false;
             self.dirty.insert(field_name(b"o:", ho));
         }
@@ -1431,7 +1419,7 @@ mod tests {
                 prop_assert_eq!(&*st.lines[format!("L{i}").as_bytes()], l);
             }
             for (i, h) in handoffs.iter().enumerate() {
-                prop_assert_eq!(&st.handoffs[format!("O{i}").as_bytes()], h);
+                prop_assert_eq!(&*st.handoffs[format!("O{i}").as_bytes()], h);
             }
             for (name, value) in &fields {
                 if name.starts_with(b"t:") && st.tracker.handoff(&name[2..]).map(write_thread_record).as_ref() != Some(value) {
