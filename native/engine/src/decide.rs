@@ -159,14 +159,19 @@ impl std::ops::Deref for HandoffInfo {
     }
 }
 
-/// A checked readback (`r:<id>`).
-#[derive(Debug, Clone, Default)]
+/// A checked readback (`r:<id>`), as a decision reads it: its id and the state's own entry, shared (as a handoff).
+#[derive(Debug, Clone)]
 pub struct ReadbackInfo {
     pub id: Vec<u8>,
-    pub ho: Vec<u8>,
-    pub passed: bool,
-    pub exp: Option<Vec<u8>>,
-    pub refused: bool,
+    pub entry: std::sync::Arc<crate::state::StoredReadback>,
+}
+
+impl std::ops::Deref for ReadbackInfo {
+    type Target = crate::state::StoredReadback;
+
+    fn deref(&self) -> &Self::Target {
+        &self.entry
+    }
 }
 
 /// An approved record, as far as a decision reads it: the values the handoff must carry (as a line shows them), the
@@ -1005,7 +1010,7 @@ impl<'a, E: Env> Decider<'a, E> {
                 } else {
                     Target::Readback
                 };
-                (kind, rb.ho)
+                (kind, rb.ho.clone())
             }
             b"CX" => (Target::Cancel, line.re.clone().unwrap_or_default()),
             _ => return None,
@@ -2188,7 +2193,7 @@ impl<'a, E: Env> Decider<'a, E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{StoredHandoff, StoredLine};
+    use crate::state::{StoredHandoff, StoredLine, StoredReadback};
     use proptest::prelude::*;
     use rw1::Vocabulary;
     use std::collections::HashMap;
@@ -2239,7 +2244,7 @@ mod tests {
         grammar: Option<Arc<Grammar>>,
         lines: HashMap<Vec<u8>, LineInfo>,
         handoffs: HashMap<Vec<u8>, StoredHandoff>,
-        readbacks: HashMap<Vec<u8>, ReadbackInfo>,
+        readbacks: HashMap<Vec<u8>, StoredReadback>,
         records: HashMap<(Vec<u8>, Vec<u8>), RecordInfo>,
         bindings: HashMap<(Vec<u8>, Vec<u8>), Vec<u8>>,
     }
@@ -2255,7 +2260,10 @@ mod tests {
             })
         }
         fn readback(&self, id: &[u8]) -> Option<ReadbackInfo> {
-            self.readbacks.get(id).cloned()
+            self.readbacks.get(id).map(|r| ReadbackInfo {
+                id: id.to_vec(),
+                entry: Arc::new(r.clone()),
+            })
         }
         fn flags(&self, _ho: &[u8]) -> Option<(bool, bool)> {
             None
@@ -2500,8 +2508,7 @@ mod tests {
                     passed,
                     exp,
                 } => {
-                    let rb = ReadbackInfo {
-                        id: id.clone(),
+                    let rb = StoredReadback {
                         ho: ho.clone(),
                         passed: *passed,
                         exp: exp.clone(),

@@ -94,7 +94,8 @@ pub struct State {
     pub lines: IndexMap<Vec<u8>, Arc<StoredLine>>,
     /// shared with the decisions that read them (copy-on-write: `Arc::make_mut` where an effect changes one)
     pub handoffs: IndexMap<Vec<u8>, Arc<StoredHandoff>>,
-    pub readbacks: IndexMap<Vec<u8>, StoredReadback>,
+    /// shared as the handoffs are
+    pub readbacks: IndexMap<Vec<u8>, Arc<StoredReadback>>,
     pub tracker: Tracker,
     /// lines fed to the thread (the whole conversation's count)
     pub seq: i64,
@@ -807,8 +808,10 @@ impl State {
                         .insert(id.to_vec(), Arc::new(handoff_of(parse(raw, name)?, name)?));
                 }
                 b"r:" => {
-                    st.readbacks
-                        .insert(id.to_vec(), readback_of(&parse(raw, name)?, name)?);
+                    st.readbacks.insert(
+                        id.to_vec(),
+                        Arc::new(readback_of(&parse(raw, name)?, name)?),
+                    );
                 }
                 b"t:" => threads.push(thread_record_of(&parse(raw, name)?)?),
                 _ => {} // the owner epoch (`e`, the store's fence) and fields of no kind: not the decision's
@@ -897,7 +900,7 @@ impl State {
         Ok(match k {
             b"l:" => self.lines.get(id).map(|l| write_line(l)),
             b"o:" => self.handoffs.get(id).map(|h| write_handoff(h)),
-            b"r:" => self.readbacks.get(id).map(write_readback),
+            b"r:" => self.readbacks.get(id).map(|r| write_readback(r)),
             b"t:" => self.tracker.handoff(id).map(write_thread_record),
             _ => {
                 let mut shown = Vec::new();
@@ -997,13 +1000,11 @@ impl State {
         })
     }
 
+    /// A readback as the decision reads it: its id and the entry, shared.
     pub fn readback_info(&self, id: &[u8]) -> Option<ReadbackInfo> {
         self.readbacks.get(id).map(|r| ReadbackInfo {
             id: id.to_vec(),
-            ho: r.ho.clone(),
-            passed: r.passed,
-            exp: r.exp.clone(),
-            refused: r.refused,
+            entry: Arc::clone(r),
         })
     }
 
@@ -1041,7 +1042,7 @@ impl State {
     }
 
     pub fn record_readback(&mut self, id: &[u8], rb: StoredReadback) {
-        self.readbacks.insert(id.to_vec(), rb);
+        self.readbacks.insert(id.to_vec(), Arc::new(rb));
         self.mark(b"r:", id);
     }
 
@@ -1052,10 +1053,12 @@ impl State {
 
     pub fn refuse_readback(&mut self, rb: &[u8]) -> Result<(), Bad> {
         self.dirty.insert(field_name(b"r:", rb));
-        self.readbacks
-            .get_mut(rb)
-            .ok_or_else(|| format!("KeyError: {}", repr(rb)))?
-            .refused = true;
+        Arc::make_mut(
+            self.readbacks
+                .get_mut(rb)
+                .ok_or_else(|| format!("KeyError: {}", repr(rb)))?,
+        )
+        .refused = true;
         Ok(())
     }
 
