@@ -342,6 +342,8 @@ async def _say_why_lost(daemon: faults.Daemon, outcomes: faults.Outcomes, in_top
     why(f"  broker-leader: {outcomes.total:,} outcomes cover {outcomes.covered:,} lines")
     why(f"  unanswered: {await faults.unanswered(outcomes, in_topic)}")
     why(f"  the highest input offset answered per input partition: {dict(sorted(by_partition.items()))}")
+    if outcomes.errors:
+        why(f"  the outcome reader's failed reads ({len(outcomes.errors)}, retried): {outcomes.errors[-3:]}")
     for tp in outcomes.tps:
         why(
             f"  {tp.topic}-{tp.partition}: high watermark {outcomes.reader.highwater(tp)}, "
@@ -500,6 +502,8 @@ async def _run(
             notes += f"; input topic holds {in_topic:,} lines, {stream.sent:,} acknowledged"
         if daemon.proc.poll() is not None:
             notes += f"; the daemon exited {daemon.proc.returncode}"
+        if outcomes.errors:
+            notes += f"; the outcome reader's reads failed {len(outcomes.errors)} time(s), retried"
         notes += f"; {_log_summary(daemon)}"
         if outcomes.covered < stream.sent:  # lost lines: what the daemon said last, where CI shows it
             await _say_why_lost(daemon, outcomes, topics["in"])

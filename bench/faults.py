@@ -142,6 +142,7 @@ class Outcomes:
         self.tps = [TopicPartition(topics["out"], 0), TopicPartition(topics["dlq"], 0)]
         self.count: Counter[tuple[int, int]] = Counter()
         self.reasons: dict[tuple[int, int], str] = {}
+        self.errors: list[str] = []  # the reader's own failed reads (retried)
         self.task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -151,8 +152,16 @@ class Outcomes:
         self.task = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
+        """Count what arrives until stopped. A read that raises (a broker gone mid-fetch) is noted in ``errors`` and
+        retried: a reader that died quietly would count every later outcome as lost."""
         while True:
-            for tp, recs in (await self.reader.getmany(timeout_ms=200, max_records=5000)).items():
+            try:
+                fetched = await self.reader.getmany(timeout_ms=200, max_records=5000)
+            except Exception as exc:  # said with the results, then read again
+                self.errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                await asyncio.sleep(0.5)
+                continue
+            for tp, recs in fetched.items():
                 for r in recs:
                     h = {k: v.decode() for k, v in (r.headers or ())}
                     if h.get("gk.author") == "gatekeeper":  # its own lines (refusal notices, cancels): no outcome
@@ -336,6 +345,8 @@ async def _catch_up(outcomes: Outcomes, stream: Stream, timeout: float) -> None:
     await asyncio.sleep(2.0)  # late duplicates show here
     if outcomes.covered < stream.sent:
         say_why(f"  unanswered after the catch-up: {await unanswered(outcomes, stream.topic)}")
+        if outcomes.errors:
+            say_why(f"  the outcome reader's failed reads ({len(outcomes.errors)}): {outcomes.errors[-3:]}")
 
 
 async def unanswered(outcomes: Outcomes, topic: str) -> str:
