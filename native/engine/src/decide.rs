@@ -142,9 +142,9 @@ fn was_dead_lettered(line: &LineInfo) -> bool {
 }
 
 /// A forwarded handoff (`o:<id>`), as a decision reads it: its id and the state's own entry, shared (a line's
-/// decision reads a handoff once or twice, and copying its fields each time was about seven allocations a line). Its
-/// record is the part of the approved record the state keeps: the values the receiver resolves itself and the
-/// sender's withheld criteria (the values the handoff carried were checked when it was).
+/// decision reads a handoff once or twice, and copying its fields each time was about seven allocations a line). Of
+/// the approved record it opened with, a decision reads the values the receiver resolves itself and the sender's
+/// withheld criteria (the values the handoff carried were checked when it was).
 #[derive(Debug, Clone)]
 pub struct HandoffInfo {
     pub id: Vec<u8>,
