@@ -36,6 +36,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -297,20 +298,27 @@ async def _input_lines(topic: str, partitions: int) -> int:
     return sum(ends.values())
 
 
-def _log_summary(daemon: faults.Daemon) -> str:
-    """The daemon's warnings and errors (JSON log lines on stderr): counts and the most frequent messages."""
-    levels: Counter[str] = Counter()
-    messages: Counter[str] = Counter()
+def _log_records(daemon: faults.Daemon) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    """The daemon's log lines (stderr, each process's in turn), each with its JSON record (None: not one, e.g. a
+    traceback's line)."""
     for path in sorted(daemon.dir.glob("process-*.log")):
         for line in path.read_text(errors="replace").splitlines():
             try:
                 rec = json.loads(line)
             except ValueError:
-                continue
-            level = str(rec.get("level", "")) if isinstance(rec, dict) else ""
-            if level in ("warning", "error", "critical"):
-                levels[level] += 1
-                messages[str(rec.get("msg") or rec.get("message") or "?")[:60]] += 1
+                rec = None
+            yield line, rec if isinstance(rec, dict) else None
+
+
+def _log_summary(daemon: faults.Daemon) -> str:
+    """The daemon's warnings and errors (JSON log lines on stderr): counts and the most frequent messages."""
+    levels: Counter[str] = Counter()
+    messages: Counter[str] = Counter()
+    for _, rec in _log_records(daemon):
+        level = str(rec.get("level", "")) if rec is not None else ""
+        if rec is not None and level in ("warning", "error", "critical"):
+            levels[level] += 1
+            messages[str(rec.get("msg") or rec.get("message") or "?")[:60]] += 1
     if not levels:
         return "daemon log: no warning"
     top = "; ".join(f"{m!r} x{c}" for m, c in messages.most_common(3))
@@ -325,15 +333,10 @@ async def _say_why_lost(daemon: faults.Daemon, outcomes: faults.Outcomes, in_top
     (``faults.say_why``)."""
     own: list[str] = []
     client: list[str] = []
-    for path in sorted(daemon.dir.glob("process-*.log")):
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                own.append(line[:240])  # not a JSON record (a traceback's line): shown
-                continue
-            if not isinstance(rec, dict) or rec.get("level") == "debug" or rec.get("msg") == "line dead-letter":
-                continue  # a dead letter's line is the traffic's, not the fault's
+    for line, rec in _log_records(daemon):
+        if rec is None:
+            own.append(line[:240])  # not a JSON record (a traceback's line): shown
+        elif rec.get("level") != "debug" and rec.get("msg") != "line dead-letter":  # a dead letter is the traffic's
             (own if str(rec.get("logger", "")).startswith("gatekeeper") else client).append(line[:240])
     by_partition: dict[int, int] = {}
     for part, offset in outcomes.count:
@@ -556,6 +559,7 @@ async def scenario_outage(env_dir: Path, n: int, seed: int) -> faults.Result:
 
 
 def _log_lines(daemon: faults.Daemon) -> int:
+    """How many lines the daemon logged (counted, not parsed: called mid-outage, in the event loop)."""
     return sum(len(p.read_text(errors="replace").splitlines()) for p in daemon.dir.glob("process-*.log"))
 
 
