@@ -23,6 +23,7 @@ from rwcore._profiles import (
     get_profile,
     resolve_profile,
     switch_profile,
+    switcher,
 )
 from rwcore._types import Message, Problem, Slots, _thaw
 
@@ -115,16 +116,9 @@ def native_problems(found: list[tuple[str, str, str, str | None, str | None, str
     return [problem(code, message, tier, slot, expected, got) for code, tier, message, slot, expected, got in found]
 
 
-_SWITCHES: dict[tuple[str, ...], Callable[[str], Profile]] = {}
-
-
 def _switch(prof: Profile) -> Callable[[str], Profile]:
     """What a ``p=`` slot on a line parsed under ``prof`` calls: the named profile, searched in ``prof``'s folders."""
-    hit = _SWITCHES.get(prof.dirs)
-    if hit is None:
-        dirs = prof.dirs
-        hit = _SWITCHES[dirs] = lambda name: switch_profile(name, dirs)
-    return hit
+    return switcher(prof.dirs)
 
 
 def must_be_line(line: Any) -> None:
@@ -264,8 +258,15 @@ def encode_checked(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profi
     parse under ``prof`` (warnings pass). Native (native/rw1/src/encode.rs): tokens in the reference's order (the
     envelope, the profile's slot order, then any other keys), a value that is None or "" left out, a list joined
     with ``+``, a boolean ``Y`` or ``N``, any other value formatted; the tail after `` // ``, newlines made spaces."""
+    return encode_under(msg, slots, prof.grammar, _switch(prof))
+
+
+def encode_under(
+    msg: Mapping[str, Any], slots: Mapping[str, Any], grammar: Any, switch: Callable[[str], Profile]
+) -> str:
+    """:func:`encode_checked` under a compiled grammar and its ``p=`` switch (as ``reference_parts`` keeps them)."""
     if type(msg) is dict and type(slots) is dict:  # the twin's envelope read natively
-        line, errors = _native.encode_twin(msg, slots, prof.grammar, _switch(prof))
+        line, errors = _native.encode_twin(msg, slots, grammar, switch)
     else:
         get = msg.get
         line, errors = _native.encode(
@@ -274,8 +275,8 @@ def encode_checked(msg: Mapping[str, Any], slots: Mapping[str, Any], prof: Profi
             (get("re"), get("from"), get("to"), get("item")),
             slots if isinstance(slots, dict) else dict(slots),
             get("tail"),
-            prof.grammar,
-            _switch(prof),
+            grammar,
+            switch,
         )
     if errors:
         raise FormError("; ".join(message for _, _, message, _, _, _ in errors))

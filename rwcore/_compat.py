@@ -21,7 +21,7 @@ from rwcore._codec import (
     VERSION,
     _switch,
     digest_raw,
-    encode_checked,
+    encode_under,
     line_digest,
     must_be_line,
     parse_line,
@@ -31,11 +31,13 @@ from rwcore._codec import canonical as _canonical
 from rwcore._errors import FormError
 from rwcore._legend import legend
 from rwcore._profiles import (
+    _REFERENCE_PARTS,
     BUILTIN_DIR,
     Profile,
     core_data,
     profile_dict,
     profile_from_spec,
+    reference_parts,
     reference_profile,
 )
 from rwcore._types import CheckResult
@@ -86,14 +88,13 @@ def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict
     ``spec`` replaces ``profile``: a compiled :class:`~rwcore.Profile`, or the reference's spec dict (as
     ``load_profile`` returns it; compiled on every call, so pass a Profile where speed matters)."""
     if spec is None:
-        prof = reference_profile(profile)
-    elif isinstance(spec, Profile):
-        prof = spec
+        grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
     else:
-        prof = profile_from_spec(spec)
+        prof = spec if isinstance(spec, Profile) else profile_from_spec(spec)
+        grammar, switch = prof.grammar, _switch(prof)
     if type(line) is not str:
         must_be_line(line)
-    return _native.parse_compat(line, prof.grammar, _switch(prof))
+    return _native.parse_compat(line, grammar, switch)
 
 
 def validate(line: str, profile: str | None = None, strict: bool = False) -> list[str]:
@@ -109,12 +110,16 @@ def encode(msg: dict[str, Any], profile: str | None = None) -> str:
     slots = msg.get("slots", {})
     if type(slots) is not dict and not isinstance(slots, Mapping):
         raise FormError("slots must be an object")
-    prof = encoding_profile(profile, slots, strict=True)
+    if type(profile) is str and profile:  # a name: the profile's parts in one lookup
+        grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
+    else:
+        prof = encoding_profile(profile, slots, strict=True)
+        grammar, switch = prof.grammar, _switch(prof)
     if msg.get("v", VERSION) != VERSION:
         raise FormError(f"version must be {VERSION}")
     if "type" not in msg or "id" not in msg:
         raise FormError("a JSON twin needs type and id")
-    return encode_checked(msg, slots, prof)
+    return encode_under(msg, slots, grammar, switch)
 
 
 def to_json(line: str, profile: str | None = None) -> str:
@@ -188,9 +193,9 @@ def _criteria_grammar(spec: Mapping[str, Any]) -> _native.Grammar:
 
 def _ho_lines(ho_line: str, record: Mapping[str, Any], profile: str | None, texts: bool) -> tuple[list[Any], list[Any]]:
     must_be_line(ho_line)
-    prof = reference_profile(profile)
+    grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
     try:
-        return _native.ho_check_line(ho_line, prof.grammar, _switch(prof), record, texts=texts)
+        return _native.ho_check_line(ho_line, grammar, switch, record, texts=texts)
     except ValueError as e:
         raise FormError(str(e)) from e
 
@@ -200,12 +205,10 @@ def _rb_lines(
 ) -> tuple[list[Any], list[Any]]:
     must_be_line(ho_line)
     must_be_line(rb_line)
-    prof = reference_profile(profile)
+    grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
     expect = None if expect_acc is None else [str(x) for x in expect_acc]
     try:
-        return _native.rb_check_lines(
-            ho_line, rb_line, prof.grammar, _switch(prof), expect, now or now_utc(), texts=texts
-        )
+        return _native.rb_check_lines(ho_line, rb_line, grammar, switch, expect, now or now_utc(), texts=texts)
     except ValueError as e:
         raise FormError(str(e)) from e
 
@@ -215,10 +218,10 @@ def _dn_lines(
 ) -> tuple[list[Any], list[Any]]:
     must_be_line(ho_line)
     must_be_line(dn_line)
-    prof = reference_profile(profile)
+    grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
     now = now_utc() if rb_line else None  # the readback that made the plan is checked now (if the receipt lets it)
     try:
-        return _native.dn_check_lines(ho_line, dn_line, prof.grammar, _switch(prof), rb_line, now, texts=texts)
+        return _native.dn_check_lines(ho_line, dn_line, grammar, switch, rb_line, now, texts=texts)
     except ValueError as e:
         raise FormError(str(e)) from e
 

@@ -22,7 +22,7 @@ import json
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -349,6 +349,9 @@ _CACHE_LIMIT = 4096
 # Fast paths, keyed by name alone, for lookups with no extra folders (RWCORE_PROFILE_PATH as first read).
 _NAMED: dict[str | None, Profile] = {}
 _REFERENCE: dict[str | None, Profile] = {}
+# The compatible API's per-name lookup in one step: (grammar, p= switch) of ``reference_profile(name)``.
+_REFERENCE_PARTS: dict[str | None, tuple[Any, Callable[[str], Profile]]] = {}
+_SWITCHES: dict[tuple[str, ...], Callable[[str], Profile]] = {}
 _ENV: list[tuple[str, ...]] = []
 
 
@@ -425,6 +428,25 @@ def reference_profile(name: str | None) -> Profile:
     return prof
 
 
+def switcher(dirs: tuple[str, ...]) -> Callable[[str], Profile]:
+    """What a ``p=`` slot on a line parsed under a profile found in ``dirs`` calls: the named profile, searched
+    in the same folders (one function per list of folders)."""
+    hit = _SWITCHES.get(dirs)
+    if hit is None:
+        hit = _SWITCHES[dirs] = lambda name: switch_profile(name, dirs)
+    return hit
+
+
+def reference_parts(name: str | None) -> tuple[Any, Callable[[str], Profile]]:
+    """``reference_profile(name)``'s grammar and ``p=`` switch, what the compatible ``parse`` and ``encode`` hand
+    the native code: kept per name, so that a call with a profile name finds both in one dict lookup."""
+    hit = _REFERENCE_PARTS.get(name)
+    if hit is None:
+        prof = reference_profile(name)
+        hit = _REFERENCE_PARTS[name] = (prof.grammar, switcher(prof.dirs))
+    return hit
+
+
 def resolve_profile(profile: Profile | str | None) -> Profile:
     """A Profile as given, or the one a name names (typed API: ``"core"`` and None are the bare core)."""
     if isinstance(profile, Profile):
@@ -499,4 +521,5 @@ def clear_profile_cache() -> None:
     _CACHE.clear()
     _NAMED.clear()
     _REFERENCE.clear()
+    _REFERENCE_PARTS.clear()
     _ENV.clear()

@@ -220,6 +220,24 @@ def test_environment_variable(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert rw.load_profile("acme")["exec"] == {"SHIP": ["parcel", "lane"]}
 
 
+def test_the_compatible_calls_forget_a_profile_with_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compatible parse, encode and checks keep a profile name's parts; clear_profile_cache forgets them too."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    _write(first, ACME)
+    _write(second, {**ACME, "agents": ["robot", "clerk"]})
+    line = "RW1 HO robot-1 p=acme from=robot to=clerk item=box:1 ask=SHIP parcel=P-1"
+    monkeypatch.setenv(rw.PROFILE_PATH_ENV, str(first))
+    rw.clear_profile_cache()
+    assert any("robot" in e for e in rw.parse(line, "acme")[1])  # not an agent of the first folder's acme
+    twin = rw.parse(line.replace("robot", "shipper"), "acme")[0]
+    assert rw.parse(rw.encode(twin, "acme"), "acme") == (twin, [], [])
+    monkeypatch.setenv(rw.PROFILE_PATH_ENV, str(second))
+    rw.clear_profile_cache()
+    assert rw.parse(line, "acme")[1] == []
+    with pytest.raises(rw.FormError, match="shipper"):
+        rw.encode(twin, "acme")
+
+
 def test_a_reference_profile_file_loads_unchanged(tmp_path: Path) -> None:
     """A user's existing profile (here: the reference's own pay.json, copied at test time) loads as it is."""
     text = resources.files("rogerwilco").joinpath("profiles/pay.json").read_text(encoding="utf-8")
