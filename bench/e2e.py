@@ -20,7 +20,9 @@ Sections (each prints a table; ratios are against figures taken in the same run)
 - ``latency``: the gatekeeper fed at a fixed rate, 90% and 50% of its measured throughput and 1,000 lines/s:
   producer timestamp to outcome timestamp, p50 and p99; beside them the passthrough's on the same traffic at the same
   rates (its outputs stamped with the input's timestamp): what the broker, the clients and the benchmark add with no
-  work done; and each process's CPU per 1,000 lines at that rate (what a live worker pays), and Redis's;
+  work done; each process's CPU per 1,000 lines at that rate (what a live worker pays), and Redis's; and the
+  gatekeeper's batches (lines in each, and how often one came: a live line waits for the batch being decided when
+  it arrives, then for its own);
 - ``growth``: per-line cost in conversations of 10, 1,000 and 10,000 lines (one partition, the same line count);
 - ``open``: throughput and Redis memory per open handoff with 10,000 and 100,000 handoffs open (``--open`` for
   others, 1,000,000 included);
@@ -667,6 +669,7 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
         measured = []
         cpus: list[float] = []  # the gatekeeper's, then the passthrough's
         redis_ms = float("nan")  # Redis's CPU while the gatekeeper ran (the passthrough does not use it)
+        batch_lines = every_ms = float("nan")  # the gatekeeper's batches: lines in each, and how often one came
         for passthrough in (False, True):
             name = f"lat{tag}{'p' if passthrough else ''}"
             topics = await env.topics(name)
@@ -679,10 +682,13 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
             try:
                 await asyncio.sleep(4.0)  # joined
                 cpu, redis0 = proc.cpu_seconds(), await redis_cpu(env.redis)
+                batches = None if passthrough else _batches(proc)
                 measured.append(await paced(topics, t.lines, target))
                 cpus.append(1e6 * (proc.cpu_seconds() - cpu) / n)
-                if not passthrough:
+                if batches is not None:
                     redis_ms = 1e6 * (await redis_cpu(env.redis) - redis0) / n
+                    count, lines = (after - before for after, before in zip(_batches(proc), batches, strict=True))
+                    batch_lines, every_ms = lines / count, 1000 * n / target / count
             finally:
                 proc.stop()
         gk, base = measured
@@ -698,11 +704,14 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
                 cpus[0],
                 cpus[1],
                 redis_ms,
+                batch_lines,
+                every_ms,
             ]
         )
     table(
         "latency: producer timestamp to outcome timestamp (ms); CPU: the process's, ms per 1,000 lines at that load "
-        "(Redis's: while the gatekeeper ran)",
+        "(Redis's: while the gatekeeper ran); the gatekeeper's batches: lines in each, and the traffic's seconds over "
+        "their number",
         [
             "load",
             "lines/s",
@@ -714,9 +723,18 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
             "CPU",
             "passthrough CPU",
             "Redis CPU",
+            "lines a batch",
+            "a batch every (ms)",
         ],
         rows,
     )
+
+
+def _batches(proc: Process) -> tuple[float, float]:
+    """The gatekeeper's decided batches so far, and their lines (its ``gatekeeper_batch_size`` histogram). A live
+    line waits for the batch being decided when it arrives and then for its own: how often a batch comes is most of
+    the latency at a paced rate."""
+    return proc.metric("gatekeeper_batch_size_count"), proc.metric("gatekeeper_batch_size_sum")
 
 
 def _pct(values: list[float], q: int) -> float:
