@@ -315,10 +315,11 @@ def _log_summary(daemon: faults.Daemon) -> str:
     levels: Counter[str] = Counter()
     messages: Counter[str] = Counter()
     for _, rec in _log_records(daemon):
-        level = str(rec.get("level", "")) if rec is not None else ""
-        if rec is not None and level in ("warning", "error", "critical"):
-            levels[level] += 1
-            messages[str(rec.get("msg") or rec.get("message") or "?")[:60]] += 1
+        level = "" if rec is None else str(rec.get("level", ""))
+        if rec is None or level not in ("warning", "error", "critical"):
+            continue
+        levels[level] += 1
+        messages[str(rec.get("msg") or rec.get("message") or "?")[:60]] += 1
     if not levels:
         return "daemon log: no warning"
     top = "; ".join(f"{m!r} x{c}" for m, c in messages.most_common(3))
