@@ -12,6 +12,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
+use rw1::keys::KeyMap;
 
 /// The extension's own allocations (the engine's strings, vectors and maps, made and freed for every line) go
 /// through mimalloc rather than the C library's malloc, which took about a fifth of a line's instructions. Only
@@ -106,18 +107,90 @@ fn groups(g: &Groups<'_>) -> PyResult<Vec<rw1::grammar::Group>> {
 #[pyclass(frozen, module = "rwcore._native")]
 struct Grammar {
     inner: Arc<rw1::Grammar>,
-    /// the vocabulary's slot names as Python strings, made once: the keys of a parsed line's slots dict (a string
-    /// made per key per line, and hashed again as the dict took it, was a tenth of the compatible parse)
-    keys: rustc_hash::FxHashMap<Box<[u8]>, Py<PyString>>,
+    /// the vocabulary's slot names as Python strings, made once, each with whether its values are names the
+    /// profile lists (an enum's codes, its agents): the keys of a parsed line's slots dict (a string made per key
+    /// per line, and hashed again as the dict took it, was a tenth of the compatible parse)
+    keys: KeyMap<(Py<PyString>, bool)>,
+    /// the names a line's values most often are (the version, the types, the enums' codes, the agents, the
+    /// profile's own name) as Python strings, made once: a twin's value that is one of them is not made anew
+    names: KeyMap<Py<PyString>>,
 }
 
 impl Grammar {
-    /// A slot name as a Python string: the vocabulary's own, or a new one for a name it does not have.
-    fn key<'py>(&self, py: Python<'py>, name: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+    /// A slot name as a Python string (the vocabulary's own, or a new one for a name it does not have), and
+    /// whether the slot's values are names the profile lists.
+    fn key<'py>(&self, py: Python<'py>, name: &[u8]) -> PyResult<(Bound<'py, PyAny>, bool)> {
         match self.keys.get(name) {
-            Some(k) => Ok(k.bind(py).clone().into_any()),
-            None => string(py, name),
+            Some((k, named)) => Ok((k.bind(py).clone().into_any(), *named)),
+            None => Ok((string(py, name)?, false)),
         }
+    }
+
+    /// A text that may be one of the profile's names: that name's string, or a new one.
+    fn named<'py>(&self, py: Python<'py>, text: &[u8]) -> PyResult<Bound<'py, PyAny>> {
+        match self.names.get(text) {
+            Some(s) => Ok(s.bind(py).clone().into_any()),
+            None => string(py, text),
+        }
+    }
+
+    /// A slot's value for a twin, as [`value`] makes it (a list as a `list` when `as_list`, else a tuple); when
+    /// `named`, a text that is one of the profile's names is that name's string.
+    fn slot_value<'py>(
+        &self,
+        py: Python<'py>,
+        v: &rw1::Value<'_>,
+        named: bool,
+        as_list: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match v {
+            rw1::Value::Text(t) if named => self.named(py, t),
+            rw1::Value::List(items) => {
+                let items = items
+                    .iter()
+                    .map(|x| self.slot_value(py, x, named, as_list))
+                    .collect::<PyResult<Vec<_>>>()?;
+                Ok(if as_list {
+                    PyList::new(py, items)?.into_any()
+                } else {
+                    PyTuple::new(py, items)?.into_any()
+                })
+            }
+            _ => value(py, v),
+        }
+    }
+
+    /// An envelope slot's value for a twin (None when the line lacks it): [`Grammar::slot_value`].
+    fn envelope_value<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+        v: &Option<rw1::Value<'_>>,
+        as_list: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        match v {
+            Some(v) => {
+                let named = self.keys.get(key).is_some_and(|(_, named)| *named);
+                self.slot_value(py, v, named, as_list)
+            }
+            None => Ok(py.None().into_bound(py)),
+        }
+    }
+}
+
+/// A name as an interned plain `str`; None for a name with a lone surrogate (not UTF-8), then made per use.
+fn interned(py: Python<'_>, name: &[u8]) -> Option<Py<PyString>> {
+    std::str::from_utf8(name)
+        .ok()
+        .map(|t| PyString::intern(py, t).unbind())
+}
+
+/// Whether a slot's values are names the profile lists: an enum's codes, or agents when the profile lists them.
+fn names_listed(check: &rw1::grammar::Check) -> bool {
+    match check {
+        rw1::grammar::Check::Enum { .. } | rw1::grammar::Check::Id { agents: Some(_) } => true,
+        rw1::grammar::Check::List(inner) => names_listed(&inner.check),
+        _ => false,
     }
 }
 
@@ -130,6 +203,7 @@ impl Grammar {
     #[new]
     #[allow(clippy::too_many_arguments)]
     fn new(
+        py: Python<'_>,
         declared: Option<Bound<'_, PyString>>,
         types: Vec<(Bound<'_, PyString>, Names<'_>, Names<'_>)>,
         slots: Vec<(Bound<'_, PyString>, Bound<'_, PyString>)>,
@@ -161,23 +235,37 @@ impl Grammar {
             constraint_set_keys: owned_all(&constraint_set_keys)?,
             value_aliases: groups(&value_aliases)?,
         };
-        let mut keys = rustc_hash::FxHashMap::default();
+        let g = rw1::Grammar::new(vocabulary)
+            .map_err(|msg| PyValueError::new_err(String::from_utf8_lossy(&msg).into_owned()))?;
+        let mut keys = KeyMap::default();
         for (k, _) in &slots {
             let name = owned(k)?;
-            if let Ok(s) = std::str::from_utf8(&name) {
-                let key = PyString::intern(k.py(), s).unbind(); // a plain str, whatever the caller passed
-                keys.insert(name, key);
+            if let Some(key) = interned(py, &name) {
+                let named = g
+                    .slots
+                    .get(&name)
+                    .is_some_and(|s| names_listed(&s.validator.check));
+                keys.insert(&name, (key, named));
             }
         }
-        match rw1::Grammar::new(vocabulary) {
-            Ok(g) => Ok(Grammar {
-                inner: Arc::new(g),
-                keys,
-            }),
-            Err(msg) => Err(PyValueError::new_err(
-                String::from_utf8_lossy(&msg).into_owned(),
-            )),
+        let mut names = KeyMap::default();
+        let version = PyString::new(py, "RW1"); // rw1::parse::VERSION
+        let listed = std::iter::once(&version)
+            .chain(declared.iter())
+            .chain(types.iter().map(|t| &t.0))
+            .chain(enums.iter().flat_map(|(_, codes)| codes))
+            .chain(agents.iter().flatten());
+        for n in listed {
+            let name = owned(n)?;
+            if let Some(s) = interned(py, &name) {
+                names.insert(&name, s);
+            }
         }
+        Ok(Grammar {
+            inner: Arc::new(g),
+            keys,
+            names,
+        })
     }
 }
 
@@ -288,24 +376,29 @@ fn parse<'py>(
     slots_type: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bytes = text(line)?;
-    let (parsed, switched) = run(py, &bytes, &grammar.get().inner, switch)?;
+    let g = grammar.get();
+    let (parsed, switched) = run(py, &bytes, &g.inner, switch)?;
     let t = &parsed.twin;
     let slots = slots_type.call0()?;
     {
         let dict = slots.cast::<PyDict>()?;
         for (k, v) in &t.slots {
-            dict.set_item(grammar.get().key(py, k)?, value(py, v)?)?;
+            let (key, named) = g.key(py, k)?;
+            dict.set_item(key, g.slot_value(py, v, named, false)?)?;
         }
     }
     let twin = PyTuple::new(
         py,
         [
-            opt_string(py, t.v.as_deref())?,
-            opt_string(py, t.typ.as_deref())?,
+            t.v.as_deref()
+                .map_or_else(|| Ok(py.None().into_bound(py)), |v| g.named(py, v))?,
+            t.typ
+                .as_deref()
+                .map_or_else(|| Ok(py.None().into_bound(py)), |v| g.named(py, v))?,
             opt_string(py, t.id.as_deref())?,
             opt_value(py, &t.re)?,
-            opt_value(py, &t.from)?,
-            opt_value(py, &t.to)?,
+            g.envelope_value(py, b"from", &t.from, false)?,
+            g.envelope_value(py, b"to", &t.to, false)?,
             opt_value(py, &t.item)?,
             slots,
             opt_string(py, t.tail.as_deref())?,
@@ -333,23 +426,35 @@ fn parse_compat<'py>(
     switch: &Bound<'py, PyAny>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let bytes = text(line)?;
-    let (parsed, _) = run(py, &bytes, &grammar.get().inner, switch)?;
+    let g = grammar.get();
+    let (parsed, _) = run(py, &bytes, &g.inner, switch)?;
     let t = &parsed.twin;
     let slots = PyDict::new(py);
     for (k, v) in &t.slots {
-        slots.set_item(grammar.get().key(py, k)?, listed(py, v)?)?;
+        let (key, named) = g.key(py, k)?;
+        slots.set_item(key, g.slot_value(py, v, named, true)?)?;
     }
+    let named = |v: Option<&[u8]>| match v {
+        Some(v) => g.named(py, v),
+        None => Ok(py.None().into_bound(py)),
+    };
     let twin = PyDict::new(py);
-    twin.set_item(pyo3::intern!(py, "v"), opt_string(py, t.v.as_deref())?)?;
-    twin.set_item(pyo3::intern!(py, "type"), opt_string(py, t.typ.as_deref())?)?;
+    twin.set_item(pyo3::intern!(py, "v"), named(t.v.as_deref())?)?;
+    twin.set_item(pyo3::intern!(py, "type"), named(t.typ.as_deref())?)?;
     twin.set_item(pyo3::intern!(py, "id"), opt_string(py, t.id.as_deref())?)?;
     let opt = |v: &Option<rw1::Value<'_>>| match v {
         Some(v) => listed(py, v),
         None => Ok(py.None().into_bound(py)),
     };
     twin.set_item(pyo3::intern!(py, "re"), opt(&t.re)?)?;
-    twin.set_item(pyo3::intern!(py, "from"), opt(&t.from)?)?;
-    twin.set_item(pyo3::intern!(py, "to"), opt(&t.to)?)?;
+    twin.set_item(
+        pyo3::intern!(py, "from"),
+        g.envelope_value(py, b"from", &t.from, true)?,
+    )?;
+    twin.set_item(
+        pyo3::intern!(py, "to"),
+        g.envelope_value(py, b"to", &t.to, true)?,
+    )?;
     twin.set_item(pyo3::intern!(py, "item"), opt(&t.item)?)?;
     twin.set_item(pyo3::intern!(py, "slots"), slots)?;
     twin.set_item(

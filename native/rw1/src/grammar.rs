@@ -12,6 +12,7 @@ use std::cmp::Ordering;
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use crate::acc::AccTables;
+use crate::keys::{KeyMap, KeySet};
 use crate::pytext;
 
 /// Owned bytes of a Python string.
@@ -123,7 +124,7 @@ pub enum Check {
     /// `list:<type>`: split at `+`, empty parts dropped, each part checked as its type (`inner.typ` is that type)
     List(Box<Validator>),
     /// `enum:<name>`: one of the enum's codes (an enum the profile lacks has none)
-    Enum { name: Bytes, codes: HashSet<Bytes> },
+    Enum { name: Bytes, codes: KeySet },
     /// `int:<lo>-<hi>`: an integer in the range, bounds kept as written for the wording
     Int {
         lo: Whole,
@@ -144,7 +145,7 @@ pub enum Check {
     /// `bool`: Y or N
     Bool,
     /// `msgid`, and `agent` (then, when the profile lists agents, one of them)
-    Id { agents: Option<HashSet<Bytes>> },
+    Id { agents: Option<KeySet> },
     /// a type rwcore does not know: every value is a finding
     Unknown,
 }
@@ -183,9 +184,9 @@ pub struct Grammar {
     /// the profile's name (what `p=` carries); None for the bare core, where `p=` switches profile
     pub declared: Option<Bytes>,
     pub types: Vec<TypeDef>,
-    pub slots: HashMap<Bytes, Slot>,
+    pub slots: KeyMap<Slot>,
     /// the place of each slot outside the envelope in the order a line writes them (the profile's slot order)
-    pub encode_rank: HashMap<Bytes, usize>,
+    pub encode_rank: KeyMap<usize>,
     /// the answer vocabulary (the `ans` enum) when the profile has one, and its codes joined by `/`
     pub ans: Option<(HashSet<Bytes>, Vec<u8>)>,
     /// the tail's limit, in characters
@@ -225,11 +226,11 @@ impl Grammar {
     /// Compile a vocabulary; the error is the reference's wording for a slot type it cannot read.
     pub fn new(v: Vocabulary) -> Result<Grammar, Vec<u8>> {
         let enums: HashMap<&[u8], &Vec<Bytes>> = v.enums.iter().map(|(n, c)| (&n[..], c)).collect();
-        let agents: Option<HashSet<Bytes>> = v
+        let agents: Option<KeySet> = v
             .agents
             .filter(|a| !a.is_empty())
             .map(|a| a.into_iter().collect());
-        let mut slots: HashMap<Bytes, Slot> = HashMap::default();
+        let mut slots: KeyMap<Slot> = KeyMap::default();
         for (key, typ) in &v.slots {
             let validator = validator(key, typ, &enums, agents.as_ref())?;
             let index = slots.get(key).map_or(slots.len(), |s| s.index); // a key given twice: the last type
@@ -241,7 +242,7 @@ impl Grammar {
                 _ => None,
             };
             slots.insert(
-                key.clone(),
+                key,
                 Slot {
                     validator,
                     envelope,
@@ -315,14 +316,14 @@ fn validator(
     key: &[u8],
     typ: &[u8],
     enums: &HashMap<&[u8], &Vec<Bytes>>,
-    agents: Option<&HashSet<Bytes>>,
+    agents: Option<&KeySet>,
 ) -> Result<Validator, Vec<u8>> {
     let check = if let Some(inner) = typ.strip_prefix(b"list:") {
         Check::List(Box::new(validator(key, inner, enums, agents)?))
     } else if let Some(name) = typ.strip_prefix(b"enum:") {
         let codes = enums
             .get(name)
-            .map(|c| c.iter().cloned().collect())
+            .map(|c| c.iter().collect())
             .unwrap_or_default();
         Check::Enum {
             name: name.into(),

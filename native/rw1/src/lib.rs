@@ -9,6 +9,7 @@
 //! - [`digest`]: the protocol's tier-2 integrity digest, `h=`;
 //! - [`encode`]: a twin's values to its line;
 //! - [`grammar`]: a profile compiled for the parser;
+//! - [`keys`]: maps and sets of a profile's short names, looked up once per token;
 //! - [`legend`]: the text a model needs in its prompt to read and write lines under a profile;
 //! - [`parse`]: a line to its JSON twin and its findings, in the reference's order and words;
 //! - [`thread`]: the closing rule over a conversation, as an incremental state machine;
@@ -22,6 +23,7 @@ pub mod checks;
 pub mod digest;
 pub mod encode;
 pub mod grammar;
+pub mod keys;
 pub mod legend;
 pub mod parse;
 pub mod problem;
