@@ -9,7 +9,7 @@
 
 use std::cmp::Ordering;
 
-use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::acc::AccTables;
 use crate::keys::{KeyMap, KeySet};
@@ -188,13 +188,13 @@ pub struct Grammar {
     /// the place of each slot outside the envelope in the order a line writes them (the profile's slot order)
     pub encode_rank: KeyMap<usize>,
     /// the answer vocabulary (the `ans` enum) when the profile has one, and its codes joined by `/`
-    pub ans: Option<(HashSet<Bytes>, Vec<u8>)>,
+    pub ans: Option<(KeySet, Vec<u8>)>,
     /// the tail's limit, in characters
     pub tail_max: usize,
     /// the most digits Python's `int()` converts (`sys.get_int_max_str_digits()`; 0: no limit)
     pub int_max_digits: usize,
     /// the execution slots of each ask that names any (`exec` in a profile)
-    pub exec_map: HashMap<Bytes, Vec<Bytes>>,
+    pub exec_map: KeyMap<Vec<Bytes>>,
     /// tier 4's tables: constraint keys, set-valued keys, value aliases
     pub acc: AccTables,
     /// the slots declared `date` (false) or `time` (true), in the profile's order: the gate's calendar rule
@@ -253,7 +253,7 @@ impl Grammar {
         let ans = enums
             .get(&b"ans"[..])
             .filter(|codes| !codes.is_empty())
-            .map(|codes| (codes.iter().cloned().collect(), codes.join(&b'/')));
+            .map(|codes| (codes.iter().collect(), codes.join(&b'/')));
         let encode_rank = v
             .slots
             .iter()
