@@ -4,8 +4,10 @@
 //! most five). A hash map of byte strings hashes them a word at a time and compares a match through `memcmp`, a
 //! call for a handful of bytes; here a name of up to seven bytes is packed with its length into one `u64`, so a
 //! lookup is one multiply and one integer comparison. A longer name is kept, and looked up, by its bytes.
-//! No library keeps small strings as integer keys of a hash map with a byte-string fallback (the small-string
-//! crates store strings inline, but still hash and compare them as bytes), hence this module.
+//! Written here rather than taken from a crate: the small-string crates (`smol_str`, `compact_str`) store a string
+//! inline but still hash and compare it as bytes, and `tinystr`, which packs a name into integers as this does,
+//! takes ASCII only, where a line's keys are any bytes (a name it refuses would need this fallback all the same);
+//! the packing itself is a few lines.
 
 use rustc_hash::FxHashMap;
 
