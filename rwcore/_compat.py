@@ -31,7 +31,6 @@ from rwcore._codec import canonical as _canonical
 from rwcore._errors import FormError
 from rwcore._legend import legend
 from rwcore._profiles import (
-    _REFERENCE_PARTS,
     BUILTIN_DIR,
     Profile,
     core_data,
@@ -88,7 +87,7 @@ def parse(line: str, profile: str | None = None, spec: Any = None) -> tuple[dict
     ``spec`` replaces ``profile``: a compiled :class:`~rwcore.Profile`, or the reference's spec dict (as
     ``load_profile`` returns it; compiled on every call, so pass a Profile where speed matters)."""
     if spec is None:
-        grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
+        grammar, switch = reference_parts(profile)
     else:
         prof = spec if isinstance(spec, Profile) else profile_from_spec(spec)
         grammar, switch = prof.grammar, _switch(prof)
@@ -111,7 +110,7 @@ def encode(msg: dict[str, Any], profile: str | None = None) -> str:
     if type(slots) is not dict and not isinstance(slots, Mapping):
         raise FormError("slots must be an object")
     if type(profile) is str and profile:  # a name: the profile's parts in one lookup
-        grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
+        grammar, switch = reference_parts(profile)
     else:
         prof = encoding_profile(profile, slots, strict=True)
         grammar, switch = prof.grammar, _switch(prof)
@@ -193,7 +192,7 @@ def _criteria_grammar(spec: Mapping[str, Any]) -> _native.Grammar:
 
 def _ho_lines(ho_line: str, record: Mapping[str, Any], profile: str | None, texts: bool) -> tuple[list[Any], list[Any]]:
     must_be_line(ho_line)
-    grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
+    grammar, switch = reference_parts(profile)
     try:
         return _native.ho_check_line(ho_line, grammar, switch, record, texts=texts)
     except ValueError as e:
@@ -205,7 +204,7 @@ def _rb_lines(
 ) -> tuple[list[Any], list[Any]]:
     must_be_line(ho_line)
     must_be_line(rb_line)
-    grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
+    grammar, switch = reference_parts(profile)
     expect = None if expect_acc is None else [str(x) for x in expect_acc]
     try:
         return _native.rb_check_lines(ho_line, rb_line, grammar, switch, expect, now or now_utc(), texts=texts)
@@ -218,7 +217,7 @@ def _dn_lines(
 ) -> tuple[list[Any], list[Any]]:
     must_be_line(ho_line)
     must_be_line(dn_line)
-    grammar, switch = _REFERENCE_PARTS.get(profile) or reference_parts(profile)
+    grammar, switch = reference_parts(profile)
     now = now_utc() if rb_line else None  # the readback that made the plan is checked now (if the receipt lets it)
     try:
         return _native.dn_check_lines(ho_line, dn_line, grammar, switch, rb_line, now, texts=texts)

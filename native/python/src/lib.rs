@@ -134,6 +134,14 @@ impl Grammar {
         }
     }
 
+    /// [`Grammar::named`] of a text the line may lack (None then).
+    fn opt_named<'py>(&self, py: Python<'py>, text: Option<&[u8]>) -> PyResult<Bound<'py, PyAny>> {
+        match text {
+            Some(t) => self.named(py, t),
+            None => Ok(py.None().into_bound(py)),
+        }
+    }
+
     /// A slot's value for a twin, as [`value`] makes it (a list as a `list` when `as_list`, else a tuple); when
     /// `named`, a text that is one of the profile's names is that name's string.
     fn slot_value<'py>(
@@ -390,11 +398,8 @@ fn parse<'py>(
     let twin = PyTuple::new(
         py,
         [
-            t.v.as_deref()
-                .map_or_else(|| Ok(py.None().into_bound(py)), |v| g.named(py, v))?,
-            t.typ
-                .as_deref()
-                .map_or_else(|| Ok(py.None().into_bound(py)), |v| g.named(py, v))?,
+            g.opt_named(py, t.v.as_deref())?,
+            g.opt_named(py, t.typ.as_deref())?,
             opt_string(py, t.id.as_deref())?,
             opt_value(py, &t.re)?,
             g.envelope_value(py, b"from", &t.from, false)?,
@@ -434,13 +439,12 @@ fn parse_compat<'py>(
         let (key, named) = g.key(py, k)?;
         slots.set_item(key, g.slot_value(py, v, named, true)?)?;
     }
-    let named = |v: Option<&[u8]>| match v {
-        Some(v) => g.named(py, v),
-        None => Ok(py.None().into_bound(py)),
-    };
     let twin = PyDict::new(py);
-    twin.set_item(pyo3::intern!(py, "v"), named(t.v.as_deref())?)?;
-    twin.set_item(pyo3::intern!(py, "type"), named(t.typ.as_deref())?)?;
+    twin.set_item(pyo3::intern!(py, "v"), g.opt_named(py, t.v.as_deref())?)?;
+    twin.set_item(
+        pyo3::intern!(py, "type"),
+        g.opt_named(py, t.typ.as_deref())?,
+    )?;
     twin.set_item(pyo3::intern!(py, "id"), opt_string(py, t.id.as_deref())?)?;
     let opt = |v: &Option<rw1::Value<'_>>| match v {
         Some(v) => listed(py, v),

@@ -50,10 +50,6 @@ impl<V> KeyMap<V> {
         }
     }
 
-    pub fn contains_key(&self, name: &[u8]) -> bool {
-        self.get(name).is_some()
-    }
-
     /// Insert a value, returning the one the name had.
     pub fn insert(&mut self, name: &[u8], value: V) -> Option<V> {
         match packed(name) {
@@ -89,18 +85,6 @@ impl KeySet {
     #[inline]
     pub fn contains(&self, name: &[u8]) -> bool {
         self.0.get(name).is_some()
-    }
-
-    pub fn insert(&mut self, name: &[u8]) -> bool {
-        self.0.insert(name, ()).is_none()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
     }
 }
 
