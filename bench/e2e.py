@@ -4,11 +4,14 @@
     .venv/bin/python bench/e2e.py --lines 200000          # fewer lines
     .venv/bin/python bench/e2e.py --only throughput,growth
     .venv/bin/python bench/e2e.py --smoke                 # a few thousand lines per section: it runs, no figures
+    .venv/bin/python bench/e2e.py --only throughput,latency --librdkafka   # and the passthrough on librdkafka
 
 Kafka and Redis come from the environment (``GK_KAFKA_BOOTSTRAP``, ``GK_REDIS_URL``: ``deploy/local/stack.sh env``).
 Every run makes topics and a Redis key prefix of its own and deletes them afterwards. The gatekeeper runs as
 ``gatekeeper run`` with its default settings (one route, 6 input partitions), the baseline as ``bench/passthrough.py``
-(the gatekeeper's own client settings): each its own process, as in production.
+(the gatekeeper's own client settings): each its own process, as in production. ``--librdkafka`` runs the same
+passthrough on confluent-kafka as well (throughput and latency), a client whose protocol is librdkafka's C: what
+the clients' Python costs, beside what the gatekeeper costs.
 
 Sections (each prints a table; ratios are against figures taken in the same run):
 
@@ -352,6 +355,7 @@ class Process:
         passthrough: bool,
         transactional: bool = False,
         stamp: bool = False,
+        client: str = "aiokafka",
         overrides: dict[str, dict[str, Any]] | None = None,
     ):
         kafka: dict[str, Any] = {"bootstrap_servers": BOOTSTRAP, "group_id": group}
@@ -365,7 +369,8 @@ class Process:
         (self.dir / "gk.yaml").write_text(yaml.safe_dump(config))
         self.log = self.dir / "process.log"
         cmd = (
-            [sys.executable, str(ROOT / "bench" / "passthrough.py"), "gk.yaml", *(["--stamp"] if stamp else [])]
+            [sys.executable, str(ROOT / "bench" / "passthrough.py"), "gk.yaml", "--client", client]
+            + (["--stamp"] if stamp else [])
             if passthrough
             else [
                 sys.executable,
@@ -575,16 +580,13 @@ def _frame(f: str) -> str:
     return f"{name} ({where.split(':')[0].rsplit('/', 1)[-1]})" if sep else f
 
 
-async def section_throughput(env: Env, n: int, profile: str | None = None, exactly_once: bool = False) -> float:
+async def section_throughput(
+    env: Env, n: int, profile: str | None = None, exactly_once: bool = False, librdkafka: bool = False
+) -> float:
     t = traffic(n, tag="t", faulty=FAULTY)
     say(f"throughput: {len(t.lines):,} lines, {len(t.records):,} records, {FAULTY:.0%} of the flows refused")
-    topics = await env.topics("pass")
-    await produce(topics["in"], t.lines)
-    base_proc = Process(env, "pass", topics, env.prefix("pass"), group=f"e2e-{env.run}-pass", passthrough=True)
-    try:
-        base = await catch_up([base_proc], topics, len(t.lines), timeout=max(120.0, n / 1000))
-    finally:
-        base_proc.stop()
+    base = await passthrough_run(env, "pass", t.lines, "aiokafka")
+    rdk = await passthrough_run(env, "passrdk", t.lines, "librdkafka") if librdkafka else None
     gk, procs, _, _ = await gatekeeper_run(env, "gk", t.lines, t.records, keep=True, profile=profile)
     batches = procs[0].metric("gatekeeper_batch_size_count")
     trips = procs[0].metric("gatekeeper_redis_round_trips_total")
@@ -592,6 +594,21 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
         p.stop()
     rows: list[list[Any]] = [
         ["raw passthrough", base.rate, 1.0, base.cpu_ms_per_1000, base.busy, "-", "-", base.outcomes],
+    ]
+    if rdk is not None:  # the same loop on librdkafka; its ratio, too, is against the aiokafka passthrough
+        rows.append(
+            [
+                "raw passthrough, librdkafka",
+                rdk.rate,
+                rdk.rate / base.rate,
+                rdk.cpu_ms_per_1000,
+                rdk.busy,
+                "-",
+                "-",
+                rdk.outcomes,
+            ]
+        )
+    rows.append(
         [
             "gatekeeper",
             gk.rate,
@@ -601,8 +618,8 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
             _per(trips, batches),
             gk.redis_ms_per_1000,
             gk.outcomes,
-        ],
-    ]
+        ]
+    )
     if exactly_once:  # the same traffic, kafka.transactional: a transaction per input partition and batch
         eos, procs, eos_topics, _ = await gatekeeper_run(
             env, "gkeos", t.lines, t.records, keep=True, transactional=True
@@ -647,15 +664,28 @@ async def section_throughput(env: Env, n: int, profile: str | None = None, exact
     return gk.rate
 
 
+async def passthrough_run(env: Env, name: str, lines: Sequence[tuple[bytes, bytes]], client: str) -> Catchup:
+    """A catch-up of ``lines`` through ``bench/passthrough.py`` on ``client``, on topics of its own."""
+    topics = await env.topics(name)
+    await produce(topics["in"], lines)
+    proc = Process(env, name, topics, env.prefix(name), group=f"e2e-{env.run}-{name}", passthrough=True, client=client)
+    try:
+        return await catch_up([proc], topics, len(lines), timeout=max(120.0, len(lines) / 1000))
+    finally:
+        proc.stop()
+
+
 def _per(count: float, batches: float) -> float:
     return count / batches if batches else float("nan")
 
 
-async def section_latency(env: Env, rate: float, seconds: float) -> None:
+async def section_latency(env: Env, rate: float, seconds: float, librdkafka: bool = False) -> None:
     """The gatekeeper at 90% and 50% of its rate and at a fixed 1,000 lines/s (a busy route's load, the same on
     every machine), and the passthrough (stamping each output with the input's timestamp as the gatekeeper's
     outcomes carry it) on the same traffic at the same rate: what the broker, the clients and this benchmark's own
-    producer and reader add on this machine, with no work done."""
+    producer and reader add on this machine, with no work done. With ``librdkafka``, the passthrough on
+    confluent-kafka as well."""
+    clients = [None, "aiokafka", "librdkafka"][: 3 if librdkafka else 2]  # None: the gatekeeper
     rows = []
     loads = [
         ("90% of throughput", rate * 0.9, "90"),
@@ -667,17 +697,25 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
         n = int(target * seconds)
         t = traffic(n, seed=11, tag=f"l{tag}")
         measured = []
-        cpus: list[float] = []  # the gatekeeper's, then the passthrough's
+        cpus: list[float] = []  # the gatekeeper's, then the passthroughs'
         redis_ms = float("nan")  # Redis's CPU while the gatekeeper ran (the passthrough does not use it)
         batch_lines = every_ms = float("nan")  # the gatekeeper's batches: lines in each, and how often one came
-        for passthrough in (False, True):
-            name = f"lat{tag}{'p' if passthrough else ''}"
+        for client in clients:
+            passthrough = client is not None
+            name = f"lat{tag}{client or ''}"
             topics = await env.topics(name)
             prefix = env.prefix(name)
             if not passthrough:
                 await env.load_records(prefix, t.records)
             proc = Process(
-                env, "lat", topics, prefix, group=f"e2e-{env.run}-{name}", passthrough=passthrough, stamp=passthrough
+                env,
+                "lat",
+                topics,
+                prefix,
+                group=f"e2e-{env.run}-{name}",
+                passthrough=passthrough,
+                stamp=passthrough,
+                client=client or "aiokafka",
             )
             try:
                 await asyncio.sleep(4.0)  # joined
@@ -691,23 +729,11 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
                     batch_lines, every_ms = lines / count, 1000 * n / target / count
             finally:
                 proc.stop()
-        gk, base = measured
-        rows.append(
-            [
-                label,
-                target,
-                len(gk),
-                _pct(gk, 50),
-                _pct(gk, 99),
-                _pct(base, 50),
-                _pct(base, 99),
-                cpus[0],
-                cpus[1],
-                redis_ms,
-                batch_lines,
-                every_ms,
-            ]
-        )
+        gk, base = measured[:2]
+        row = [label, target, len(gk), _pct(gk, 50), _pct(gk, 99), _pct(base, 50), _pct(base, 99), cpus[0], cpus[1]]
+        if librdkafka:
+            row += [_pct(measured[2], 50), _pct(measured[2], 99), cpus[2]]
+        rows.append([*row, redis_ms, batch_lines, every_ms])
     table(
         "latency: producer timestamp to outcome timestamp (ms); CPU: the process's, ms per 1,000 lines at that load "
         "(Redis's: while the gatekeeper ran); the gatekeeper's batches: lines in each, and the traffic's seconds over "
@@ -722,6 +748,7 @@ async def section_latency(env: Env, rate: float, seconds: float) -> None:
             "passthrough p99",
             "CPU",
             "passthrough CPU",
+            *(["librdkafka p50", "librdkafka p99", "librdkafka CPU"] if librdkafka else []),
             "Redis CPU",
             "lines a batch",
             "a batch every (ms)",
@@ -952,6 +979,12 @@ async def main() -> None:
         "--exactly-once", action="store_true", help="throughput: also the gatekeeper with kafka.transactional"
     )
     ap.add_argument(
+        "--librdkafka",
+        action="store_true",
+        help="throughput and latency: also the passthrough on confluent-kafka (librdkafka's C, not Python, for the "
+        "protocol): what a Kafka client whose per-record work is not Python costs here",
+    )
+    ap.add_argument(
         "--code", metavar="DIR", help="run the gatekeeper from this checkout (PYTHONPATH), e.g. an older one"
     )
     args = ap.parse_args()
@@ -966,10 +999,10 @@ async def main() -> None:
     rate = 3000.0 if args.rate is None else args.rate
     try:
         if "throughput" in only:
-            measured = await section_throughput(env, args.lines, args.profile, args.exactly_once)
+            measured = await section_throughput(env, args.lines, args.profile, args.exactly_once, args.librdkafka)
             rate = measured if args.rate is None else rate
         if "latency" in only:
-            await section_latency(env, rate, args.latency_seconds)
+            await section_latency(env, rate, args.latency_seconds, args.librdkafka)
         if "growth" in only:
             await section_growth(env, args.growth_lines)
         if "open" in only:
