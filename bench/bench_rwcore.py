@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import rogerwilco as ref
 
 import rwcore
@@ -152,6 +153,12 @@ class Row:
         q1, q2, q3 = statistics.quantiles([r / o for r, o in zip(ref_us, ours_us, strict=True)], n=4)
         return cls(op, api, statistics.median(ref_us), statistics.median(ours_us), q2, q1, q3)
 
+    def line(self) -> str:
+        return (
+            f"{self.op:<15}{self.api:<8}{self.ref_us:>14.1f}{self.ours_us:>12.2f}{self.ratio:>10.1f}x"
+            f"   [{self.low:.1f} - {self.high:.1f}]"
+        )
+
 
 def per_line_rows(rounds: int, budget_s: float) -> list[Row]:
     prof = rwcore.get_profile(PROFILE)
@@ -225,6 +232,27 @@ def per_line_rows(rounds: int, budget_s: float) -> list[Row]:
         rows.append(Row.of(op, "compat", r_us, c_us))
         rows.append(Row.of(op, "typed", r_us, t_us))
         print(f"  {op:<14} done", file=sys.stderr, flush=True)
+    return rows
+
+
+def bound_rows(rounds: int, budget_s: float) -> list[Row]:
+    """What a C codec spends on the Python objects the compatible ``parse`` returns and ``encode`` takes, timed
+    against the reference in paired rounds like the others: ``orjson.loads`` making the reference's parse result (its
+    dicts and twenty-odd fresh strings) from its JSON, and ``orjson.dumps`` reading the dict ``encode`` is given
+    into one string. Neither parses nor checks anything, so no implementation that returns or reads those objects
+    can be much faster than these rows' speed-ups: the ceiling of the compatible rows, measured."""
+    as_json = lambda i: orjson.dumps(ref.parse(ho_line(i), PROFILE))  # noqa: E731 - made before the timing
+    twin = lambda i: ref.parse(ho_line(i), PROFILE)[0]  # noqa: E731
+    rows = []
+    for seed, (op, f_ref, make_ref, f_bound, make_bound) in enumerate(
+        [
+            ("parse", lambda line: ref.parse(line, PROFILE), ho_line, orjson.loads, as_json),
+            ("encode", lambda d: ref.encode(d, PROFILE), twin, orjson.dumps, twin),
+        ],
+        7,
+    ):
+        r_us, b_us = paired_rounds([(f_ref, make_ref), (f_bound, make_bound)], rounds, budget_s, seed)
+        rows.append(Row.of(op, "orjson", r_us, b_us))
     return rows
 
 
@@ -317,11 +345,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     rows = per_line_rows(rounds, budget_s)
+    bounds = bound_rows(rounds, budget_s)
     print(f"{'operation':<15}{'API':<8}{'reference µs':>14}{'rwcore µs':>12}{'speed-up':>11}   quartiles")
     for r in rows:
-        print(
-            f"{r.op:<15}{r.api:<8}{r.ref_us:>14.1f}{r.ours_us:>12.2f}{r.ratio:>10.1f}x   [{r.low:.1f} - {r.high:.1f}]"
-        )
+        print(r.line())
+    print(
+        "\nthe compatible rows' ceiling: a C codec making (parse: orjson.loads of the result's JSON) or reading "
+        "(encode: orjson.dumps of the given dict) the same Python objects, nothing parsed or checked"
+    )
+    for r in bounds:
+        print(r.line())
 
     print(
         "\ncheck_thread (a conversation of N handoffs, ~2.1 lines each; compat = lines in, typed = tracker fed "
