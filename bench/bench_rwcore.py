@@ -50,6 +50,11 @@ def ho_line(i: int) -> str:
     )
 
 
+def ho_twin(i: int) -> dict[str, Any]:
+    """The reference's JSON twin of ``ho_line(i)``: a fresh dict per call, what the compatible ``encode`` takes."""
+    return ref.parse(ho_line(i), PROFILE)[0]
+
+
 def record(i: int) -> dict[str, Any]:
     return {
         "to": "payer",
@@ -168,7 +173,6 @@ def per_line_rows(rounds: int, budget_s: float) -> list[Row]:
         assert m is not None
         return m
 
-    twin = lambda i: ref.parse(ho_line(i), PROFILE)[0]  # noqa: E731 - a fresh dict per call
     cases: list[tuple[str, Callable[[Any], object], Callable[[Any], object], Callable[[Any], object], Any, Any]] = [
         # op, reference, rwcore compatible, rwcore typed, input maker (compat), input maker (typed)
         (
@@ -184,7 +188,7 @@ def per_line_rows(rounds: int, budget_s: float) -> list[Row]:
             lambda d: ref.encode(d, PROFILE),
             lambda d: rwcore.encode(d, PROFILE),
             lambda m: rwcore.encode_message(m, prof),
-            twin,
+            ho_twin,
             lambda i: msg(ho_line(i)),
         ),
         (
@@ -242,12 +246,11 @@ def bound_rows(rounds: int, budget_s: float) -> list[Row]:
     into one string. Neither parses nor checks anything, so no implementation that returns or reads those objects
     can be much faster than these rows' speed-ups: the ceiling of the compatible rows, measured."""
     as_json = lambda i: orjson.dumps(ref.parse(ho_line(i), PROFILE))  # noqa: E731 - made before the timing
-    twin = lambda i: ref.parse(ho_line(i), PROFILE)[0]  # noqa: E731
     rows = []
     for seed, (op, f_ref, make_ref, f_bound, make_bound) in enumerate(
         [
             ("parse", lambda line: ref.parse(line, PROFILE), ho_line, orjson.loads, as_json),
-            ("encode", lambda d: ref.encode(d, PROFILE), twin, orjson.dumps, twin),
+            ("encode", lambda d: ref.encode(d, PROFILE), ho_twin, orjson.dumps, ho_twin),
         ],
         7,
     ):
